@@ -53,16 +53,16 @@ def bench_nbtools(runs: Path) -> dict:
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local",
                               overrides={"ray.port": _free_port(), "ray.dashboard_port": _free_port(), "ray.num_cpus": 2})
     t0 = time.perf_counter()
-    head = nbtools.cluster.up(cfg, timeout=600, progress=False)
+    head = nbtools.backends.get(cfg).up(timeout=600, progress=False)
     nbtools.jobs.list_jobs(head.dashboard_url)
     ready = time.perf_counter() - t0
     res = head.resources()
     t1 = time.perf_counter()
-    again = nbtools.cluster.up(cfg)
+    again = nbtools.backends.get(cfg).up()
     reattach = time.perf_counter() - t1
     assert again.pid == head.pid
     t2 = time.perf_counter()
-    nbtools.cluster.down(cfg)
+    nbtools.backends.get(cfg).down()
     return {"ready_s": ready, "reattach_s": reattach, "rss": res.head_rss_bytes, "uss": res.head_uss_bytes,
             "procs": res.head_processes, "stop_s": time.perf_counter() - t2}
 
@@ -79,7 +79,7 @@ def main() -> None:
         ours = bench_nbtools(Path(d) / "runs")
         base = bench_baseline(Path(d) / "init")
     gib = 2**30
-    print(f"{'':28}{'nbtools.cluster.up':>20}{'ray.init (baseline)':>22}{'ratio':>8}")
+    print(f"{'':28}{'backends.get(cfg).up()':>20}{'ray.init (baseline)':>22}{'ratio':>8}")
     for key, label, scale, unit in [("ready_s", "start → Jobs API answers", 1, "s"), ("rss", "head RSS (sum)", gib, "GiB"),
                                     ("uss", "head USS (unique)", gib, "GiB"), ("stop_s", "stop, verified", 1, "s")]:
         a, b = ours[key] / scale, base[key] / scale

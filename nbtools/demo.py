@@ -108,16 +108,12 @@ def run_demo(
 
 def _stop_everything(runs_dir: Path) -> None:
     """Stop whatever the notebooks started under this runs dir (the local Ray head), by its recorded pid."""
+    from nbtools.backends.local import stop_all_under
+
     try:
-        from nbtools import cluster
-    except Exception:  # pragma: no cover - cluster module missing means nothing was started
-        return
-    stop = getattr(cluster, "stop_all_under", None)
-    if stop is not None:
-        try:
-            stop(runs_dir)
-        except Exception as e:  # report, never mask the demo's own result
-            print(f"warning: could not stop the local Ray head under {runs_dir}: {e}", file=sys.stderr)
+        stop_all_under(runs_dir)
+    except Exception as e:  # report, never mask the demo's own result
+        print(f"warning: could not stop the local Ray head under {runs_dir}: {e}", file=sys.stderr)
 
 
 def clean_notebook(path: str | os.PathLike) -> bool:

@@ -1,4 +1,4 @@
-"""Shared fixtures: ONE real local Ray head for the whole session, started through `nbtools.cluster.up`.
+"""Shared fixtures: ONE real local Ray head for the whole session, started through the local backend.
 
 Use it in integration tests:
 
@@ -40,7 +40,7 @@ def ray_head_runs_dir(tmp_path_factory) -> Path:
 def ray_head(ray_head_runs_dir):
     """A real local Ray head (ClusterHandle) shared by the session; ``.dashboard_url`` is the Jobs API address."""
     import nbtools
-    from nbtools.cluster import local
+    from nbtools.backends import _head as local
 
     cfg = nbtools.config.load(
         PROJECT_ROOT / "experiments" / "local.yaml", backend="local",
@@ -95,7 +95,7 @@ def _dump_ray_state_on_failure(request):
 
     print("\n===== Ray state after failure =====")
     try:
-        print(nbtools.cluster.resources(head).summary())
+        print(head.resources().summary())
         table = nbtools.jobs.list_jobs(head.dashboard_url)
         print(table.to_string())
         for sid in table.loc[table["status"] != "SUCCEEDED", "submission_id"]:

@@ -205,7 +205,7 @@ def test_up_reattaches_and_down_is_a_dry_run_by_default(ray_head, ray_head_runs_
     assert d["resources"]["nodes"] == 1 and d["resources"]["cpus"] == 4
     # the head runs on other ports than asked: refused, with the fix
     failed(nb("up", LOCAL, f"ray.port={ray_head.extra['port']}", "ray.dashboard_port=1", "--apply", env=env, code=1),
-           "nbtools.cluster.down(cfg)")
+           "stop it first (notebook 09")
     # down: dry run names the head it would stop, and leaves it running
     assert str(ray_head_runs_dir) in doc(nb("down", LOCAL, *_point(ray_head), "--json", env=env))["would"]
     import nbtools

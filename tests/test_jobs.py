@@ -113,14 +113,14 @@ def test_ray_backend_uses_the_same_path_with_an_explicit_address(ray_head):
     cfg = nbtools.config.load(PROJECT_ROOT / "experiments" / "local.yaml", backend="ray",
                               overrides={"ray.address": ray_head.dashboard_url})
     assert cfg.dashboard_url == ray_head.dashboard_url
-    handle = nbtools.cluster.up(cfg)
+    handle = nbtools.backends.get(cfg).up()
     assert handle.backend == "ray" and not handle.started_by_us and handle.dashboard_url == ray_head.dashboard_url
     assert handle.resources().cpus == 4.0
     sid = _id("raybackend")
     job = jobs.submit(handle, entrypoint=_py("print('via ray backend')"), submission_id=sid)
     assert job.wait(timeout=120).value == "SUCCEEDED" and "via ray backend" in job.logs()
     assert jobs.submit(cfg.dashboard_url, entrypoint="true", submission_id=sid).reattached
-    assert not nbtools.cluster.down(cfg).stopped  # nbtools never stops a cluster it did not start
+    assert not nbtools.backends.get(cfg).down().stopped  # nbtools never stops a cluster it did not start
 
 
 def test_unreachable_address_says_how_to_bring_the_cluster_up():
@@ -132,4 +132,4 @@ def test_unreachable_address_says_how_to_bring_the_cluster_up():
     cfg = nbtools.config.load(PROJECT_ROOT / "experiments" / "local.yaml", backend="ray",
                               overrides={"ray.address": f"http://127.0.0.1:{port}"})
     with pytest.raises(NotReadyError, match=r"fix: check `ray.address`"):
-        nbtools.cluster.up(cfg)
+        nbtools.backends.get(cfg).up()

@@ -112,7 +112,7 @@ def gpu_head(tmp_path_factory):
     """A second real local Ray head that advertises 16 GPUs: the plain Ray address of the ``ray`` backend."""
     from conftest import free_port
 
-    from nbtools.cluster import local
+    from nbtools.backends import _head as local
 
     runs = tmp_path_factory.mktemp("gpuhead")
     cfg = load(

@@ -32,32 +32,26 @@ def _load_cfg(a):
     return config.load(a.experiment, backend=a.backend, overrides=overrides)
 
 
-def _need_gke(cfg, what: str) -> None:
-    from nbtools.errors import ConfigError
-
-    if cfg.backend != "gke":
-        raise ConfigError(f"{what} is for backend 'gke'; this experiment's backend is {cfg.backend!r}; fix: pass a gke "
-                          "experiment (experiments/gke-*.yaml) or add --backend gke", source=cfg.source)
-
-
 def cmd_plan(a) -> Out:
-    from nbtools import gke
+    from nbtools import backends
 
     cfg = _load_cfg(a)
-    plan = gke.destroy_plan(cfg) if a.destroy else gke.plan(cfg)
+    cluster = backends.get(cfg)
+    plan = cluster.destroy_plan() if a.destroy else cluster.provision_plan()
     steps = _records(plan.show())
     text = plan.to_script() if a.script else "\n".join(
         [f"{plan.kind} plan for {cfg.name}: {len(steps)} steps (state: {plan.state_path}); `--script` prints bash"]
+        + ([f"note: {plan.note}"] if plan.note else [])
         + [f"{i:>3}. [{s['status']}] {s['step']}: {s['what']}\n       {s['command']}" for i, s in enumerate(steps, 1)])
     return Out({"experiment": cfg.name, "kind": plan.kind, "state": str(plan.state_path), "steps": steps,
+                "applicable": plan.applicable, "note": plan.note,
                 **({"script": plan.to_script()} if a.script else {})}, text)
 
 
 def cmd_manifests(a) -> Out:
-    from nbtools import manifests
+    from nbtools import backends, manifests
 
-    cfg = _load_cfg(a)
-    _need_gke(cfg, "rendering Kubernetes manifests")
+    cfg = backends.gke_view(_load_cfg(a))  # a non-gke experiment: the objects it would need on GKE
     objs, text = manifests.all_objects(cfg), manifests.render(cfg)
     kinds = [{"kind": o["kind"], "name": o["metadata"]["name"]} for o in objs]
     if not a.out:
@@ -76,57 +70,30 @@ def _res(handle) -> dict:
 
 
 def cmd_up(a) -> Out:
-    from nbtools import cluster, manifests
+    from nbtools import backends
 
     cfg = _load_cfg(a)
+    cluster = backends.get(cfg)
     if not a.apply:
-        if cfg.backend == "gke":
-            objs = manifests.workload_objects(cfg)
-            would = f"apply {len(objs)} objects (+ Secrets from your environment), wait for Ready pods, port-forward " \
-                    f"the dashboard to {cfg.dashboard_url}"
-            data = {"objects": [{"kind": o["kind"], "name": o["metadata"]["name"]} for o in objs]}
-        elif cfg.backend == "local":
-            rec = cluster.head_record(cfg.runs_dir)
-            would = (f"re-attach to the Ray head pid {rec['pid']} recorded under {cfg.runs_dir}" if rec else
-                     f"start a local Ray head on ports {cfg.ray.port}/{cfg.ray.dashboard_port} (state in {cfg.runs_dir}/ray)")
-            data = {}
-        else:
-            would, data = f"check that the Ray Jobs API answers at {cfg.dashboard_url}", {}
-        return Out({"backend": cfg.backend, "dry_run": True, "would": would, **data},
-                   f"dry run ({cfg.backend}): would {would}; re-run with --apply to do it")
-    kw = {"progress": sys.stderr.isatty()} if cfg.backend == "local" else {}
-    handle = cluster.up(cfg, timeout=a.timeout, **kw) if a.timeout else cluster.up(cfg, **kw)
-    data = {"backend": cfg.backend, "dry_run": False, "dashboard_url": handle.dashboard_url,
-            "started_by_us": handle.started_by_us, "reattached": handle.reattached, "note": handle.note,
-            "resources": _res(handle)}
+        p = cluster.preview("up")
+        return Out(p.to_dict(), f"{p}; re-run with --apply to do it")
+    handle = cluster.up(timeout=a.timeout, progress=sys.stderr.isatty())
+    data = {**handle.to_dict(), "dry_run": False, "resources": _res(handle)}
     how = "re-attached to" if handle.reattached else ("started" if handle.started_by_us else "attached to")
     return Out(data, f"{how} the {cfg.backend} Ray cluster at {handle.dashboard_url}: {data['resources']}"
                + (f"\nnote: {handle.note}" if handle.note else ""))
 
 
 def cmd_down(a) -> Out:
-    from nbtools import cluster, manifests
+    from nbtools import backends
 
     cfg = _load_cfg(a)
+    cluster = backends.get(cfg)
     if not a.apply:
-        if cfg.backend == "gke":
-            objs = list(reversed(manifests.workload_objects(cfg)))
-            would = f"stop the dashboard port-forward and delete {len(objs)} objects nbtools labelled for {cfg.name}"
-            data = {"objects": [{"kind": o["kind"], "name": o["metadata"]["name"]} for o in objs]}
-        elif cfg.backend == "local":
-            rec = cluster.head_record(cfg.runs_dir)
-            would = f"stop the Ray head pid {rec['pid']} recorded under {cfg.runs_dir}" if rec else \
-                f"nothing: no Ray head is recorded under {cfg.runs_dir}"
-            data = {}
-        else:
-            would, data = f"nothing: nbtools did not start the cluster at {cfg.dashboard_url}", {}
-        return Out({"backend": cfg.backend, "dry_run": True, "would": would, **data},
-                   f"dry run ({cfg.backend}): would {would}; re-run with --apply to do it")
-    res = cluster.down(cfg)
-    if hasattr(res, "to_dict"):  # gke: one row per object and what happened to it
-        return Out({"backend": cfg.backend, "dry_run": False, "actions": _records(res)}, res.to_string(index=False))
-    return Out({"backend": cfg.backend, "dry_run": False, "stopped": res.stopped, "pid": res.pid, "message": res.message},
-               res.message)
+        p = cluster.preview("down")
+        return Out(p.to_dict(), f"{p}; re-run with --apply to do it")
+    td = cluster.down()
+    return Out({**td.to_dict(), "dry_run": False}, f"{td.message}\n{td.actions.to_string(index=False)}")
 
 
 def cmd_launch(a) -> Out:

@@ -138,7 +138,8 @@ class LustreConfig:
 class StorageConfig:
     kind: Literal["gcsfuse", "lustre", "none"] = "gcsfuse"
     bucket: str | None = None  # GCS bucket (no gs:// prefix); required for gcsfuse on gke
-    mount_path: str = "/data"
+    mount_path: str = "/data"  # where the cluster's pods see the shared storage
+    url: str | None = None  # backend ray: the URL this machine reads mount_path at (gs://…, s3://…); gke: gs://<bucket>
     capacity: str = "1Ti"
     lustre: LustreConfig | None = None
 
@@ -326,25 +327,23 @@ class Experiment:
 
     @property
     def log_dir(self) -> str:
-        """NeMo-RL ``logger.log_dir``: as configured, or ``run_dir/logs`` locally."""
-        if self.logging.log_dir:
-            return self.logging.log_dir if self.backend != "local" else str(_resolve_path(self.logging.log_dir, self.source))
-        return str(self.run_dir / "logs")
+        """NeMo-RL ``logger.log_dir`` as the cluster's jobs see it (the backend decides: ``run_dir/logs`` locally)."""
+        return self._backend().log_dir
 
     @property
     def checkpoint_dir(self) -> str:
-        """NeMo-RL ``checkpointing.checkpoint_dir``: as configured, or ``run_dir/checkpoints`` locally."""
-        c = self.checkpointing.checkpoint_dir
-        if c:
-            return c if self.backend != "local" else str(_resolve_path(c, self.source))
-        return str(self.run_dir / "checkpoints")
+        """NeMo-RL ``checkpointing.checkpoint_dir`` as the cluster's jobs see it (``run_dir/checkpoints`` locally)."""
+        return self._backend().checkpoint_dir
 
     @property
     def dashboard_url(self) -> str:
         """The Ray dashboard the Jobs API talks to (local head, port-forward, or the given address)."""
-        if self.backend == "ray" and self.ray.address:
-            return self.ray.address
-        return f"http://127.0.0.1:{self.ray.dashboard_port}"
+        return self._backend().dashboard_url
+
+    def _backend(self):
+        from nbtools import backends  # values that depend on where the cluster runs come from its backend
+
+        return backends.get(self)
 
     def config_hash(self, length: int = 10) -> str:
         """Stable hash of everything that defines the run (not the backend-independent source path)."""

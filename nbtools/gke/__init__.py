@@ -17,14 +17,13 @@ import dataclasses
 
 import pandas as pd
 
-from nbtools.gke import kube
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
 from nbtools.gke._plan import Plan, Step, StepFailedError
 from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name, wi_member
 
 __all__ = [
     "plan", "destroy_plan", "validate", "Plan", "Step", "StepFailedError", "context_name", "wi_member",
-    "gcloud_flags", "gcloud_path", "validate_flags", "kube",
+    "gcloud_flags", "gcloud_path", "validate_flags",
 ]
 
 
@@ -46,8 +45,10 @@ def _ready(cfg) -> None:
         )
 
 
-def plan(cfg) -> Plan:
+def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
     """The provisioning plan for ``cfg`` (APIs, VPCs, cluster, GPU pool, NCCL, networks, bucket, identity, secrets).
+
+    ``applicable=False`` builds it for reference only (the local backend shows what GKE would need).
 
     Example:
         >>> p = nbtools.gke.plan(cfg)
@@ -55,7 +56,8 @@ def plan(cfg) -> Plan:
     """
     _ready(cfg)
     d = _state_dir(cfg)
-    return Plan("provision", build_steps(cfg), d / "provision-state.json", _variables(cfg), invalidates=d / "destroy-state.json")
+    return Plan("provision", build_steps(cfg), d / "provision-state.json", _variables(cfg), invalidates=d / "destroy-state.json",
+                applicable=applicable, note=note)
 
 
 def destroy_plan(cfg) -> Plan:

@@ -90,6 +90,13 @@ class Plan:
     state_path: Path
     variables: dict[str, tuple[str, ...]] = field(default_factory=dict)  # NAME -> command printing its value
     invalidates: Path | None = None  # the opposite plan's state: a step done here is no longer done there
+    applicable: bool = True  # False: shown for reference only; apply() never runs anything
+    note: str = ""  # why the plan is empty or not applicable (shown with it)
+
+    @classmethod
+    def empty(cls, kind: str, note: str) -> Plan:
+        """A plan with no steps (nothing to provision or destroy on this backend), saying why."""
+        return cls(kind, [], Path("/dev/null"), applicable=False, note=note)
 
     # -- display ------------------------------------------------------------------------------------------
     def show(self) -> pd.DataFrame:
@@ -112,7 +119,10 @@ class Plan:
 
     def _repr_html_(self) -> str:
         df = self.show()
-        return f"<b>{self.kind} plan</b>: {len(df)} steps, state in <code>{self.state_path}</code>" + df.to_html(index=False)
+        note = f"<p><i>{self.note}</i></p>" if self.note else ""
+        if not self.steps:
+            return f"<b>{self.kind} plan</b>: no steps{note}"
+        return f"<b>{self.kind} plan</b>: {len(df)} steps, state in <code>{self.state_path}</code>{note}" + df.to_html(index=False)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -258,12 +268,16 @@ class Plan:
         """
         state = self._load()
         rows = []
+        if not self.applicable:
+            dry_run = True
         if dry_run:
             for s in self.steps:
                 prev = state["steps"].get(s.name, {}).get("status")
                 rows.append({"step": s.name, "status": "skipped (done earlier)" if prev == "done" else "would run",
                              "command": s.command_str})
-            return pd.DataFrame(rows)
+            df = pd.DataFrame(rows, columns=["step", "status", "command"])
+            df.attrs["note"] = self.note or ("dry run: nothing was run" if self.applicable else "")
+            return df
         from tqdm.auto import tqdm
 
         needed = {m for s in self.steps for a in (*s.command, *(s.check or ()), *s.expect) for m in VARIABLE.findall(a)}

@@ -164,7 +164,7 @@ class Job:
                     if reconnects > 5:
                         raise NotReadyError(
                             f"lost the log stream of job {self.id!r} {reconnects - 1} times", reason=repr(pump.error),
-                            fix="check the cluster (nbtools.cluster.up(cfg)); job.follow() resumes where it stopped",
+                            fix="check the cluster (notebook 02: nbtools.backends.get(cfg).up()); job.follow() resumes where it stopped",
                         )
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
@@ -393,7 +393,7 @@ def _call(url: str, fn, *, job_id: str | None = None):
         forget(url)
         raise NotReadyError(
             f"the Ray Jobs API at {url} did not answer", reason=str(e).splitlines()[0] if str(e) else type(e).__name__,
-            fix="check that the cluster is up (nbtools.cluster.up(cfg)) and the address/port-forward is right",
+            fix="check that the cluster is up (notebook 02: nbtools.backends.get(cfg).up()) and the address/port-forward is right",
         ) from None
     except RuntimeError as e:
         if job_id is not None and is_missing(e):

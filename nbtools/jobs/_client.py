@@ -44,7 +44,7 @@ def client_for(address: str, *, timeout: float | None = None):
         raise NotReadyError(
             f"no Ray Jobs API answers at {address}",
             reason=str(e).splitlines()[0] if str(e) else type(e).__name__,
-            fix="start or re-attach the cluster first: nbtools.cluster.up(cfg) (notebook 02); for backend 'ray' check "
+            fix="start or re-attach the cluster first: notebook 02 (nbtools.backends.get(cfg).up()); for backend 'ray' check "
             "`ray.address`; for gke check the dashboard port-forward",
         ) from None
     with _LOCK:

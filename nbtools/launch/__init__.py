@@ -234,9 +234,9 @@ def submit_prepare(cfg: Experiment):
 
 def _cluster_gpus(address: str) -> int | None:
     try:
-        from nbtools import cluster
+        from nbtools.backends._types import fetch_resources
 
-        return int(cluster.resources(address).gpus)
+        return int(fetch_resources(address).gpus)
     except Exception:  # noqa: BLE001 - unknown here means "not checked", which lint reports
         return None
 

@@ -202,7 +202,7 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
         r.findings.append(Finding(
             "warning", "gpus", "cluster.worker_replicas",
             f"the run asks for {requested} GPUs ({nodes} x {per}); the cluster's GPU count was not checked",
-            "pass cluster_gpus=nbtools.cluster.resources(cfg).gpus",
+            "pass cluster_gpus=nbtools.backends.get(cfg).resources().gpus",
         ))
     elif requested > cluster_gpus:
         r.findings.append(Finding(

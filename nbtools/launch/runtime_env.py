@@ -31,6 +31,7 @@ __all__ = [
     "hf_home",
     "env_vars",
     "secret_values",
+    "secrets_from_env",
     "secrets_prelude",
     "zip_working_dir",
     "upload_working_dir",
@@ -68,43 +69,47 @@ def hf_home(cfg: Experiment) -> str | None:
 
 
 def env_vars(cfg: Experiment) -> dict[str, str]:
-    """The job's ``runtime_env.env_vars`` for ``cfg`` (never secrets)."""
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
-    if cfg.backend == "local":
-        return {**env, **cfg.trainer.env_vars}
-    if cfg.backend == "gke":
-        env.update(gib_nccl_env(cfg.cluster.nccl_tuner_config))
-    home = hf_home(cfg)
-    if home:
-        env["HF_HOME"] = home
-    if cfg.trainer.kind == "nemo-rl":
-        # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
-        env["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
-    else:
-        code = cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
-        env["PYTHONPATH"] = code
-        if cfg.backend == "gke":
-            env["LD_LIBRARY_PATH"] = "/usr/local/nvidia/lib64"
-        if cfg.logging.tensorboard:
-            env["TENSORBOARD_DIR"] = f"{cfg.log_dir.rstrip('/')}/tensorboard"
+    """The job's ``runtime_env.env_vars`` for ``cfg`` (never secrets): the cluster's own (NCCL/gIB on GKE), the
+    trainer's, then ``trainer.env_vars``."""
+    from nbtools import backends
+
+    backend = backends.get(cfg)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backend.job_env()}
     for name in cfg.trainer.env_vars:
         if name in SECRET_ENV_NAMES.values():
             raise ConfigError(
                 f"trainer.env_vars.{name}: secrets must not be job env vars (the Ray dashboard shows them); "
                 f"fix: remove it and set `secrets.{'hf_token' if name == 'HF_TOKEN' else 'wandb_api_key'}: {{env: {name}}}`"
             )
+    if backend.trainer != "rehearsal":
+        home = hf_home(cfg)
+        if home:
+            env["HF_HOME"] = home
+    if backend.trainer == "nemo-rl":
+        # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
+        env["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
+    elif backend.trainer == "verl":
+        code = cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
+        env["PYTHONPATH"] = code
+        if cfg.logging.tensorboard:
+            env["TENSORBOARD_DIR"] = f"{cfg.log_dir.rstrip('/')}/tensorboard"
     env.update(cfg.trainer.env_vars)
     return env
 
 
 def secret_values(cfg: Experiment) -> dict[str, Secret]:
-    """Secrets the job needs from the caller's environment (backend ``ray`` only; on gke the pods hold them).
+    """Secrets the job needs from this machine's environment (the ``ray`` backend; on gke the pods hold them).
 
     Returns env-var name in the job -> Secret; a configured secret whose env var is unset is simply absent
     (``lint`` reports it).
     """
-    if cfg.backend != "ray":
-        return {}
+    from nbtools import backends
+
+    return backends.get(cfg).job_secrets()
+
+
+def secrets_from_env(cfg: Experiment) -> dict[str, Secret]:
+    """Every configured secret whose env var is set here, keyed by its env-var name in the job."""
     out: dict[str, Secret] = {}
     for field_name, job_name in SECRET_ENV_NAMES.items():
         ref = getattr(cfg.secrets, field_name)

@@ -39,7 +39,7 @@ __all__ = [
 
 
 def workload_objects(cfg) -> list[dict[str, Any]]:
-    """What ``nbtools.cluster.up`` applies for one experiment: KSA, data PV/PVC, RayCluster (no Secrets)."""
+    """What the gke backend's ``up`` applies for one experiment: KSA, data PV/PVC, RayCluster (no Secrets)."""
     return [service_account(cfg), *storage_objects(cfg), raycluster(cfg)]
 
 

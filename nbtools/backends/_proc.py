@@ -1,4 +1,4 @@
-"""Process and pid-file helpers of the local Ray head (`nbtools.cluster.local`): liveness by pid AND start time,
+"""Process and pid-file helpers of the local Ray head (`nbtools.backends.local`): liveness by pid AND start time,
 the head's process set, atomic pid-file writes, and the log tail shown when a head dies."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ by label selector, so a restarted head pod or a dropped stream costs one request
 runs in a detached process (it outlives the notebook kernel that started it, as notebooks 03..08 need the
 dashboard) recorded in a pid file; ``stop()`` terminates exactly that pid.
 
-Run by hand: ``python -m nbtools.gke.forward --namespace default --selector ray.io/cluster=c,ray.io/node-type=head
+Run by hand: ``python -m nbtools.kube.forward --namespace default --selector ray.io/cluster=c,ray.io/node-type=head
 --map 8265:8265 --map 6006:6006``.
 """
 
@@ -76,7 +76,7 @@ class Forwarder:
         from kubernetes import client
         from kubernetes.stream import portforward
 
-        from nbtools.gke.kube import find_pod
+        from nbtools.kube._api import find_pod
 
         try:
             pod = find_pod(self.api, self.namespace, self.selector).metadata.name
@@ -162,7 +162,7 @@ def _is_ours(pid: int) -> bool:
         return False
     if "\nState:\tZ" in status:
         return False
-    return b"nbtools.gke.forward" in cmdline
+    return b"nbtools.kube.forward" in cmdline
 
 
 def _answers(port: int) -> bool:
@@ -199,7 +199,7 @@ def start(*, namespace: str, selector: str, ports: dict[int, int], pid_file: Pat
         existing.stop()
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     log = pid_file.with_suffix(".log")
-    args = [sys.executable, "-m", "nbtools.gke.forward", "--namespace", namespace, "--selector", selector]
+    args = [sys.executable, "-m", "nbtools.kube.forward", "--namespace", namespace, "--selector", selector]
     for r, loc in ports.items():
         args += ["--map", f"{r}:{loc}"]
     if kubeconfig:
@@ -228,14 +228,14 @@ def start(*, namespace: str, selector: str, ports: dict[int, int], pid_file: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nbtools.gke.forward", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nbtools.kube.forward", description=__doc__.split("\n\n")[0])
     p.add_argument("--namespace", required=True)
     p.add_argument("--selector", required=True, help="label selector of exactly one pod")
     p.add_argument("--map", action="append", required=True, help="REMOTE:LOCAL, repeatable")
     p.add_argument("--kubeconfig")
     p.add_argument("--context")
     a = p.parse_args(argv)
-    from nbtools.gke.kube import connect
+    from nbtools.kube._api import connect
 
     api = connect(kubeconfig=a.kubeconfig, context=a.context)
     mapping = {int(r): int(loc) for r, loc in (m.split(":") for m in a.map)}

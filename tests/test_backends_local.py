@@ -18,7 +18,9 @@ import pytest
 import requests
 
 import nbtools
-from nbtools.cluster import local
+from nbtools.backends import _head as local
+from nbtools.backends._types import fetch_resources
+from nbtools.backends.local import stop_all_under
 from nbtools.errors import ConflictError, DependencyError, NotReadyError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +59,7 @@ def test_up_records_pid_ports_and_temp_dir_under_runs_dir(ray_head, ray_head_run
 
 def test_up_again_reattaches_and_never_starts_a_second_head(ray_head, ray_head_runs_dir, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(ray_head_runs_dir))
-    again = nbtools.cluster.up(_session_cfg(ray_head))
+    again = nbtools.backends.get(_session_cfg(ray_head)).up()
     assert again.reattached and again.started_by_us and again.pid == ray_head.pid
     assert len(_gcs_servers(ray_head.pid)) == 1
 
@@ -70,20 +72,20 @@ def test_resources_like_ray_status_with_head_memory(ray_head, ray_head_runs_dir,
     assert "Active: 1 node(s)" in res.summary() and "4.0 CPU" in res.summary()
     assert "head memory" in res._repr_html_()
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(ray_head_runs_dir))
-    via_cfg = nbtools.cluster.resources(_session_cfg(ray_head))
+    via_cfg = nbtools.backends.get(_session_cfg(ray_head)).resources()
     assert via_cfg.cpus == 4.0 and via_cfg.head_rss_bytes
-    assert nbtools.cluster.resources(ray_head.dashboard_url).head_rss_bytes is None  # a bare address: not ours
+    assert fetch_resources(ray_head.dashboard_url).head_rss_bytes is None  # a bare address: not ours
 
 
 def test_head_not_started_by_us_is_attached_and_left_running(ray_head, tmp_path, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
     cfg = _session_cfg(ray_head)
-    other = nbtools.cluster.up(cfg)
+    other = nbtools.backends.get(cfg).up()
     assert not other.started_by_us and other.pid is None and "not started from" in other.note
     assert not (tmp_path / "ray" / "head.json").exists()
-    result = nbtools.cluster.down(cfg)
+    result = nbtools.backends.get(cfg).down()
     assert not result.stopped and "nothing to stop" in result.message
-    assert nbtools.cluster.stop_all_under(tmp_path) == []
+    assert stop_all_under(tmp_path) == []
     assert psutil.pid_exists(ray_head.pid) and requests.get(f"{ray_head.dashboard_url}/api/version", timeout=5).ok
 
 
@@ -96,15 +98,15 @@ def test_port_in_use_names_the_port_and_the_fix(key, tmp_path, monkeypatch):
         port = busy.getsockname()[1]
         cfg = _cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port(), key: port})
         with pytest.raises(ConflictError, match=rf"(?s)port {port} \({key}\) is already in use.*fix: choose another `{key}`"):
-            nbtools.cluster.up(cfg)
+            nbtools.backends.get(cfg).up()
     assert not (tmp_path / "ray" / "head.json").exists()
 
 
 def test_recorded_head_on_other_ports_is_a_conflict_not_a_second_head(ray_head, ray_head_runs_dir, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(ray_head_runs_dir))
     cfg = _cfg(**{"ray.port": ray_head.extra["port"], "ray.dashboard_port": free_port()})
-    with pytest.raises(ConflictError, match=r"fix: stop it first with nbtools.cluster.down\(cfg\)"):
-        nbtools.cluster.up(cfg)
+    with pytest.raises(ConflictError, match=r"fix: stop it first \(notebook 09"):
+        nbtools.backends.get(cfg).up()
     assert len(_gcs_servers(ray_head.pid)) == 1
 
 
@@ -136,7 +138,7 @@ def test_ray_missing_is_a_dependency_error_with_the_pip_fix(tmp_path, monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] == "ray" else real(name, *a))
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
     with pytest.raises(DependencyError, match=r"fix: .* -m pip install 'ray\[default\]'"):
-        nbtools.cluster.up(_cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port()}))
+        nbtools.backends.get(_cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port()})).up()
 
 
 def test_stale_record_is_removed_not_killed(tmp_path, monkeypatch):
@@ -145,7 +147,7 @@ def test_stale_record_is_removed_not_killed(tmp_path, monkeypatch):
     pf = tmp_path / "ray" / "head.json"
     pf.write_text(json.dumps({"pid": int(done.stdout), "create_time": 1.0, "dashboard_port": 1, "port": 2}))
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
-    result = nbtools.cluster.down(_cfg())
+    result = nbtools.backends.get(_cfg()).down()
     assert not result.stopped and "was not running; removed the stale record" in result.message
     assert not pf.exists()
 
@@ -156,17 +158,17 @@ def test_slow_start_times_out_then_stop_all_under_stops_only_that_head(ray_head,
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
     cfg = _cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port(), "ray.num_cpus": 1})
     with pytest.raises(NotReadyError, match=r"(?s)was not ready within 2 s.*fix: it keeps starting in the background"):
-        nbtools.cluster.up(cfg, timeout=2, progress=False)
+        nbtools.backends.get(cfg).up(timeout=2, progress=False)
     rec = json.loads((tmp_path / "ray" / "head.json").read_text())
     assert rec["status"] == "starting" and rec["pid"] != ray_head.pid
     head = psutil.Process(rec["pid"])
     members = [head, *head.children(recursive=True)]
-    results = nbtools.cluster.stop_all_under(tmp_path)
+    results = stop_all_under(tmp_path)
     assert [r.stopped for r in results] == [True] and results[0].pid == rec["pid"]
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in members)
     assert not [p for p in psutil.process_iter() if _sid(p) == rec["pid"]]
     assert not (tmp_path / "ray" / "head.json").exists()
-    assert "no Ray head recorded" in nbtools.cluster.down(cfg).message
+    assert "no Ray head recorded" in nbtools.backends.get(cfg).down().message
     assert psutil.pid_exists(ray_head.pid) and len(_gcs_servers(ray_head.pid)) == 1
 
 

@@ -1,8 +1,7 @@
-"""What `nbtools.cluster` hands back: a handle on a running cluster and a `ray status`-like resource summary.
-
-Both backends build the same :class:`ClusterHandle`, so notebooks and `nbtools.jobs` never branch on where the
-cluster runs; resources are read over HTTP from the Ray dashboard (State API + cluster status), which works the
-same for a local head, a port-forwarded KubeRay head and any other Ray address.
+"""What the backends' verbs return — the same types on every backend, so callers never branch on where the
+cluster runs: :class:`ClusterHandle` (up), :class:`Teardown` (down, wipe), :class:`ClusterStatus` (status),
+:class:`Preview` (a dry run) and :class:`ClusterResources` (resources, read over HTTP from the Ray dashboard's
+State API, which works the same for a local head, a port-forwarded KubeRay head and any other Ray address).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["ClusterHandle", "ClusterResources", "fetch_resources", "process_tree_memory"]
+__all__ = ["ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 
@@ -24,7 +23,7 @@ class ClusterResources:
     """Totals and usage of a Ray cluster, like `ray status` prints them.
 
     Example:
-        >>> res = nbtools.cluster.resources(cfg)
+        >>> res = nbtools.backends.get(cfg).resources()
         >>> res.nodes, res.cpus
         (1, 2.0)
     """
@@ -83,7 +82,7 @@ class ClusterHandle:
     """A running Ray cluster the Jobs API can reach at `dashboard_url` (local head, GKE port-forward or address).
 
     Example:
-        >>> head = nbtools.cluster.up(cfg)
+        >>> head = nbtools.backends.get(cfg).up()
         >>> head.dashboard_url, head.started_by_us
         ('http://127.0.0.1:8265', True)
     """
@@ -104,6 +103,11 @@ class ClusterHandle:
         """Nodes, CPUs, GPUs, memory and object store of this cluster (plus the local head's own memory)."""
         return fetch_resources(self.dashboard_url, head_pid=self.pid)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "dashboard_url": self.dashboard_url, "started_by_us": self.started_by_us,
+                "reattached": self.reattached, "pid": self.pid, "note": self.note,
+                "extra": {k: str(v) for k, v in self.extra.items()}}
+
     def _repr_html_(self) -> str:
         rows = [
             ("backend", self.backend),
@@ -118,6 +122,91 @@ class ClusterHandle:
         rows += [(k, str(v)) for k, v in self.extra.items()]
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
         return f"<b>Ray cluster</b><table>{body}</table>"
+
+
+def _table_html(title: str, rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+                   for k, v in rows)
+    return f"<b>{html.escape(title)}</b><table>{body}</table>"
+
+
+@dataclass
+class Teardown:
+    """What ``down`` or ``wipe`` did: one row per thing (kind, name, action), and a one-line summary.
+
+    Example:
+        >>> td = nbtools.backends.get(cfg).down()
+        >>> td.stopped, td.message
+        (True, 'stopped the Ray head pid 4242 (17 processes) recorded in runs/ray/head.json')
+    """
+
+    backend: str
+    actions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["kind", "name", "action"]))
+    message: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        """True when something was actually stopped or deleted."""
+        return bool(self.actions["action"].isin(["stopped", "deleted", "removed"]).any()) if len(self.actions) else False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "stopped": self.stopped, "message": self.message,
+                "actions": self.actions.to_dict(orient="records")}
+
+    def __str__(self) -> str:
+        return self.message or self.actions.to_string(index=False)
+
+    def _repr_html_(self) -> str:
+        return f"<b>{html.escape(self.backend)}</b>: {html.escape(self.message)}" + self.actions.to_html(index=False)
+
+
+@dataclass
+class ClusterStatus:
+    """Whether the experiment's cluster runs and its Jobs API answers; nothing is started to find out.
+
+    ``state``: ``running`` (answers), ``starting`` (exists, not answering yet), ``stopped`` (nothing of ours
+    runs) or ``unreachable`` (cannot tell: e.g. the Kubernetes API or the address does not answer).
+    """
+
+    backend: str
+    state: str
+    dashboard_url: str
+    detail: str = ""
+    started_by_us: bool = False
+    pods: pd.DataFrame | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in ("backend", "state", "dashboard_url", "detail", "started_by_us")}
+        out["pods"] = None if self.pods is None else self.pods.to_dict(orient="records")
+        return out
+
+    def _repr_html_(self) -> str:
+        rows = [("state", self.state), ("dashboard", self.dashboard_url), ("detail", self.detail)]
+        extra = "" if self.pods is None else self.pods.to_html(index=False)
+        return _table_html(f"{self.backend} cluster", rows) + extra
+
+
+@dataclass
+class Preview:
+    """What a verb would do (a dry run): a sentence and the objects involved."""
+
+    backend: str
+    verb: str
+    would: str
+    objects: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "verb": self.verb, "dry_run": True, "would": self.would, "objects": self.objects}
+
+    def __str__(self) -> str:
+        return f"dry run ({self.backend}): {self.verb} would {self.would}"
+
+    def _repr_html_(self) -> str:
+        return f"<b>dry run</b> ({html.escape(self.backend)}): {html.escape(self.verb)} would {html.escape(self.would)}"
 
 
 def process_tree_memory(pid: int) -> tuple[int, int | None, int]:
@@ -158,7 +247,7 @@ def fetch_resources(dashboard_url: str, *, head_pid: int | None = None, timeout:
         raise NotReadyError(
             f"could not read resources from the Ray dashboard at {dashboard_url}",
             reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-            fix="bring the cluster up first (nbtools.cluster.up(cfg), notebook 02) or check cfg.ray.dashboard_port / ray.address",
+            fix="bring the cluster up first (notebook 02: nbtools.backends.get(cfg).up()) or check ray.dashboard_port / ray.address",
         ) from None
     rows = []
     for n in states:
@@ -173,7 +262,7 @@ def fetch_resources(dashboard_url: str, *, head_pid: int | None = None, timeout:
     table = pd.DataFrame(rows, columns=["node_id", "ip", "head", "state", "CPU", "GPU", "memory_bytes", "object_store_bytes"])
     used: dict[str, float] = {}
     try:  # usage is best effort: totals above are the contract
-        from nbtools.cluster._proc import auth_headers
+        from nbtools.backends._proc import auth_headers
 
         resp = requests.get(f"{dashboard_url.rstrip('/')}/api/cluster_status", timeout=timeout, headers=auth_headers())
         usage = resp.json()["data"]["clusterStatus"]["loadMetricsReport"]["usage"]

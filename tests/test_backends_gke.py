@@ -1,4 +1,4 @@
-"""nbtools.cluster.gke against tests/kube_double.py — a Kubernetes API TEST DOUBLE on 127.0.0.1 (no
+"""The gke backend (nbtools.backends.gke + nbtools.kube) against tests/kube_double.py — a Kubernetes API TEST DOUBLE on 127.0.0.1 (no
 kube-apiserver can run here) — through the real ``kubernetes`` client and a real kubeconfig file.
 The double has no controller: each test plays the KubeRay operator by adding pods and events."""
 
@@ -16,10 +16,9 @@ import yaml
 from kube_double import KubeDouble
 
 import nbtools
-from nbtools import manifests
-from nbtools.cluster import gke
+from nbtools import kube, manifests
+from nbtools.backends._types import fetch_resources
 from nbtools.errors import ConflictError, NotFoundError, NotReadyError
-from nbtools.gke import kube
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBERAY = Path("/work/shared/data/kuberay/ray.io_rayclusters.yaml")
@@ -64,6 +63,10 @@ def kc(kd, tmp_path) -> str:
     return str(tmp_path / "kubeconfig")
 
 
+def _be(cfg, kubeconfig=None):
+    return nbtools.backends.get(cfg, kubeconfig=kubeconfig)
+
+
 def _pods(kd, cluster=NAME, workers=2, *, ready=True, phase="Running"):
     kd.add_pod(NS, f"{cluster}-head-h1", {"ray.io/cluster": cluster, "ray.io/node-type": "head"}, phase=phase, ready=ready)
     for i in range(workers):
@@ -72,7 +75,7 @@ def _pods(kd, cluster=NAME, workers=2, *, ready=True, phase="Running"):
 
 
 def test_apply_twice_creates_once_then_patches_only_changes(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     objs = manifests.workload_objects(cfg)
     first = kube.apply(api, objs)
     assert list(first["action"]) == ["created"] * 4
@@ -88,7 +91,7 @@ def test_apply_twice_creates_once_then_patches_only_changes(kd, kc, cfg):
 
 
 def test_server_side_dry_run_rejects_before_anything_is_written(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     objs = manifests.workload_objects(cfg)
     objs[-1]["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
     with pytest.raises(ConflictError, match=r"(?s)server-side dry run of RayCluster default/nbtools-b200 was rejected \(422\).*replicas"):
@@ -97,7 +100,7 @@ def test_server_side_dry_run_rejects_before_anything_is_written(kd, kc, cfg):
 
 
 def test_wait_until_head_and_workers_are_ready(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     _pods(kd, ready=False, phase="Pending")
 
     def operator():
@@ -106,13 +109,13 @@ def test_wait_until_head_and_workers_are_ready(kd, kc, cfg):
 
     t = threading.Thread(target=operator)
     t.start()
-    report = kube.wait_ready(api, cfg, timeout=30, progress=False)
+    report = kube.wait_ready(api, NS, NAME, pods=3, timeout=30, progress=False)
     t.join()
     assert sorted(report.pods["type"]) == ["head", "worker", "worker"]
 
 
 def test_wait_timeout_names_the_stuck_pod_reason_and_events(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     kd.add_pod(NS, f"{NAME}-head-h1", {"ray.io/cluster": NAME, "ray.io/node-type": "head"}, phase="Running", ready=True)
     stuck = f"{NAME}-gpu-workers-w0"
     kd.add_pod(NS, stuck, {"ray.io/cluster": NAME, "ray.io/node-type": "worker"}, conditions=[
@@ -122,26 +125,26 @@ def test_wait_timeout_names_the_stuck_pod_reason_and_events(kd, kc, cfg):
     kd.add_event(NS, stuck, "NotTriggerScaleUp", "pod didn't trigger scale-up: 1 Insufficient quota")
     with pytest.raises(NotReadyError, match=r"(?s)1/3 pods ready.*first stuck pod nbtools-b200-gpu-workers-w0.*"
                                             r"Unschedulable: 0/3 nodes.*NotTriggerScaleUp.*fix: no node can take the pod") as ei:
-        kube.wait_ready(api, cfg, timeout=1.0, progress=False)
+        kube.wait_ready(api, NS, NAME, pods=3, timeout=1.0, progress=False, hints=_be(cfg, kc)._hints())
     assert ei.value.reason.startswith("Unschedulable") and len(ei.value.events) == 2
 
 
 def test_wait_timeout_on_image_pull_says_which_image(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     kd.add_pod(NS, f"{NAME}-head-h1", {"ray.io/cluster": NAME, "ray.io/node-type": "head"}, waiting="ImagePullBackOff")
     with pytest.raises(NotReadyError, match=r"(?s)ImagePullBackOff.*nvcr.io/nvidia/nemo-rl:v0.7.0.*cannot be pulled"):
-        kube.wait_ready(api, cfg, timeout=0.5, progress=False)
+        kube.wait_ready(api, NS, NAME, pods=3, timeout=0.5, progress=False, hints=_be(cfg, kc)._hints())
 
 
 def test_pod_lookup_by_labels_errors_name_the_selector(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     with pytest.raises(NotFoundError, match="ray.io/cluster=nbtools-b200,ray.io/node-type=head"):
-        gke.exec_on(cfg, ["true"], api=api)
+        _be(cfg, kc).exec_on(["true"])
     _pods(kd, workers=2)
     with pytest.raises(ConflictError, match=r"(?s)found 2.*narrow the selector"):
         kube.find_pod(api, NS, f"ray.io/cluster={NAME},ray.io/node-type=worker")
     kd.exec_result[f"{NAME}-head-h1"] = ("", "boom\n", 7)
-    r = gke.exec_on(cfg, ["ray", "status"], api=api)[0]
+    r = _be(cfg, kc).exec_on(["ray", "status"])[0]
     assert (r.pod, r.returncode, r.stderr) == (f"{NAME}-head-h1", 7, "boom\n")
 
 
@@ -149,16 +152,16 @@ def test_wipe_hits_exactly_the_labelled_pods_and_requires_confirm(kd, kc, cfg):
     _pods(kd, workers=2)
     _pods(kd, cluster="someone-else", workers=1)
     kd.add_pod(NS, "unlabelled", {"app": "x"}, phase="Running", ready=True)
-    with pytest.raises(ConflictError, match=r"(?s)confirm='yes'.*wipe\(cfg, confirm='gemma3-1b-b200'\)"):
-        gke.wipe(cfg, confirm="yes", kubeconfig=kc)
+    with pytest.raises(ConflictError, match=r"(?s)confirm='yes'.*pass confirm='gemma3-1b-b200'"):
+        _be(cfg, kc).wipe(confirm="yes")
     assert not kd.execs
-    out = gke.wipe(cfg, confirm=cfg.name, kubeconfig=kc)
+    out = _be(cfg, kc).wipe(confirm=cfg.name)
     hit = sorted((e["pod"], e["container"]) for e in kd.execs)
     assert hit == [(f"{NAME}-gpu-workers-w0", "ray-worker"), (f"{NAME}-gpu-workers-w1", "ray-worker"), (f"{NAME}-head-h1", "ray-head")]
     cmd = kd.execs[0]["command"]
     assert cmd[:3] == ["rm", "-rf", "--"] and all(cfg.name in p.split("/") for p in cmd[3:])
     assert set(cmd[3:]) == {cfg.checkpoint_dir, cfg.log_dir, f"/opt/nemo-rl/results/{cfg.name}", f"/opt/nemo-rl/logs/{cfg.name}"}
-    assert list(out["returncode"]) == [0, 0, 0]
+    assert list(out.actions["action"]) == ["removed"] * 3 and out.stopped
 
 
 def test_the_wipe_command_removes_only_this_experiment(tmp_path, cfg):
@@ -174,16 +177,16 @@ def test_the_wipe_command_removes_only_this_experiment(tmp_path, cfg):
     (root / "results-root" / "other-exp").mkdir(parents=True)
     import subprocess
 
-    subprocess.run(["rm", "-rf", "--", *gke.wipe_paths(mine, local_roots)], check=True)
+    subprocess.run(["rm", "-rf", "--", *_be(mine).wipe_paths(local_roots)], check=True)
     assert not (root / cfg.name / "checkpoints").exists() and not (root / cfg.name / "logs").exists()
     assert (root / cfg.name / "results").exists(), "only the named dirs go"
     assert (root / "other-exp" / "checkpoints" / "step_10").exists() and (root / "results-root" / "other-exp").exists()
     with pytest.raises(ConflictError, match="refusing to wipe '/data/ckpt'"):
-        gke.wipe_paths(cfg.replace(**{"checkpointing.checkpoint_dir": "/data/ckpt"}))
+        _be(cfg.replace(**{"checkpointing.checkpoint_dir": "/data/ckpt"})).wipe_paths()
 
 
 def test_teardown_removes_only_what_nbtools_created_for_this_experiment(kd, kc, cfg):
-    api = kube.connect(cfg, kubeconfig=kc)
+    api = kube.connect(kubeconfig=kc)
     kube.apply(api, manifests.workload_objects(cfg))
     # a PV with the same name that someone else made (no nbtools labels) must survive
     pvs = "/api/v1/persistentvolumes"
@@ -192,14 +195,14 @@ def test_teardown_removes_only_what_nbtools_created_for_this_experiment(kd, kc, 
     kd.put(pvs, foreign)
     other = nbtools.config.load(ROOT / "experiments/gke-h200-qwen.yaml", backend="gke")
     kube.apply(api, [manifests.raycluster(other)])  # another experiment's RayCluster in the same namespace
-    out = gke.down(cfg, kubeconfig=kc)
-    actions = dict(zip(out["kind"], out["action"], strict=True))
+    out = _be(cfg, kc).down()
+    actions = dict(zip(out.actions["kind"], out.actions["action"], strict=True))
     assert actions["RayCluster"] == "deleted" and actions["PersistentVolumeClaim"] == "deleted"
     assert actions["ServiceAccount"] == "deleted" and actions["PersistentVolume"].startswith("kept")
     assert list(kd.objects(RC)) == ["nbtools-h200"], "another experiment's RayCluster is untouched"
     assert list(kd.objects(pvs)) == [f"{NAME}-gcsfuse-pv"]
-    again = gke.down(cfg, kubeconfig=kc)
-    assert set(again["action"]) <= {"absent", "kept: not created by nbtools for this experiment"}
+    again = _be(cfg, kc).down()
+    assert set(again.actions["action"]) <= {"absent", "kept: not created by nbtools for this experiment"}
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -217,35 +220,32 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 def test_up_applies_waits_forwards_and_down_stops_the_forward(kd, kc, cfg):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    tb = _free()
 
     def operator():
         while not kd.objects(RC):
             time.sleep(0.05)
         _pods(kd)
         kd.route_port(NS, f"{NAME}-head-h1", 8265, srv.server_address)
-        kd.route_port(NS, f"{NAME}-head-h1", 6006, srv.server_address)
 
     t = threading.Thread(target=operator)
     t.start()
     try:
-        head = nbtools.cluster.up(cfg, timeout=30, kubeconfig=kc, tensorboard_port=tb, progress=False)
+        head = _be(cfg, kc).up(timeout=30, progress=False)
         t.join()
         assert head.backend == "gke" and head.started_by_us
         assert head.dashboard_url == f"http://127.0.0.1:{cfg.ray.dashboard_port}"
         assert urllib.request.urlopen(head.dashboard_url + "/api/version", timeout=10).read() == b"ray dashboard /api/version"
-        assert urllib.request.urlopen(f"http://127.0.0.1:{tb}/", timeout=10).read() == b"ray dashboard /"
         assert kd.objects(f"/api/v1/namespaces/{NS}/secrets")["hf-secret"]["data"]["hf_api_token"]
         pid = head.extra["port-forward pid"]
         assert head.extra["GPUs registered"].startswith("unknown yet"), "a fake dashboard cannot report Ray nodes"
-        again = nbtools.cluster.up(cfg, timeout=30, kubeconfig=kc, tensorboard_port=tb, progress=False, resources=False)
+        again = _be(cfg, kc).up(timeout=30, progress=False)
         assert again.extra["port-forward pid"] == pid and not again.started_by_us, "re-run re-attaches"
         assert len(kd.objects(RC)) == 1
     finally:
-        out = nbtools.cluster.down(cfg, kubeconfig=kc)
+        out = _be(cfg, kc).down()
         srv.shutdown()
-    assert out.loc[0, "action"] == "stopped"
-    assert not Path(f"/proc/{pid}").exists() or b"nbtools.gke.forward" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert out.actions.loc[0, "action"] == "stopped"
+    assert not Path(f"/proc/{pid}").exists() or b"nbtools.kube.forward" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{cfg.ray.dashboard_port}/", timeout=2)
 
@@ -254,9 +254,9 @@ def test_ray_resources_through_the_forward_of_a_real_ray_head(kd, kc, cfg, ray_h
     """The double forwards the 'head pod' port 8265 to the session's real local Ray dashboard."""
     _pods(kd, workers=0)
     kd.route_port(NS, f"{NAME}-head-h1", 8265, ("127.0.0.1", ray_head.extra["dashboard_port"]))
-    fwd = gke.port_forward(cfg, kubeconfig=kc, tensorboard_port=None)
+    fwd = _be(cfg, kc).port_forward()
     try:
-        res = nbtools.cluster.resources(fwd.url(8265))
+        res = fetch_resources(fwd.url(8265))
         assert res.nodes >= 1 and res.cpus >= 1
     finally:
         fwd.stop()
@@ -265,12 +265,12 @@ def test_ray_resources_through_the_forward_of_a_real_ray_head(kd, kc, cfg, ray_h
 
 def test_cleanup_works_when_the_cluster_is_gone(tmp_path, cfg, kd, kc):
     """Notebook 09 must succeed when nothing runs: no head pod, no kubeconfig, or an API server that is gone."""
-    assert gke.reattach(cfg, kubeconfig=kc) is None  # the double answers, but there is no head pod
-    missing = gke.down(cfg, kubeconfig=str(tmp_path / "no-such-kubeconfig"))
-    assert missing["action"].iloc[1:].str.startswith("skipped: no usable kubeconfig").all()
+    assert _be(cfg, kc).reattach() is None  # the double answers, but there is no head pod
+    missing = _be(cfg, str(tmp_path / "no-such-kubeconfig")).down()
+    assert missing.actions["action"].iloc[1:].str.startswith("skipped: no usable kubeconfig").all()
     dead = KubeDouble.__new__(KubeDouble)
     dead.port = _free()  # nothing listens there
     KubeDouble.kubeconfig(dead, tmp_path / "dead")
-    gone = gke.down(cfg, kubeconfig=str(tmp_path / "dead"))
-    assert gone["action"].iloc[1:].str.startswith("skipped: the Kubernetes API did not answer").all()
-    assert gke.reattach(cfg, kubeconfig=str(tmp_path / "dead")) is None
+    gone = _be(cfg, str(tmp_path / "dead")).down()
+    assert gone.actions["action"].iloc[1:].str.startswith("skipped: the Kubernetes API did not answer").all()
+    assert _be(cfg, str(tmp_path / "dead")).reattach() is None

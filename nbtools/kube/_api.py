@@ -1,4 +1,9 @@
-"""Talk to the Kubernetes API through the official ``kubernetes`` client: apply, find, wait, exec, delete."""
+"""Kubernetes objects with kubectl's verbs, through the official ``kubernetes`` client: apply, get, delete, find
+pods by label selector, wait for Ready pods, read events, exec.
+
+Why its own package: operating a cluster (here) is not provisioning one (``nbtools.gke``). Everything below takes
+plain values (namespace, names, selectors), never the experiment config.
+"""
 
 from __future__ import annotations
 
@@ -29,36 +34,33 @@ RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
 }
 
 
-def connect(cfg=None, *, kubeconfig: str | None = None, context: str | None = None):
-    """An ``ApiClient`` for the experiment's cluster.
+def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer_context: str | None = None):
+    """An ``ApiClient`` for a cluster in a kubeconfig.
 
-    Context: ``context`` if given; else the ``gke_<project>_<region>_<cluster>`` context that ``get-credentials``
-    wrote, when the kubeconfig has it; else the kubeconfig's current context.
+    Context: ``context`` if given; else ``prefer_context`` (e.g. the ``gke_<project>_<region>_<cluster>`` context
+    that ``get-credentials`` wrote) when the kubeconfig has it; else the kubeconfig's current context.
 
     Example:
-        >>> api = nbtools.gke.kube.connect(cfg)
+        >>> api = nbtools.kube.connect(prefer_context="gke_my-project_us-central1_nbtools-b200")
     """
     try:
         from kubernetes import client, config
     except ImportError as e:  # pragma: no cover - kubernetes is a hard dependency
         raise DependencyError("the kubernetes client is missing", fix="pip install kubernetes") from e
-    if context is None and cfg is not None and cfg.gcp.project:
-        from nbtools.gke._steps import context_name
-
+    if context is None and prefer_context:
         try:
             contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
         except Exception:  # noqa: BLE001 - a missing kubeconfig is reported below
             contexts = []
-        wanted = context_name(cfg)
-        if any(c["name"] == wanted for c in contexts or []):
-            context = wanted
+        if any(c["name"] == prefer_context for c in contexts or []):
+            context = prefer_context
     conf = client.Configuration()
     try:
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
     except Exception as e:  # noqa: BLE001 - the client raises several types for one cause
         raise NotFoundError(
-            f"no usable kubeconfig (file {kubeconfig or '~/.kube/config'}, context {context or 'current'}): {e}",
-            fix="run the `credentials` step of nbtools.gke.plan(cfg) (gcloud container clusters get-credentials ...)",
+            f"no usable kubeconfig (file {kubeconfig or '$KUBECONFIG or ~/.kube/config'}, context {context or 'current'}): {e}",
+            fix="run the `credentials` step of the provisioning plan (gcloud container clusters get-credentials ...)",
         ) from None
     return client.ApiClient(conf)
 
@@ -125,7 +127,7 @@ def apply(api, objs: list[dict], *, dry_run_first: bool = True) -> pd.DataFrame:
         ConflictError: the API server rejected an object (immutable field, invalid value), with its message.
 
     Example:
-        >>> nbtools.gke.kube.apply(api, nbtools.manifests.workload_objects(cfg))
+        >>> nbtools.kube.apply(api, nbtools.manifests.workload_objects(cfg))
     """
     from kubernetes.client.exceptions import ApiException
 
@@ -152,7 +154,7 @@ def apply(api, objs: list[dict], *, dry_run_first: bool = True) -> pd.DataFrame:
                 msg = _api_message(e)
                 raise ConflictError(
                     f"{'server-side dry run' if dry else 'apply'} of {_label(obj)} was rejected ({_status(e)}): {msg}",
-                    fix="if a field is immutable, delete the object (nbtools.cluster.down(cfg)) and apply again; "
+                    fix="if a field is immutable, delete the object (cluster.down() in notebook 09) and apply again; "
                     "otherwise correct the experiment config",
                 ) from None
     return pd.DataFrame(
@@ -202,7 +204,7 @@ def find_pod(api, namespace: str, selector: str) -> Any:
     if not pods:
         raise NotFoundError(
             f"no pod in namespace {namespace!r} matches selector {selector!r}",
-            fix="check that the RayCluster is up (nbtools.cluster.up(cfg)) and that the selector names it",
+            fix="check that the RayCluster is up (notebook 02: cluster.up()) and that the selector names it",
         )
     if len(pods) > 1:
         names = ", ".join(p.metadata.name for p in pods)
@@ -240,14 +242,12 @@ def _why(pod) -> str:
     return f"phase {st.phase or 'Unknown'}"
 
 
-def _fix_for(reason: str, cfg) -> str:
+def _fix_for(reason: str, hints: dict[str, str]) -> str:
     r = reason.lower()
     if "insufficient nvidia.com/gpu" in r or "quota" in r or "unschedulable" in r or "didn't match" in r:
-        return (f"no node can take the pod: check GPU quota and the `gpu-pool` node pool (gcloud container node-pools "
-                f"describe {cfg.cluster.node_pool} --cluster={cfg.cluster.name} --location={cfg.gcp.region}); spot capacity "
-                "may be exhausted: try another zone or `cluster.provisioning: reservation`")
+        return hints.get("capacity", "no node can take the pod: check quota and node pools")
     if "imagepull" in r or "errimage" in r:
-        return f"the image {cfg.images.resolved_image!r} cannot be pulled: check `images.image` and registry access"
+        return hints.get("image", "the image cannot be pulled: check its name and registry access")
     return "read the events above; `kubectl describe pod` shows the same"
 
 
@@ -262,8 +262,11 @@ class ReadyReport:
         return f"<b>RayCluster {self.cluster}</b>: {len(self.pods)} pods ready" + self.pods.to_html(index=False)
 
 
-def wait_ready(api, cfg, *, timeout: float = 900, progress: bool = True) -> ReadyReport:
-    """Wait until the head and every worker pod of the RayCluster is Running and Ready.
+def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 900, progress: bool = True,
+               hints: dict[str, str] | None = None) -> ReadyReport:
+    """Wait until the head and every worker pod of RayCluster ``name`` is Running and Ready (``pods`` in all).
+
+    ``hints`` holds the fix texts for a stuck pod ("capacity", "image"), which know the experiment.
 
     Backs off between checks (0.2 s growing to 5 s) and shows a tqdm bar of ready pods.
 
@@ -271,12 +274,11 @@ def wait_ready(api, cfg, *, timeout: float = 900, progress: bool = True) -> Read
         NotReadyError: on timeout, naming the stuck pod, its reason (Unschedulable, quota, image pull) and events.
 
     Example:
-        >>> nbtools.gke.kube.wait_ready(api, cfg, timeout=1200)
+        >>> nbtools.kube.wait_ready(api, "default", "nbtools-b200", pods=3, timeout=1200)
     """
     from tqdm.auto import tqdm
 
-    ns, name = cfg.cluster.namespace, cfg.cluster.name
-    want = 1 + cfg.cluster.worker_replicas
+    ns, want = namespace, pods
     deadline = time.monotonic() + timeout
     delay = 0.2
     bar = tqdm(total=want, desc=f"RayCluster {name} pods ready", unit="pod", disable=not progress)
@@ -313,7 +315,7 @@ def wait_ready(api, cfg, *, timeout: float = 900, progress: bool = True) -> Read
         f"stuck: {', '.join(p.metadata.name for p in stuck)}; first stuck pod {pod.metadata.name}",
         reason=reason,
         events=pod_events(api, ns, pod.metadata.name),
-        fix=_fix_for(reason + " " + " ".join(pod_events(api, ns, pod.metadata.name)), cfg),
+        fix=_fix_for(reason + " " + " ".join(pod_events(api, ns, pod.metadata.name)), hints or {}),
     )
 
 
@@ -332,6 +334,9 @@ def exec_pod(api, namespace: str, pod: str, command: list[str], *, container: st
              timeout: float = 300) -> CompletedExec:
     """Run ``command`` in a pod over the API's exec websocket and collect its output and exit code.
 
+    Raises:
+        NotReadyError: the command was still running after ``timeout`` seconds.
+
     Example:
         >>> exec_pod(api, "default", "nbtools-b200-head-x7k2p", ["ray", "status"])
     """
@@ -344,7 +349,13 @@ def exec_pod(api, namespace: str, pod: str, command: list[str], *, container: st
         kwargs["container"] = container
     ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, **kwargs)
     ws.run_forever(timeout=timeout)
+    still_running = ws.is_open()
     out, err = ws.read_stdout(), ws.read_stderr()
     rc = ws.returncode
     ws.close()
-    return CompletedExec(pod, list(command), rc if rc is not None else -1, out, err)
+    if still_running or rc is None:
+        raise NotReadyError(
+            f"`{' '.join(command)}` in pod {namespace}/{pod} did not finish within {timeout:g} s",
+            reason=(err or out)[-500:], fix="run it again with a longer timeout, or check the pod (kubectl describe pod)",
+        )
+    return CompletedExec(pod, list(command), rc, out, err)

@@ -1,4 +1,5 @@
-"""The local backend's Ray head: start it on this machine (or re-attach), report it, stop only what we started.
+"""The local backend's Ray head (see ``nbtools.backends.local``): start it on this machine (or re-attach), report
+it, stop only what we started.
 
 The head is the venv's own ``ray start --head --block`` in a new session, its temp dir under
 ``<runs_dir>/ray`` (not ``/tmp/ray``), its pid recorded in ``<runs_dir>/ray/head.json``. ``--block`` makes that one
@@ -6,8 +7,8 @@ process own every Ray process of the head (Ray kills them with it), so stopping 
 never touches another Ray head on the machine, unlike ``ray stop``.
 
 Example:
-    >>> head = nbtools.cluster.local.up(cfg)      # starts, or re-attaches on a re-run
-    >>> nbtools.cluster.local.down(cfg).stopped
+    >>> head = nbtools.backends.get(cfg).up()      # starts, or re-attaches on a re-run
+    >>> nbtools.backends.get(cfg).down().stopped
     True
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbtools.cluster._proc import (
+from nbtools.backends._proc import (
     _CHILDREN,
     _alive,
     _dashboard_version,
@@ -40,7 +41,7 @@ from nbtools.cluster._proc import (
     _write_record,
     auth_headers,
 )
-from nbtools.cluster._types import ClusterHandle
+from nbtools.backends._types import ClusterHandle
 from nbtools.errors import ConflictError, DependencyError, NbtoolsError, NotReadyError
 
 __all__ = ["up", "down", "stop_head", "stop_all_under", "head_record", "temp_dir_for", "StopResult", "PID_FILE"]
@@ -74,8 +75,8 @@ def temp_dir_for(runs_dir: str | os.PathLike) -> tuple[Path, str]:
     """Ray's ``--temp-dir`` for this runs dir, and a note when it had to fall back to a short dir under /tmp.
 
     Example:
-        >>> temp_dir_for("/work/main/runs/demo")
-        (PosixPath('/work/main/runs/demo/ray'), '')
+        >>> temp_dir_for("runs/demo")[0].name
+        'ray'
     """
     preferred = state_dir(Path(runs_dir).resolve())
     if len(str(preferred)) + _SOCKET_SUFFIX <= _MAX_SOCKET_PATH:
@@ -112,7 +113,7 @@ def up(cfg, *, timeout: float = 120, extra_args: Sequence[str] = (), progress: b
         NotReadyError: the head died while starting (with its log tail) or was not ready in time.
 
     Example:
-        >>> head = nbtools.cluster.local.up(cfg)
+        >>> head = up(cfg)
         >>> head.dashboard_url
         'http://127.0.0.1:8265'
     """
@@ -126,7 +127,7 @@ def up(cfg, *, timeout: float = 120, extra_args: Sequence[str] = (), progress: b
                 raise ConflictError(
                     f"the Ray head recorded in {pf} (pid {rec['pid']}) runs on dashboard port {rec['dashboard_port']} "
                     f"and GCS port {rec['port']}, but the config asks for {cfg.ray.dashboard_port} / {cfg.ray.port}",
-                    fix=f"stop it first with nbtools.cluster.down(cfg), or set ray.dashboard_port: {rec['dashboard_port']} "
+                    fix=f"stop it first (notebook 09, or `nbtools down EXPERIMENT.yaml --apply`), or set ray.dashboard_port: {rec['dashboard_port']} "
                     f"and ray.port: {rec['port']} back in {cfg.source}",
                 )
             if rec.get("status") == "running" and _dashboard_version(rec["dashboard_url"]):
@@ -241,7 +242,7 @@ def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattach
                     f"the Ray head (pid {rec['pid']}) exited during start with code {code}",
                     reason=tail[-1] if tail else "no output", events=tail,
                     fix=f"read {rec['log_file']} and the session logs under {rec['temp_dir']}/session_latest/logs; "
-                    "fix the cause (ports, memory, extra_args) and run nbtools.cluster.up(cfg) again",
+                    "fix the cause (ports, memory, extra_args) and run cluster.up() again",
                 )
             stage, node_ip = _ready_stage(rec["dashboard_url"])
             bar.set_postfix_str(stages[stage])
@@ -253,7 +254,7 @@ def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattach
                 raise NotReadyError(
                     f"the Ray head (pid {rec['pid']}) was not ready within {timeout:.0f} s: waiting for its {stages[stage + 1]}",
                     reason=f"last stage reached: {stages[stage]}", events=_log_tail(rec),
-                    fix="it keeps starting in the background: run nbtools.cluster.up(cfg, timeout=300) again to re-attach, "
+                    fix="it keeps starting in the background: run cluster.up(timeout=300) again to re-attach, "
                     f"or read {rec['log_file']}",
                 )
             time.sleep(min(delay, remaining))
@@ -301,8 +302,8 @@ def down(cfg, *, timeout: float = 30) -> StopResult:
     """Stop the head recorded under ``cfg.runs_dir`` (only if we started it), by pid; verify it is gone.
 
     Example:
-        >>> nbtools.cluster.local.down(cfg)
-        StopResult(stopped=True, ...)
+        >>> down(cfg).stopped
+        True
     """
     return stop_head(state_dir(cfg.runs_dir) / PID_FILE, timeout=timeout)
 
@@ -311,7 +312,7 @@ def stop_all_under(runs_dir: str | os.PathLike, *, timeout: float = 30) -> list[
     """Stop every local head whose pid file lives under ``runs_dir`` (the demo's cleanup).
 
     Example:
-        >>> [str(r) for r in nbtools.cluster.stop_all_under("runs/20260101-000000")]
+        >>> [str(r) for r in stop_all_under("runs/20260101-000000")]
     """
     root = Path(runs_dir)
     files = sorted(root.rglob(f"ray/{PID_FILE}")) if root.is_dir() else []

@@ -1,0 +1,78 @@
+"""The verbs every backend implements, with one return type each (see ``nbtools.backends``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
+    from nbtools.config import Experiment, Secret
+    from nbtools.gke import Plan
+    from nbtools.storage import RunStorage
+
+__all__ = ["Backend"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A place where Ray runs the experiment's jobs, and where the run's files live.
+
+    Attributes:
+        name: the registry name (``local`` / ``gke`` / ``ray``).
+        cfg: the experiment it was built from.
+        trainer: what ``launch`` runs there: ``rehearsal`` (the local miniature GRPO), ``nemo-rl`` or ``verl``.
+    """
+
+    name: str
+    cfg: Experiment
+    trainer: str
+
+    @property
+    def dashboard_url(self) -> str:
+        """The Ray dashboard / Jobs API this machine talks to (local head, port-forward, or the address)."""
+
+    @property
+    def log_dir(self) -> str:
+        """NeMo-RL's ``logger.log_dir`` as the cluster's jobs see it."""
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """NeMo-RL's ``checkpointing.checkpoint_dir`` as the cluster's jobs see it."""
+
+    @property
+    def storage(self) -> RunStorage:
+        """How this machine reads what the jobs write (``storage.url(cluster_path)``)."""
+
+    def up(self, *, timeout: float | None = None, progress: bool = True) -> ClusterHandle:
+        """Start the cluster, or re-attach to it; waits until its Jobs API answers."""
+
+    def down(self, *, timeout: float = 30) -> Teardown:
+        """Stop what nbtools started for this experiment; never anything else."""
+
+    def preview(self, verb: Literal["up", "down"]) -> Preview:
+        """What ``up``/``down`` would do, without doing it (the CLI's dry run)."""
+
+    def status(self) -> ClusterStatus:
+        """Whether the cluster runs and answers, without starting anything."""
+
+    def resources(self, *, timeout: float = 10) -> ClusterResources:
+        """Nodes, CPUs, GPUs and memory, like ``ray status``."""
+
+    def job_env(self) -> dict[str, str]:
+        """Environment variables every job on this cluster needs (never secrets)."""
+
+    def job_secrets(self) -> dict[str, Secret]:
+        """Secrets a job must receive from this machine (empty where the cluster holds them itself)."""
+
+    def wipe(self, *, confirm: str) -> Teardown:
+        """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name."""
+
+    def provision_plan(self) -> Plan:
+        """The infrastructure plan for this experiment (GKE's steps; shown, not applied, elsewhere)."""
+
+    def destroy_plan(self) -> Plan:
+        """The teardown of what :meth:`provision_plan` creates (empty where nothing was provisioned)."""
+
+    @classmethod
+    def check(cls, cfg: Any) -> list[str]:
+        """Configuration problems specific to this backend, each naming key, value and fix."""

@@ -1,0 +1,135 @@
+"""The ``ray`` backend: any running Ray cluster by its dashboard address (a DGX Cloud Lepton RayCluster, an
+on-prem head). nbtools attaches and never starts or stops it; the run's files are read at ``storage.url`` (e.g.
+``gs://…`` or ``s3://…`` that the cluster's ``storage.mount_path`` maps to), or in place when this machine mounts the
+same filesystem.
+
+Example:
+    >>> cluster = nbtools.backends.get(cfg)       # cfg.backend == "ray", cfg.ray.address = "http://head:8265"
+    >>> cluster.up().started_by_us
+    False
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from nbtools.backends._types import (
+    ClusterHandle,
+    ClusterResources,
+    ClusterStatus,
+    Preview,
+    Teardown,
+    fetch_resources,
+)
+from nbtools.errors import ConflictError, NotReadyError
+from nbtools.storage import RunStorage
+
+__all__ = ["RayBackend"]
+
+
+class RayBackend:
+    """An existing Ray cluster at ``ray.address``; attach only."""
+
+    name = "ray"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    @property
+    def trainer(self) -> str:
+        return self.cfg.trainer.kind
+
+    @property
+    def dashboard_url(self) -> str:
+        return (self.cfg.ray.address or "").rstrip("/")
+
+    @property
+    def log_dir(self) -> str:
+        return self.cfg.logging.log_dir
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self.cfg.checkpointing.checkpoint_dir
+
+    @property
+    def storage(self) -> RunStorage:
+        s = self.cfg.storage
+        if s.url:
+            return RunStorage(s.url.rstrip("/"), s.mount_path)
+        return RunStorage(s.mount_path)  # same paths here as on the cluster (a shared filesystem)
+
+    def up(self, *, timeout: float | None = None, progress: bool = True) -> ClusterHandle:
+        """Check that the Jobs API answers at ``ray.address`` and hand back a handle (nothing is started)."""
+        from nbtools import jobs
+
+        try:
+            jobs.list_jobs(self.dashboard_url)
+        except NotReadyError as e:
+            raise NotReadyError(
+                f"no Ray Jobs API answers at {self.dashboard_url}", reason=e.reason,
+                fix="check `ray.address` (the dashboard URL, usually port 8265) and that this machine can reach it",
+            ) from None
+        return ClusterHandle(backend=self.name, dashboard_url=self.dashboard_url, started_by_us=False,
+                             note="an existing Ray cluster; nbtools did not start it")
+
+    def down(self, *, timeout: float = 30) -> Teardown:
+        rows = pd.DataFrame([{"kind": "ray-cluster", "name": self.dashboard_url, "action": "kept: not started by nbtools"}])
+        return Teardown(self.name, rows, f"nbtools did not start the cluster at {self.dashboard_url}; nothing stopped")
+
+    def preview(self, verb: str) -> Preview:
+        would = (f"check that the Ray Jobs API answers at {self.dashboard_url}" if verb == "up"
+                 else f"do nothing: nbtools did not start the cluster at {self.dashboard_url}")
+        return Preview(self.name, verb, would)
+
+    def status(self) -> ClusterStatus:
+        from nbtools.backends._proc import _dashboard_version
+
+        answers = _dashboard_version(self.dashboard_url) is not None
+        return ClusterStatus(self.name, "running" if answers else "unreachable", self.dashboard_url,
+                             "the dashboard answers" if answers else "no Ray dashboard answers there")
+
+    def resources(self, *, timeout: float = 10) -> ClusterResources:
+        return fetch_resources(self.dashboard_url, timeout=timeout)
+
+    def job_env(self) -> dict[str, str]:
+        return {}
+
+    def job_secrets(self) -> dict:
+        """Secrets from this machine's environment, delivered in the job's working_dir (never in env_vars)."""
+        from nbtools.launch.runtime_env import secrets_from_env
+
+        return secrets_from_env(self.cfg)
+
+    def wipe(self, *, confirm: str) -> Teardown:
+        if confirm != self.cfg.name:
+            raise ConflictError(f"wipe needs confirm={self.cfg.name!r}; got {confirm!r}",
+                                fix=f"pass confirm={self.cfg.name!r} if you really mean it")
+        rows = pd.DataFrame([{"kind": "results", "name": p, "action": "kept: nbtools cannot reach the cluster's disks"}
+                             for p in (self.checkpoint_dir, self.log_dir)])
+        return Teardown(self.name, rows, "delete these directories where the cluster keeps them (nbtools has no shell there)")
+
+    def provision_plan(self):
+        from nbtools import gke
+
+        return gke.Plan.empty("provision", f"backend 'ray': the cluster at {self.dashboard_url} already exists")
+
+    def destroy_plan(self):
+        from nbtools import gke
+
+        return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
+
+    @classmethod
+    def check(cls, cfg: Any) -> list[str]:
+        p = []
+        if not cfg.ray.address:
+            p.append("ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` (the Ray dashboard URL)")
+        elif not re.match(r"^(https?)://", cfg.ray.address):
+            p.append(f"ray.address: {cfg.ray.address!r} is not a dashboard URL; allowed: http(s)://host:port; fix: use the "
+                     "dashboard address (port 8265), not ray://")
+        return p
+
+    def __repr__(self) -> str:
+        return f"RayBackend({self.cfg.name!r}, address={self.dashboard_url})"

@@ -1,0 +1,33 @@
+"""Operate a Kubernetes cluster the way kubectl does, through the official ``kubernetes`` client.
+
+Objects are plain dicts (built by ``nbtools.manifests``); the verbs are functions taking an ``ApiClient`` and plain
+values (namespace, names, label selectors), never the experiment config. ``forward`` holds the dashboard's
+port-forward, a detached process owned by its pid. Provisioning the cluster itself is ``nbtools.gke``.
+
+Example:
+    >>> api = nbtools.kube.connect()
+    >>> nbtools.kube.find_pod(api, "default", "ray.io/cluster=nbtools-b200,ray.io/node-type=head")
+"""
+
+from __future__ import annotations
+
+from nbtools.kube import forward
+from nbtools.kube._api import (
+    RESOURCES,
+    CompletedExec,
+    ReadyReport,
+    apply,
+    connect,
+    delete,
+    exec_pod,
+    find_pod,
+    get,
+    list_pods,
+    pod_events,
+    wait_ready,
+)
+
+__all__ = [
+    "RESOURCES", "CompletedExec", "ReadyReport", "apply", "connect", "delete", "exec_pod", "find_pod", "forward",
+    "get", "list_pods", "pod_events", "wait_ready",
+]

@@ -1,0 +1,408 @@
+"""A run's files by URL: a local path (or ``file://``) on the local backend, ``gs://BUCKET/PREFIX`` on GKE.
+
+Why: on GKE the pods write logs, checkpoints and eval results to a bucket they mount with gcsfuse at ``/data``; a
+laptop or a Workbench VM has no such mount. Every reader in nbtools therefore takes a URL and goes through this
+module, which lets fsspec pick the filesystem (``gcsfs`` for ``gs://``, the ecosystem's standard). Local paths are
+read in place, so nothing changes for the local backend. Remote objects are copied once into a local cache keyed
+by the object's *generation*: an object that is rewritten (a restarted run re-writes step N) has a new generation
+and is fetched again; one that did not change is never fetched twice. Credentials are the user's Application
+Default Credentials (``gcloud auth application-default login``); nothing is stored. ``STORAGE_EMULATOR_HOST``
+points gcsfs at a GCS emulator (the tests use fake-gcs-server).
+
+Example:
+    >>> from nbtools import storage
+    >>> storage.ls("gs://my-bucket/nemo-rl/gemma3/logs")
+    >>> local = storage.mirror("gs://my-bucket/nemo-rl/gemma3/logs/exp_001", include=lambda rel: rel.endswith(".jsonl"))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbtools._atomic import temp_name, write_text
+from nbtools.errors import DependencyError, NotFoundError, NotReadyError
+
+__all__ = [
+    "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
+    "exists", "read_bytes", "read_text", "fetch", "mirror", "cache_root",
+]
+
+_MANIFEST = ".nbtools-generations.json"
+_LOCK = threading.RLock()
+_FS: dict[tuple, Any] = {}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file or directory: ``version`` changes whenever its bytes may have (GCS generation; inode+size+mtime)."""
+
+    url: str
+    name: str
+    size: int
+    version: str
+    is_dir: bool = False
+
+
+@dataclass(frozen=True)
+class RunStorage:
+    """Where the cluster's shared storage is, as this machine reads it.
+
+    ``root`` is the URL of what the cluster sees at ``mount_path`` (GKE: ``gs://BUCKET`` mounted at ``/data`` by
+    gcsfuse). ``mount_path`` None means the cluster and this machine see the same paths (the local backend, or a
+    shared filesystem).
+
+    Example:
+        >>> RunStorage("gs://my-bucket", "/data").url("/data/nemo-rl/x/logs")
+        'gs://my-bucket/nemo-rl/x/logs'
+    """
+
+    root: str
+    mount_path: str | None = None
+
+    def url(self, cluster_path: str) -> str:
+        """The URL of a path as the cluster's jobs see it."""
+        if self.mount_path is None:
+            return str(cluster_path)
+        mount = self.mount_path.rstrip("/") or "/"
+        p = posixpath.normpath(str(cluster_path))
+        if p != mount and not p.startswith(mount + "/"):
+            raise NotFoundError(
+                f"{cluster_path!r} is not under the shared storage mount {mount!r}, so it cannot be read from here "
+                f"(only {self.root} is)",
+                fix=f"put the run's directories under {mount}/ in the experiment (logging.log_dir, "
+                "checkpointing.checkpoint_dir), so they land in the bucket",
+            )
+        rel = p[len(mount):].lstrip("/")
+        return join(self.root, rel) if rel else self.root
+
+    def cluster_path(self, url: str) -> str:
+        """The path under which the cluster's jobs see ``url`` (the inverse of :meth:`url`)."""
+        if self.mount_path is None:
+            return str(url)
+        root = self.root.rstrip("/")
+        if url != root and not url.startswith(root + "/"):
+            raise NotFoundError(f"{url!r} is not under {root!r}", fix=f"pass a URL under {root}/")
+        rel = url[len(root):].lstrip("/")
+        return posixpath.join(self.mount_path, rel) if rel else self.mount_path
+
+
+# -- addressing ---------------------------------------------------------------------------------------------
+
+
+def _protocol(url: str) -> str:
+    head, sep, _ = str(url).partition("://")
+    return head.lower() if sep else "file"
+
+
+def is_remote(url: str | os.PathLike) -> bool:
+    """True for URLs that are not on this machine's filesystem (``gs://``, ``s3://``, …)."""
+    return _protocol(os.fspath(url)) not in ("file", "local")
+
+
+def local_path(url: str | os.PathLike) -> Path:
+    """The local path of a local URL (``file://`` stripped, ``~`` expanded)."""
+    text = os.fspath(url)
+    if is_remote(text):
+        raise NotFoundError(f"{text!r} is not a local path", fix="read it with nbtools.storage.fetch / mirror")
+    return Path(text.split("://", 1)[1] if "://" in text else text).expanduser()
+
+
+def join(url: str | os.PathLike, *parts: str) -> str:
+    """``url`` with path parts appended (``/`` separators for remote URLs)."""
+    text = os.fspath(url)
+    if not is_remote(text):
+        return str(local_path(text).joinpath(*parts))
+    return "/".join([text.rstrip("/"), *(p.strip("/") for p in parts if p)])
+
+
+def name_of(url: str | os.PathLike) -> str:
+    """The last path component."""
+    return posixpath.basename(os.fspath(url).rstrip("/"))
+
+
+def parent_of(url: str | os.PathLike) -> str:
+    """The URL one level up."""
+    text = os.fspath(url).rstrip("/")
+    if not is_remote(text):
+        return str(local_path(text).parent)
+    proto, _, rest = text.partition("://")
+    return f"{proto}://{posixpath.dirname(rest)}"
+
+
+def cache_root() -> Path:
+    """Where remote objects are cached: ``$NBTOOLS_CACHE_DIR/storage`` (default ``~/.cache/nbtools/storage``)."""
+    base = os.environ.get("NBTOOLS_CACHE_DIR") or Path.home() / ".cache" / "nbtools"
+    return Path(base) / "storage"
+
+
+def _cache_path(url: str) -> Path:
+    proto, _, rest = url.partition("://")
+    parts = [p for p in rest.split("/") if p not in ("", ".", "..")]
+    return cache_root().joinpath(proto, *parts)
+
+
+# -- filesystems --------------------------------------------------------------------------------------------
+
+
+def filesystem(url: str):
+    """``(fs, path)`` for a URL; ``gs://`` uses gcsfs with ADC (anonymous against an emulator).
+
+    gcsfs' experimental zonal/HNS layer is not used: it asks a gRPC control plane about every bucket (60 s
+    timeouts against an emulator) and nbtools only lists and reads objects, which the JSON API does for every
+    bucket type.
+    """
+    import fsspec
+
+    proto = _protocol(url)
+    if proto != "gs":
+        try:
+            return fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as e:
+            raise DependencyError(f"no filesystem for {url!r}: {e}",
+                                  fix=f"install the fsspec implementation for {proto}:// (e.g. pip install s3fs)") from None
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    key = ("gs", emulator)
+    with _LOCK:
+        fs = _FS.get(key)
+        if fs is None:
+            try:
+                from gcsfs.core import GCSFileSystem
+            except ImportError:
+                raise DependencyError("reading gs:// needs gcsfs", fix="pip install gcsfs") from None
+            token = "anon" if emulator else "google_default"
+            try:
+                fs = _FS[key] = GCSFileSystem(token=token, skip_instance_cache=True)
+            except Exception as e:  # google.auth.exceptions.DefaultCredentialsError and friends
+                raise NotReadyError(
+                    f"no Google credentials to read {url}", reason=f"{type(e).__name__}: {str(e).splitlines()[0]}",
+                    fix="run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)",
+                ) from None
+    return fs, url.split("://", 1)[1]
+
+
+def _remote_call(url: str, fn):
+    """Run a filesystem call; connection and permission problems become typed errors naming the fix."""
+    try:
+        return fn()
+    except FileNotFoundError:
+        raise NotFoundError(f"expected {url} to exist, found nothing there",
+                            fix="check the URL (bucket, prefix); the job creates its directories when it starts") from None
+    except PermissionError as e:
+        raise NotFoundError(f"permission denied reading {url}: {e}",
+                            fix="grant your account roles/storage.objectViewer on the bucket, or re-run "
+                            "`gcloud auth application-default login`") from None
+    except OSError as e:
+        raise NotReadyError(f"could not reach {url}", reason=f"{type(e).__name__}: {e}",
+                            fix="check your network and credentials, then retry") from None
+
+
+def _entry_from(url_base: str, d: dict) -> Entry:
+    proto = _protocol(url_base)
+    name = posixpath.basename(d["name"].rstrip("/"))
+    is_dir = d.get("type") == "directory"
+    version = str(d.get("generation") or d.get("etag") or d.get("mtime") or d.get("size") or "")
+    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir)
+
+
+def _local_entry(p: Path, st: os.stat_result | None = None) -> Entry:
+    st = st or p.stat()
+    import stat as _stat
+
+    return Entry(str(p), p.name, st.st_size, f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", _stat.S_ISDIR(st.st_mode))
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+
+def ls(url: str | os.PathLike) -> list[Entry]:
+    """The directory's children (files and sub-directories), sorted by name.
+
+    Raises:
+        NotFoundError: the directory does not exist.
+    """
+    text = os.fspath(url)
+    if not is_remote(text):
+        p = local_path(text)
+        if not p.is_dir():
+            raise NotFoundError(f"expected a directory at {p}, found {'a file' if p.exists() else 'nothing'}",
+                                fix="check the path (cfg.log_dir / cfg.checkpoint_dir)")
+        out = []
+        with os.scandir(p) as it:
+            for e in it:
+                try:
+                    out.append(_local_entry(Path(e.path), e.stat()))
+                except OSError:  # a dangling symlink or a file removed while listing
+                    continue
+        return sorted(out, key=lambda e: e.name)
+    fs, path = filesystem(text)
+    items = _remote_call(text, lambda: fs.ls(path, detail=True, refresh=True))
+    return sorted((_entry_from(text, d) for d in items if d["name"].rstrip("/") != path.rstrip("/")),
+                  key=lambda e: e.name)
+
+
+def info(url: str | os.PathLike) -> Entry | None:
+    """The file or directory at ``url``, or None when nothing is there."""
+    text = os.fspath(url)
+    if not is_remote(text):
+        try:
+            return _local_entry(local_path(text))
+        except OSError:
+            return None
+    fs, path = filesystem(text)
+    try:
+        fs.invalidate_cache(path)
+        d = fs.info(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise NotReadyError(f"could not reach {text}", reason=f"{type(e).__name__}: {e}",
+                            fix="check your network and credentials, then retry") from None
+    return _entry_from(text, d)
+
+
+def exists(url: str | os.PathLike) -> bool:
+    """True when a file or directory is at ``url``."""
+    return info(url) is not None
+
+
+def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None = None) -> bytes:
+    """The bytes ``[start, end)`` of a file (all of it by default): one ranged GET for a remote object."""
+    text = os.fspath(url)
+    if not is_remote(text):
+        p = local_path(text)
+        try:
+            with open(p, "rb") as f:
+                if start:
+                    f.seek(start)
+                return f.read(-1 if end is None else max(0, end - (start or 0)))
+        except FileNotFoundError:
+            raise NotFoundError(f"expected a file at {p}, found nothing", fix="check the path") from None
+    fs, path = filesystem(text)
+    return _remote_call(text, lambda: fs.cat_file(path, start=start, end=end))
+
+
+def read_text(url: str | os.PathLike) -> str:
+    """A whole (small) file as text (undecodable bytes replaced)."""
+    return read_bytes(url).decode("utf-8", errors="replace")
+
+
+def _load_manifest(d: Path) -> dict[str, str]:
+    try:
+        data = json.loads((d / _MANIFEST).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _cached(url: str, entry: Entry) -> Path | None:
+    p = _cache_path(url)
+    if _load_manifest(p.parent).get(p.name) == entry.version and p.is_file() and p.stat().st_size == entry.size:
+        return p
+    return None
+
+
+def _record(paths: list[Path], versions: list[str]) -> None:
+    by_dir: dict[Path, dict[str, str]] = {}
+    for p, v in zip(paths, versions, strict=True):
+        by_dir.setdefault(p.parent, {})[p.name] = v
+    with _LOCK:
+        for d, new in by_dir.items():
+            man = _load_manifest(d)
+            man.update(new)
+            write_text(d / _MANIFEST, json.dumps(man, sort_keys=True))
+
+
+def fetch(url: str | os.PathLike, *, entry: Entry | None = None) -> Path:
+    """A local file holding the object's current bytes: the file itself when local, else the cached copy.
+
+    A remote object is downloaded only when the cache lacks its current generation (temp file + rename).
+
+    Example:
+        >>> storage.fetch("gs://my-bucket/nemo-rl/x/checkpoints/step_30/training_info.json").read_text()
+    """
+    text = os.fspath(url)
+    if not is_remote(text):
+        p = local_path(text)
+        if not p.is_file():
+            raise NotFoundError(f"expected a file at {p}, found {'a directory' if p.exists() else 'nothing'}",
+                                fix="check the path")
+        return p
+    entry = entry or info(text)
+    if entry is None or entry.is_dir:
+        raise NotFoundError(f"expected an object at {text}, found {'a prefix' if entry else 'nothing'}",
+                            fix="check the URL; list its parent with nbtools.storage.ls")
+    hit = _cached(text, entry)
+    if hit is not None:
+        return hit
+    _download([(text, entry)])
+    return _cache_path(text)
+
+
+def _download(items: list[tuple[str, Entry]]) -> None:
+    """Download objects into the cache (concurrently, through gcsfs' batch ``get``), each renamed into place."""
+    if not items:
+        return
+    fs, _ = filesystem(items[0][0])
+    targets = [_cache_path(u) for u, _ in items]
+    temps = [temp_name(t, "download") for t in targets]
+    for t in targets:
+        t.parent.mkdir(parents=True, exist_ok=True)
+    rpaths = [u.split("://", 1)[1] for u, _ in items]
+    try:
+        _remote_call(items[0][0], lambda: fs.get(rpaths, [str(t) for t in temps]))
+        for tmp, target in zip(temps, targets, strict=True):
+            os.replace(tmp, target)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+    _record(targets, [e.version for _, e in items])
+
+
+def mirror(url: str | os.PathLike, *, include: Callable[[str], bool] | None = None) -> Path:
+    """A local directory with the current copy of the files under ``url`` (those whose relative path passes
+    ``include``): the directory itself when local; for a remote URL only new or rewritten objects are fetched,
+    and local copies of objects that disappeared are removed.
+
+    Example:
+        >>> d = storage.mirror(logs_url, include=lambda rel: "tfevents" in rel)
+    """
+    text = os.fspath(url)
+    if not is_remote(text):
+        p = local_path(text)
+        if not p.is_dir():
+            raise NotFoundError(f"expected a directory at {p}, found {'a file' if p.exists() else 'nothing'}",
+                                fix="check the path")
+        return p
+    fs, path = filesystem(text)
+    found = _remote_call(text, lambda: fs.find(path, detail=True, withdirs=False, refresh=True))
+    if not found and info(text) is None:
+        raise NotFoundError(f"expected a directory at {text}, found nothing there",
+                            fix="check the URL; the job creates its directories when it starts")
+    base = path.rstrip("/") + "/"
+    wanted: dict[str, Entry] = {}
+    for name, d in found.items():
+        rel = name[len(base):] if name.startswith(base) else posixpath.basename(name)
+        if rel and not rel.endswith("/") and (include is None or include(rel)):
+            wanted[join(text, rel)] = _entry_from(text, d)
+    stale = [(u, e) for u, e in wanted.items() if _cached(u, e) is None]
+    _download(stale)
+    root = _cache_path(text)
+    root.mkdir(parents=True, exist_ok=True)
+    keep = {_cache_path(u) for u in wanted}
+    for d, _, files in os.walk(root):
+        man = _load_manifest(Path(d))
+        gone = [f for f in files if f in man and Path(d, f) not in keep
+                and (include is None or include(os.path.relpath(Path(d, f), root)))]
+        for f in gone:
+            Path(d, f).unlink(missing_ok=True)
+            man.pop(f, None)
+        if gone:
+            write_text(Path(d) / _MANIFEST, json.dumps(man, sort_keys=True))
+    return root

