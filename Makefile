@@ -16,8 +16,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Re-install whenever pyproject.toml or the constraints change; the extras include the test tools.
+# The distribution is nbtools-grpo (PyPI's `nbtools` is another project): a checkout installed under the old name, or
+# that other project, would shadow the import name `nbtools`, so either is removed first.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
+	$(PIP) uninstall --quiet --yes nbtools 2>/dev/null || true
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
