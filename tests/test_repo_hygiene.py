@@ -5,7 +5,10 @@ tells anyone to ``pip install`` the unrelated PyPI project that owns the name ``
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -122,3 +125,33 @@ def test_the_distribution_is_not_called_nbtools():
     assert [e.value for e in dist.entry_points if e.group == "console_scripts" and e.name == "nbtools"] == ["nbtools.cli:main"]
     readme = (ROOT / "README.md").read_text()
     assert "pip install -e ." in readme and DISTRIBUTION in readme, "the README says how to install from a clone"
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_path_without_drops_only_the_named_commands(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for d, names in ((first, ["gcloud", "tool", "data.txt"]), (second, ["kubectl", "helm", "tool", "other"])):
+        d.mkdir()
+        for n in names:
+            (d / n).write_text("#!/bin/sh\n")
+            (d / n).chmod(0o644 if n.endswith(".txt") else 0o755)
+    out = _tool("path_without").build(tmp_path / "out", {"gcloud", "kubectl", "helm"}, path=f"{first}:{second}:/nonexistent")
+    assert sorted(p.name for p in out.iterdir()) == ["other", "tool"]
+    assert os.readlink(out / "tool") == str(first / "tool"), "the first match on PATH wins, as in the shell"
+    assert shutil.which("gcloud", path=str(out)) is None and shutil.which("other", path=str(out))
+
+
+def test_make_test_runs_the_notebooks_with_no_cloud_cli_on_path():
+    r = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True,
+                       env={**os.environ, "NBTOOLS_RUNS_DIR": "RUNS"})
+    script = r.stdout
+    assert re.search(r"nopath=\$\(\S*python tools/path_without.py \"\$runs/[\w-]+\" gcloud kubectl helm\)", script), script
+    nbmake = re.search(r'PATH="(\S+):\$nopath" \S*python -m pytest notebooks --nbmake', script)
+    assert nbmake and Path(nbmake.group(1), "python").exists(), "the notebooks run with the venv's bin + the reduced PATH"
+    assert re.search(r"python -m pytest tests\b", script), "the unit tests run too, in the same `make test`"
