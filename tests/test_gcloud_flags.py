@@ -130,7 +130,7 @@ def test_an_installed_gcloud_is_preferred_and_named(tmp_path, monkeypatch):
         "--project": True, "--only-here": False, "--format": True}
 
 
-def test_the_table_is_what_the_installed_gcloud_says():
+def test_the_table_is_what_the_installed_gcloud_says(plans):
     """The one test that reads a real gcloud when there is one. Without it, the README must name the table's version
     (the statement a reader checks against their own `gcloud version`)."""
     readme = (ROOT / "README.md").read_text()
@@ -141,12 +141,12 @@ def test_the_table_is_what_the_installed_gcloud_says():
     exe = shutil.which("gcloud")
     if exe is None:
         return
+    argvs = [a for ps in plans.values() for p in ps for a in p.argvs()]
     version = GEN.gcloud_version(exe)
     if version == TABLE.gcloud_version:
-        name, text = GEN.generate(exe)
+        name, text = GEN.generate(exe, GEN.command_paths(argvs))
         assert (ROOT / "nbtools" / "data" / name).read_text() == text, STALE
     else:  # a different gcloud here: no table to compare with, but every plan flag must exist in it too
-        argvs = GEN.plan_argvs()
         bad = nbtools.gke.validate_flags(argvs, source="gcloud").query("not ok")
         assert bad.empty, f"gcloud {version} at {exe} lacks flags the plans use:\n{bad.to_string()}"
 
