@@ -74,8 +74,8 @@ def temp_dir_for(runs_dir: str | os.PathLike) -> tuple[Path, str]:
     """Ray's ``--temp-dir`` for this runs dir, and a note when it had to fall back to a short dir under /tmp.
 
     Example:
-        >>> temp_dir_for("/work/main/runs/demo")
-        (PosixPath('/work/main/runs/demo/ray'), '')
+        >>> temp_dir_for("/srv/nbtools/runs/demo")
+        (PosixPath('/srv/nbtools/runs/demo/ray'), '')
     """
     preferred = state_dir(Path(runs_dir).resolve())
     if len(str(preferred)) + _SOCKET_SUFFIX <= _MAX_SOCKET_PATH:
