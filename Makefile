@@ -16,8 +16,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Re-install whenever pyproject.toml or the constraints change; the extras include the test tools.
+# The distribution is nbtools-grpo (PyPI's `nbtools` is another project): a checkout installed under the old name, or
+# that other project, would shadow the import name `nbtools`, so either is removed first.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
+	$(PIP) uninstall --quiet --yes nbtools 2>/dev/null || true
 	$(PIP) install --quiet -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
@@ -27,10 +30,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Unit + integration tests and every notebook through nbmake; exit status is the suite's
+## Unit + integration tests, then every notebook through nbmake with gcloud, kubectl and helm off PATH (the local
+## backend must not need them); exit status is non-zero when either part fails
+CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
-	NBTOOLS_RUNS_DIR=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)} \
-	  $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) -p no:cacheprovider --durations=30
+	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
+	echo "== unit and integration tests (runs dir $$runs)"; \
+	$(BIN)/python -m pytest tests -p no:cacheprovider --durations=30; unit=$$?; \
+	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
+	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
+	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
+	  -p no:cacheprovider --durations=10; nbs=$$?; \
+	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
+	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
 
 ## JupyterLab on the notebooks
 lab: $(STAMP)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DemoResult", "run_demo", "clean_notebook", "main"]
+__all__ = ["DemoResult", "run_demo", "clean_notebook", "kernel_config", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +94,7 @@ def run_demo(
             try:
                 pm.execute_notebook(
                     str(nb), str(target), parameters={"BACKEND": "local"}, cwd=str(nb_dir),
-                    kernel_name="python3", progress_bar=False, execution_timeout=timeout,
+                    kernel_name="python3", progress_bar=False, execution_timeout=timeout, config=kernel_config(),
                 )
             except Exception as e:  # papermill already wrote the failing notebook with its traceback
                 result.failed, result.error = nb.name, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (see {target})"
@@ -104,6 +104,26 @@ def run_demo(
     finally:
         _stop_everything(out)
     return result
+
+
+def kernel_config():
+    """Kernel manager settings for headless runs: CurveZMQ-encrypted kernel sockets.
+
+    ipykernel (7.x) warns "Kernel is running over TCP without encryption" at every start (once per notebook), and
+    rightly: the kernel's ports on 127.0.0.1 carry code and outputs in plain text. jupyter_client provisions CurveZMQ
+    keys when asked (``KernelManager.transport_encryption``, jupyter_client >= 8.9) and the kernel spec declares
+    support (``metadata.supported_encryption``, as ipykernel >= 7.3's does); "auto" falls back to plain TCP, with
+    the warning, for a kernel that cannot. An older jupyter_client has no such setting (nor does its ipykernel warn).
+
+    Example:
+        >>> papermill.execute_notebook(src, dst, kernel_name="python3", config=kernel_config())
+    """
+    from jupyter_client import KernelManager
+    from traitlets.config import Config
+
+    if not KernelManager.class_traits().get("transport_encryption"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 def _stop_everything(runs_dir: Path) -> None:

@@ -18,6 +18,7 @@ from nbtools.launch import build, build_prepare, lint, nemo_rl, recipes, runtime
 from nbtools.launch.lint import ray_compatibility
 
 ROOT = Path(__file__).resolve().parent.parent
+NEMO_RL_V050 = ROOT / "tests" / "assets" / "nemo-rl" / "v0.5.0"  # NeMo-RL's own config files (see its SOURCE.md)
 TOKEN = "hf_unit_test_token_0123456789abcdef"
 
 GIB_A4 = {
@@ -161,7 +162,7 @@ def test_user_overrides_win_and_come_last():
 
 
 def test_uploaded_recipe_travels_in_working_dir(tmp_path):
-    (tmp_path / "base.yaml").write_text((Path("/work/shared/data/nemo-rl/v0.5.0/examples/configs/grpo_math_1B.yaml")).read_text())
+    (tmp_path / "base.yaml").write_text((NEMO_RL_V050 / "examples" / "configs" / "grpo_math_1B.yaml").read_text())
     (tmp_path / "mine.yaml").write_text("defaults: base.yaml\ngrpo:\n  max_num_steps: 5\npolicy:\n  generation:\n    vllm_kwargs:\n      block_size: 16\n")
     exp = tmp_path / "exp.yaml"
     data = dict(recipes.RECIPES["tutorial-004-qwen2.5-1.5b"])

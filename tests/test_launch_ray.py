@@ -34,7 +34,7 @@ from nbtools.launch import recipes
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_CONFIGS = Path("/work/shared/data/nemo-rl/v0.7.0/examples/configs")
+NEMO_RL_CONFIGS = Path(__file__).resolve().parent / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
 
 DOUBLE = r'''
 """TEST DOUBLE of NeMo-RL v0.7.0 examples/run_grpo.py (see tests/test_launch_ray.py)."""
@@ -144,7 +144,7 @@ def gpu_head(tmp_path_factory):
 @pytest.fixture(scope="module")
 def nemo_rl_double(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("opt") / "nemo-rl"
-    shutil.copytree(SHARED_CONFIGS, root / "examples" / "configs")
+    shutil.copytree(NEMO_RL_CONFIGS, root / "examples" / "configs")
     (root / "examples" / "run_grpo.py").write_text(DOUBLE)
     return root
 
@@ -191,7 +191,7 @@ def test_ray_backend_job_runs_reattaches_and_never_shows_the_token(gpu_head, nem
     address = gpu_head.dashboard_url
     mine = tmp_path / "my_recipes"  # a recipe of one's own: uploaded in working_dir with the parent it names
     mine.mkdir()
-    shutil.copy(SHARED_CONFIGS / "grpo_math_1B.yaml", mine / "grpo_math_1B.yaml")
+    shutil.copy(NEMO_RL_CONFIGS / "grpo_math_1B.yaml", mine / "grpo_math_1B.yaml")
     (mine / "mine.yaml").write_text("defaults: grpo_math_1B.yaml\ngrpo:\n  max_num_steps: 50\n")
     cfg = from_dict(_experiment(tmp_path, address, nemo_rl_double, "ray-backend-double",
                                 **{"trainer.recipe": str(mine / "mine.yaml")}))

@@ -12,7 +12,7 @@ import pytest
 from nbtools.launch import _tree
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path("/work/shared/data/nemo-rl")
+NEMO_RL = ROOT / "tests" / "assets" / "nemo-rl"
 
 
 def _generator():
@@ -23,7 +23,7 @@ def _generator():
 
 
 def test_package_data_matches_the_real_configs():
-    files = _generator().generate(SHARED)
+    files = _generator().generate(NEMO_RL)
     assert set(files) == {"nemo_rl_keys_v0.5.0.json", "nemo_rl_keys_v0.7.0.json"}
     for name, text in files.items():
         committed = (ROOT / "nbtools" / "data" / name).read_text()
@@ -34,7 +34,7 @@ def test_package_data_matches_the_real_configs():
 
 @pytest.mark.parametrize("version", ["v0.5.0", "v0.7.0"])
 def test_every_real_config_is_carried(version):
-    on_disk = {p.relative_to(SHARED / version).as_posix() for p in (SHARED / version / "examples/configs").rglob("*.yaml")}
+    on_disk = {p.relative_to(NEMO_RL / version).as_posix() for p in (NEMO_RL / version / "examples/configs").rglob("*.yaml")}
     grpo = {p for p in on_disk if "/evals/" not in p}
     assert set(_tree.known_configs(version)) == grpo
 

@@ -19,8 +19,9 @@ import nbtools
 from nbtools import manifests
 
 ROOT = Path(__file__).resolve().parent.parent
-KUBERAY = Path("/work/shared/data/kuberay/ray.io_rayclusters.yaml")
-TUTORIAL_002 = next(Path("/work/shared/reference/tutorials").glob("002_*.txt"))
+ASSETS = Path(__file__).resolve().parent / "assets"
+KUBERAY = ASSETS / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
+TUTORIAL_002 = ASSETS / "tutorials" / "verl-on-gke" / "gcsfuse-pv-mountOptions.txt"
 GKE_EXPERIMENTS = sorted((ROOT / "experiments").glob("gke-*.yaml"))
 K8S_VERSION = "1.32"
 

@@ -1,11 +1,11 @@
 """Regenerate ``nbtools/data/nemo_rl_keys_<version>.json`` from NeMo-RL's real GRPO config files.
 
-The package must not read /work/shared at run time, so the lint and the command builder carry each release's
+The package reads no file outside itself at run time, so the lint and the command builder carry each release's
 resolved config trees (``defaults:`` inheritance applied) as package data. ``tests/test_launch_tree.py`` checks the
 committed files match what this script produces.
 
 Usage:
-    .venv/bin/python tools/gen_nemo_rl_keys.py [--source /work/shared/data/nemo-rl] [--check]
+    .venv/bin/python tools/gen_nemo_rl_keys.py [--source DIR_OF_VERSION_FOLDERS] [--check]
 """
 
 from __future__ import annotations
@@ -21,18 +21,23 @@ sys.path.insert(0, str(ROOT))
 
 from nbtools.launch._tree import DATA_FILE, load_yaml_tree  # noqa: E402
 
-DEFAULT_SOURCE = Path("/work/shared/data/nemo-rl")
+# v0.5.0/, v0.7.0/: NeMo-RL's examples/configs at each tag, each folder with a SOURCE.md naming its commit
+DEFAULT_SOURCE = ROOT / "tests" / "assets" / "nemo-rl"
 OUT_DIR = ROOT / "nbtools" / "data"
 
 
-def _commits(source: Path) -> dict[str, str]:
-    text = (source / "SOURCE.md").read_text()
-    return dict(re.findall(r"\|\s*(v[\d.]+)/\s*\|\s*v[\d.]+\s*\|\s*([0-9a-f]{40})\s*\|", text))
+def _commit(vdir: Path) -> str:
+    """The upstream commit named in ``<vdir>/SOURCE.md`` (its ``| commit | `<40 hex>` |`` row), or ""."""
+    try:
+        text = (vdir / "SOURCE.md").read_text()
+    except OSError:
+        return ""
+    m = re.search(r"\|\s*commit\s*\|\s*`?([0-9a-f]{40})`?\s*\|", text)
+    return m.group(1) if m else ""
 
 
 def generate(source: Path = DEFAULT_SOURCE) -> dict[str, str]:
     """Return {file name: JSON text} for every version folder under ``source``."""
-    commits = _commits(source)
     out: dict[str, str] = {}
     for vdir in sorted(p for p in source.iterdir() if p.is_dir() and p.name.startswith("v")):
         configs = {}
@@ -43,7 +48,7 @@ def generate(source: Path = DEFAULT_SOURCE) -> dict[str, str]:
             configs[rel] = load_yaml_tree(f)
         data = {
             "version": vdir.name,
-            "commit": commits.get(vdir.name, ""),
+            "commit": _commit(vdir),
             "generated_by": "tools/gen_nemo_rl_keys.py",
             "configs": configs,
         }

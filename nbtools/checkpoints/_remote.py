@@ -28,7 +28,8 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
                  overwrite: bool = False, config: str | None = None, runtime_env: dict | None = None):
     """Submit the merge as a Ray job (re-running attaches to the same job); returns ``nbtools.jobs.Job``.
 
-    The head image needs nbtools installed, or pass ``runtime_env={"pip": ["nbtools"]}`` / a ``working_dir``.
+    The NeMo-RL image does not contain nbtools, and the PyPI name ``nbtools`` is another project: the job must
+    carry this package through its ``runtime_env`` ``py_modules`` (e.g. ``{"py_modules": [nbtools]}``).
 
     Example:
         >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/ckpt/step_30", "/data/ckpt/step_30-hf")

@@ -162,17 +162,23 @@ class Plan:
                 out.append(body)
         return "\n".join(out) + "\n"
 
-    def validate(self) -> pd.DataFrame:
-        """Every gcloud flag of every command, check and undo, looked up in the installed gcloud's ``--help``.
+    def argvs(self) -> list[tuple[str, ...]]:
+        """Every argv the plan can run: each step's command, check and undo, and the variable look-ups."""
+        return [a for s in self.steps for a in (s.command, s.check, s.undo) if a] + list(self.variables.values())
+
+    def validate(self, *, source: str = "auto") -> pd.DataFrame:
+        """Every gcloud flag of every command, check and undo, looked up in gcloud's own ``--help``.
+
+        The installed gcloud answers when there is one on PATH; without it, the flag table shipped in the package
+        (``nbtools/data/gcloud_flags_<version>.json``) does. The ``source`` column and ``attrs["source"]`` say which.
 
         Example:
             >>> report = plan.validate()
-            >>> report[~report.ok]      # empty when every flag exists
+            >>> report.attrs["source"], report[~report.ok]      # the second is empty when every flag exists
         """
         from nbtools.gke._flags import validate_flags
 
-        argvs = [a for s in self.steps for a in (s.command, s.check, s.undo) if a] + list(self.variables.values())
-        return validate_flags(argvs)
+        return validate_flags(self.argvs(), source=source)
 
     def write_script(self, path: str | os.PathLike) -> Path:
         """Write ``to_script()`` atomically (temp file + rename), executable; returns the path.
