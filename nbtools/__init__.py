@@ -11,7 +11,7 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "config", "errors", "gke", "manifests", "backends", "kube", "storage", "jobs", "launch", "rehearsal", "trajectories",
+    "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch", "rehearsal", "trajectories",
     "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "demo", "cli",
 }
 

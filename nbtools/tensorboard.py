@@ -1,0 +1,166 @@
+"""TensorBoard on the run's logs, on this machine, for every backend: a local path, or ``gs://`` on GKE.
+
+Why here and not on the head pod: TensorBoard reads ``gs://`` through fsspec/gcsfs with the user's credentials, so
+the same call works for a local run, a GKE run (its bucket) and any Ray address whose storage is a URL, with no
+port to forward and nothing running in the cluster. The server is a detached process recorded by pid under
+``<runs_dir>/tensorboard/``: re-running the cell re-attaches, ``stop`` ends exactly that process.
+
+Example:
+    >>> tb = nbtools.tensorboard.start(cfg)
+    >>> tb.url
+    'http://127.0.0.1:6006'
+    >>> nbtools.tensorboard.stop(cfg)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nbtools._atomic import write_text
+from nbtools.errors import DependencyError, NotReadyError
+
+__all__ = ["TensorBoard", "start", "stop", "logdir_of"]
+
+
+@dataclass
+class TensorBoard:
+    """A running TensorBoard server: open :attr:`url` in a browser."""
+
+    pid: int
+    port: int
+    logdir: str
+    pid_file: Path
+    reattached: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return _is_ours(self.pid)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "url": self.url, "logdir": self.logdir, "reattached": self.reattached}
+
+    def _repr_html_(self) -> str:
+        state = "re-attached" if self.reattached else "started"
+        return (f"TensorBoard ({state}, pid {self.pid}) on <code>{html.escape(self.logdir)}</code>: "
+                f"<a href='{self.url}' target='_blank'>{self.url}</a>")
+
+
+def logdir_of(cfg: Any) -> str:
+    """The URL of the run's log_dir as this machine reads it (``gs://…`` on GKE)."""
+    from nbtools import backends
+
+    b = backends.get(cfg)
+    return b.storage.url(b.log_dir)
+
+
+def _pid_file(cfg: Any) -> Path:
+    return Path(cfg.runs_dir) / "tensorboard" / f"{cfg.name}.json"
+
+
+def _is_ours(pid: int) -> bool:
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return b"tensorboard" in cmd and "\nState:\tZ" not in status
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _attach(pf: Path, logdir: str) -> TensorBoard | None:
+    try:
+        rec = json.loads(pf.read_text())
+    except (OSError, ValueError):
+        return None
+    if rec.get("logdir") == logdir and _is_ours(rec["pid"]) and _answers(rec["port"]):
+        return TensorBoard(rec["pid"], rec["port"], logdir, pf, reattached=True)
+    return None
+
+
+def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
+    """Serve the run's TensorBoard scalars on ``127.0.0.1`` (``port``, or a free one when it is taken).
+
+    Raises:
+        NotReadyError: TensorBoard exited or did not answer within ``timeout`` (with its output).
+
+    Example:
+        >>> nbtools.tensorboard.start(cfg).url
+    """
+    logdir = logdir_of(cfg)
+    pf = _pid_file(cfg)
+    running = _attach(pf, logdir)
+    if running is not None:
+        return running
+    stop(cfg)  # a server of ours on another logdir (the config changed): replace it
+    exe = Path(sys.executable).parent / "tensorboard"
+    if not exe.is_file():
+        raise DependencyError("TensorBoard is not installed in this environment", fix=f"{sys.executable} -m pip install tensorboard")
+    if _answers(port):
+        port = 0
+    env = {**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}  # gcsfs: plain JSON API reads
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        env["FSSPEC_GS_TOKEN"] = "anon"
+    pf.parent.mkdir(parents=True, exist_ok=True)
+    log = pf.with_suffix(".log")
+    cmd = [str(exe), "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false",
+           "--reload_interval", "15"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        m = re.search(r"http://[^:/\s]+:(\d+)/", text)
+        if m and _answers(int(m.group(1))):
+            tb = TensorBoard(proc.pid, int(m.group(1)), logdir, pf)
+            write_text(pf, json.dumps({"pid": proc.pid, "port": tb.port, "logdir": logdir, "command": cmd}))
+            return tb
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    if proc.poll() is None:
+        proc.kill()
+    raise NotReadyError(f"TensorBoard on {logdir} did not start within {timeout:g} s",
+                        reason=log.read_text(errors="replace")[-1500:],
+                        fix="read the output above (credentials for gs://? `gcloud auth application-default login`)")
+
+
+def stop(cfg: Any, *, timeout: float = 10) -> bool:
+    """Stop the TensorBoard this experiment started (exactly its recorded pid); False when none ran."""
+    pf = _pid_file(cfg)
+    try:
+        rec = json.loads(pf.read_text())
+    except (OSError, ValueError):
+        return False
+    pid, ran = rec.get("pid"), False
+    if pid and _is_ours(pid):
+        ran = True
+        os.kill(pid, signal.SIGTERM)
+        end = time.monotonic() + timeout
+        while _is_ours(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        if _is_ours(pid):
+            os.kill(pid, signal.SIGKILL)
+    pf.unlink(missing_ok=True)
+    return ran
