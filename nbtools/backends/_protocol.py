@@ -58,6 +58,9 @@ class Backend(Protocol):
     def resources(self, *, timeout: float = 10) -> ClusterResources:
         """Nodes, CPUs, GPUs and memory, like ``ray status``."""
 
+    def gpus(self) -> int | None:
+        """The GPUs jobs can use (None where no GPU count applies, e.g. the CPU rehearsal)."""
+
     def job_env(self) -> dict[str, str]:
         """Environment variables every job on this cluster needs (never secrets)."""
 

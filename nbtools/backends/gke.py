@@ -247,6 +247,10 @@ class GkeBackend:
     def resources(self, *, timeout: float = 10) -> ClusterResources:
         return fetch_resources(self.dashboard_url, timeout=timeout)
 
+    def gpus(self) -> int | None:
+        """The GPUs the config provisions (``cluster.worker_replicas`` × ``gpus_per_node``)."""
+        return self.cfg.cluster.total_gpus
+
     def job_env(self) -> dict[str, str]:
         from nbtools.launch.runtime_env import gib_nccl_env
 

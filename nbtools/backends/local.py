@@ -109,6 +109,10 @@ class LocalBackend:
         pid = rec["pid"] if rec and rec.get("dashboard_url") == self.dashboard_url and _alive(rec) is not None else None
         return fetch_resources(self.dashboard_url, head_pid=pid, timeout=timeout)
 
+    def gpus(self) -> int | None:
+        """None: the rehearsal trains on CPUs, so there is no GPU count to check."""
+        return None
+
     def job_env(self) -> dict[str, str]:
         return {}
 

@@ -94,6 +94,13 @@ class RayBackend:
     def resources(self, *, timeout: float = 10) -> ClusterResources:
         return fetch_resources(self.dashboard_url, timeout=timeout)
 
+    def gpus(self) -> int | None:
+        """The GPUs the cluster's dashboard reports; None when it cannot be asked."""
+        try:
+            return int(self.resources().gpus)
+        except Exception:  # noqa: BLE001 - unknown means "not checked", which lint reports
+            return None
+
     def job_env(self) -> dict[str, str]:
         return {}
 

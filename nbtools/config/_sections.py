@@ -340,6 +340,22 @@ class Experiment:
         """The Ray dashboard the Jobs API talks to (local head, port-forward, or the given address)."""
         return self._backend().dashboard_url
 
+    @property
+    def logs_url(self) -> str:
+        """Where this machine reads ``log_dir``: a local path, or ``gs://…`` when the pods write to a bucket."""
+        b = self._backend()
+        return b.storage.url(b.log_dir)
+
+    @property
+    def checkpoints_url(self) -> str:
+        """Where this machine reads ``checkpoint_dir`` (a local path, or ``gs://…``)."""
+        b = self._backend()
+        return b.storage.url(b.checkpoint_dir)
+
+    def url(self, cluster_path: str) -> str:
+        """Where this machine reads a path the cluster's jobs write (e.g. an eval's ``save_path``)."""
+        return self._backend().storage.url(cluster_path)
+
     def _backend(self):
         from nbtools import backends  # values that depend on where the cluster runs come from its backend
 

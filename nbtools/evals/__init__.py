@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from nbtools.evals import stats
 from nbtools.evals.compare import Comparison, as_result, compare
-from nbtools.evals.flow import eval_dir, evaluate, local_models
+from nbtools.evals.flow import eval_dir, evaluate, local_models, models
 from nbtools.evals.job import (
     EvalJob,
     EvalJobs,
@@ -49,6 +49,7 @@ __all__ = [
     "load_eval_config",
     "load_evaluation_data",
     "local_models",
+    "models",
     "parse_score_blocks",
     "plots",
     "problems_frame",

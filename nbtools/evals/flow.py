@@ -1,13 +1,15 @@
-"""One call per (model, decoding) for notebook 07, on any backend.
+"""One call per (model, decoding) for notebook 07, the same on every backend.
 
-Why: the notebook must evaluate baseline and fine-tuned *the same way*; this picks the models, problems,
-grader and output directory from the experiment config so the two calls differ only in `which`.
-Local: the rehearsal's held-out split with `evaluate_local`, cached under `<run_dir>/eval/`.
-GKE / Ray: NeMo-RL's run_eval.py job (`build_eval_job`), submitted through `nbtools.jobs`, then collected.
+Why: the notebook must evaluate baseline and fine-tuned *the same way*; this picks the models, problems, grader
+and output directory from the experiment so the two calls differ only in ``which``. What runs depends on the
+trainer that produced the run: the local rehearsal is evaluated here on its held-out split (``evaluate_local``);
+a NeMo-RL run is evaluated by NeMo-RL's ``run_eval.py`` as a Ray job on the cluster, whose per-sample results
+are read back from where the pods wrote them (the bucket on GKE). Either way the per-problem table is saved
+under ``<run_dir>/eval/`` so the comparison is paired and a re-run is instant.
 
 Example:
     >>> base = nbtools.evals.evaluate(cfg, "baseline")
-    >>> tuned = nbtools.evals.evaluate(cfg, "fine-tuned", n=8, temperature=1.0)
+    >>> tuned = nbtools.evals.evaluate(cfg, "fine-tuned", n=8)
 """
 
 from __future__ import annotations
@@ -20,35 +22,54 @@ from nbtools.evals.job import collect, eval_jobs, finetuned_model_path
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
 
-__all__ = ["evaluate", "local_models", "eval_dir"]
+__all__ = ["evaluate", "models", "local_models", "eval_dir"]
 
 Which = Literal["baseline", "fine-tuned"]
 
 
 def eval_dir(cfg: Any) -> Path:
-    """`<run_dir>/eval`, where notebook 07 writes results."""
+    """``<run_dir>/eval``, where notebook 07 keeps every result on this machine."""
     return Path(cfg.run_dir) / "eval"
 
 
+def _trainer(cfg: Any) -> str:
+    from nbtools import backends
+
+    return backends.get(cfg).trainer
+
+
+def models(cfg: Any) -> dict[str, str]:
+    """The two models as the cluster's jobs see them: the baseline and notebook 06's merge.
+
+    The rehearsal's baseline is its warm-started policy (``<run_dir>/baseline_hf``); a NeMo-RL run's is
+    ``model.name`` (a Hub id or a directory on the shared mount).
+
+    Example:
+        >>> nbtools.evals.models(cfg)
+        {'baseline': 'google/gemma-3-1b-it', 'fine-tuned': '/data/nemo-rl/gemma3-1b-b200/merged_hf'}
+    """
+    if _trainer(cfg) == "rehearsal":
+        from nbtools.rehearsal import task
+
+        base = str(task.baseline_dir(cfg))
+    else:
+        base = cfg.model.name
+    return {"baseline": base, "fine-tuned": finetuned_model_path(cfg)}
+
+
 def local_models(cfg: Any) -> dict[str, Path]:
-    """The two local model dirs: the rehearsal's warm-started policy and notebook 06's merge.
+    """The two models of a local rehearsal as HF directories on this machine (checked to exist).
 
     Raises:
         NotFoundError: a directory is missing, with the notebook that creates it.
-
-    Example:
-        >>> local_models(cfg)
-        {'baseline': PosixPath('.../baseline_hf'), 'fine-tuned': PosixPath('.../merged_hf')}
     """
-    from nbtools.rehearsal import task
-
-    models = {"baseline": Path(task.baseline_dir(cfg)), "fine-tuned": Path(finetuned_model_path(cfg))}
+    paths = {k: Path(v) for k, v in models(cfg).items()}
     fixes = {"baseline": "run the rehearsal first (notebook 03), which writes baseline_hf",
              "fine-tuned": "run notebook 06 (merge the checkpoint) first"}
-    for name, path in models.items():
+    for name, path in paths.items():
         if not (path / "config.json").is_file():
             raise NotFoundError(f"expected the {name} model as a HF directory at {path}, found nothing", fix=fixes[name])
-    return models
+    return paths
 
 
 def evaluate(
@@ -60,6 +81,7 @@ def evaluate(
     dataset: str = "math500",
     timeout: float = 4 * 3600,
     batch_size: int = 64,
+    max_model_len: int | None = None,
 ) -> EvalResult:
     """Evaluate the baseline or the fine-tuned model of this experiment, greedy (n=1) or sampled.
 
@@ -67,33 +89,41 @@ def evaluate(
         cfg: the experiment.
         which: "baseline" or "fine-tuned".
         n: samples per problem.
-        temperature: default 0 (greedy) for n == 1, else 1.0 (the training temperature).
-        dataset: cluster backends only: NeMo-RL `data.dataset_name` (local uses the held-out split).
-        timeout: cluster backends only: seconds to wait for the job.
-        batch_size: local only: sequences per forward pass.
+        temperature: default 0 (greedy) for n == 1, else the training temperature.
+        dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
+        timeout: seconds to wait for a cluster evaluation job.
+        batch_size: rehearsal only: sequences per forward pass.
+        max_model_len: NeMo-RL only: vLLM's ``max_model_len`` (scores compare only at equal settings).
 
     Returns:
-        EvalResult (local: saved to `<run_dir>/eval/<which>_<greedy|sampledN>`).
+        EvalResult, also saved to ``<run_dir>/eval/<which>_<greedy|sampledN>``.
 
     Example:
-        >>> evaluate(cfg, "baseline", n=8, temperature=1.0).pass_at_k(8)
+        >>> evaluate(cfg, "baseline", n=8).pass_at_k(8)
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
     if temperature is None:
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
-    if cfg.backend == "local":
+    out = eval_dir(cfg) / f"{which.replace('-', '')}_{mode}"
+    trainer = _trainer(cfg)
+    if trainer == "rehearsal":
         from nbtools.rehearsal import task
 
-        model_dir = local_models(cfg)[which]
         return evaluate_local(
-            model_dir, task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
+            local_models(cfg)[which], task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
             temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
-            batch_size=batch_size, out_dir=eval_dir(cfg) / f"{which.replace('-', '')}_{mode}",
-            progress_desc=f"{which} ({mode})",
+            batch_size=batch_size, out_dir=out, progress_desc=f"{which} ({mode})",
         )
-    spec = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature)[0 if which == "baseline" else 1]
+    if trainer != "nemo-rl":
+        raise ConfigError(f"trainer.kind: evaluation jobs use NeMo-RL's run_eval.py; this run's trainer is {trainer!r}; "
+                          "fix: evaluate the merged model with NeMo-RL's image (a nemo-rl experiment on the same cluster)")
+    kw = {"max_model_len": max_model_len} if max_model_len else {}
+    jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
+    spec = jobs[0 if which == "baseline" else 1]
     job = spec.submit()
     job.wait(timeout=timeout)
-    return collect(job, save_path=spec.save_path)
+    result = collect(job, save_path=cfg.url(spec.save_path))
+    result.save(out)
+    return result

@@ -206,9 +206,11 @@ def build_eval_job(
                   + " ".join(shlex.quote(o) for o in final))
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     submission_id = f"{cfg.name}-eval-{_slug(dataset)}-{_slug(label)}-{digest}"
+    from nbtools.launch.runtime_env import hf_home
+
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
-    if cfg.storage.kind != "none":
-        env["HF_HOME"] = posixpath.join(cfg.storage.mount_path, "huggingface")
+    if hf_home(cfg):  # the same cache as training: a model downloads once per cluster
+        env["HF_HOME"] = hf_home(cfg)
     metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": dataset}
     return EvalJob(label=label, model_name=model_name, dataset_name=dataset, num_tests_per_prompt=num_tests_per_prompt,
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,
@@ -217,9 +219,8 @@ def build_eval_job(
 
 
 def finetuned_model_path(cfg: Any) -> str:
-    """Where notebook 06 puts the merged model: `<run_dir>/merged_hf` locally, next to checkpoint_dir on a cluster."""
-    if cfg.backend == "local":
-        return str(cfg.run_dir / "merged_hf")
+    """Where notebook 06 puts the merged model, as the cluster sees it: ``merged_hf`` beside ``checkpoint_dir``
+    (``<run_dir>/merged_hf`` locally; on the shared mount on a cluster)."""
     return posixpath.join(posixpath.dirname(str(cfg.checkpoint_dir).rstrip("/")), "merged_hf")
 
 
@@ -253,8 +254,9 @@ def eval_jobs(cfg: Any, *, dataset: str = "math500", num_tests_per_prompt: int =
 def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResult:
     """Turn a finished run_eval.py job (or its log text) into an EvalResult.
 
-    The score comes from the last printed block; per-sample rows come from `save_path`'s evaluation_data.json
-    when this machine can read it (e.g. the bucket mount), which enables the paired comparison.
+    The score comes from the last printed block; per-sample rows come from `save_path`'s evaluation_data.json —
+    a local dir or the URL where this machine reads it (``cfg.url(spec.save_path)``, ``gs://…`` on GKE) — which
+    enables the paired comparison.
 
     Example:
         >>> res = collect(job, save_path=spec.save_path)
@@ -270,9 +272,14 @@ def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResu
     table = pd.DataFrame(columns=["problem_id", "sample", "prompt", "response", "extracted_answer", "correct"])
     params: dict[str, Any] = {"n": block.num_tests_per_prompt, "temperature": block.temperature, "top_p": block.top_p,
                               "top_k": block.top_k, "max_new_tokens": block.max_new_tokens, "seed": block.seed}
-    if save_path is not None and (Path(save_path) / "evaluation_data.json").is_file():
-        table = load_evaluation_data(save_path, num_tests_per_prompt=block.num_tests_per_prompt)
-        if "extracted_answer" not in table.columns:
-            table.insert(4, "extracted_answer", None)
-        params.update(load_eval_config(save_path))
+    if save_path is not None:
+        from nbtools import storage
+
+        found = storage.info(storage.join(str(save_path), "evaluation_data.json"))
+        if found is not None:  # a local dir, or the bucket the pods wrote to (gs://…): copied once per generation
+            local = storage.mirror(str(save_path), include=lambda rel: rel in ("evaluation_data.json", "config.json"))
+            table = load_evaluation_data(local, num_tests_per_prompt=block.num_tests_per_prompt)
+            if "extracted_answer" not in table.columns:
+                table.insert(4, "extracted_answer", None)
+            params.update(load_eval_config(local))
     return EvalResult(table=table, model=block.model_name, params=params, score_block=block)

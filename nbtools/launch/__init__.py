@@ -1,7 +1,7 @@
 """Launch GRPO as a Ray job: build the exact command and runtime env, lint the known traps, submit or re-attach.
 
-Why: one call per step, the same on every backend. ``local`` runs the miniature rehearsal, ``gke`` and ``ray`` run
-NeMo-RL (``examples/run_grpo_math.py`` up to v0.5, ``examples/run_grpo.py`` from v0.6) or verl from the container.
+Why: one call per step, the same on every backend. The backend says which trainer runs there (the local backend
+runs the miniature rehearsal; ``gke`` and ``ray`` run the experiment's ``trainer.kind``: NeMo-RL (``examples/run_grpo_math.py`` up to v0.5, ``examples/run_grpo.py`` from v0.6) or verl from the container.
 Re-running ``submit`` with the same config re-attaches to the job instead of starting a second one.
 
 Example:
@@ -82,15 +82,22 @@ class LaunchSpec:
         )
 
 
+def _trainer(cfg: Experiment) -> str:
+    from nbtools import backends
+
+    return backends.get(cfg).trainer
+
+
 def _metadata(cfg: Experiment, *, role: str = "train") -> dict[str, str]:
+    trainer = _trainer(cfg)
     md = {
         "nbtools.experiment": cfg.name,
         "nbtools.config_hash": cfg.config_hash(),
         "nbtools.backend": cfg.backend,
         "nbtools.role": role,
-        "nbtools.trainer": "rehearsal" if cfg.backend == "local" else cfg.trainer.kind,
+        "nbtools.trainer": trainer,
     }
-    if cfg.backend != "local":
+    if trainer != "rehearsal":
         md["nbtools.image"] = cfg.images.resolved_image
         if cfg.trainer.kind == "nemo-rl":
             md["nbtools.nemo_rl_version"] = cfg.images.nemo_rl_version
@@ -132,12 +139,13 @@ def build(cfg: Experiment) -> LaunchSpec:
         True
     """
     env = {"env_vars": runtime_env.env_vars(cfg)}
-    if cfg.backend == "local":
+    trainer = _trainer(cfg)
+    if trainer == "rehearsal":
         from nbtools import rehearsal
 
         entry = rehearsal.entrypoint(cfg)
-        return LaunchSpec(entry, cfg.submission_id, env, _metadata(cfg), "local", cfg.dashboard_url, entry)
-    if cfg.trainer.kind == "nemo-rl":
+        return LaunchSpec(entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, entry)
+    if trainer == "nemo-rl":
         lines, files = nemo_rl.command_lines(cfg), _recipe_files(cfg)
     else:
         lines, files = verl.command_lines(cfg), {}
@@ -152,11 +160,11 @@ def build(cfg: Experiment) -> LaunchSpec:
 
 def build_prepare(cfg: Experiment) -> LaunchSpec:
     """verl's dataset -> parquet step as its own job (run once before training; writes to the shared mount)."""
-    if cfg.trainer.kind != "verl" or cfg.backend == "local":
+    if _trainer(cfg) != "verl":
         from nbtools.errors import ConfigError
 
         raise ConfigError(
-            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment is {cfg.trainer.kind!r} on "
+            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {_trainer(cfg)!r} on "
             f"{cfg.backend!r}; fix: use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')"
         )
     command = verl.prepare_command(cfg)
@@ -219,8 +227,10 @@ def submit(
         return jobs.attach(spec.address, spec.submission_id)
     except NotFoundError:
         pass
-    if cluster_gpus is None and cfg.backend == "ray":
-        cluster_gpus = _cluster_gpus(spec.address)
+    if cluster_gpus is None:
+        from nbtools import backends
+
+        cluster_gpus = backends.get(cfg).gpus()
     report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume)
     if not report.ok:
         raise LintError(report.blocking, fix="apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then submit again")
@@ -232,20 +242,12 @@ def submit_prepare(cfg: Experiment):
     return _send(build_prepare(cfg), cfg)
 
 
-def _cluster_gpus(address: str) -> int | None:
-    try:
-        from nbtools.backends._types import fetch_resources
-
-        return int(fetch_resources(address).gpus)
-    except Exception:  # noqa: BLE001 - unknown here means "not checked", which lint reports
-        return None
-
-
 def follow(cfg: Experiment, job, *, timeout: float | None = None):
     """Follow ``job`` with a progress bar from its ``Step k/N`` lines (``nbtools.jobs.follow_with_progress``).
 
-    Locally the rehearsal is followed to its end (a timeout raises). On gke/ray a GRPO run lasts hours, so reaching
-    ``timeout`` returns the current status instead and the job keeps running; call again to continue the bar.
+    Reaching ``timeout`` returns the current status (``RUNNING``) and leaves the job running, on every backend: a
+    GRPO run can outlast any cell; call again to continue the bar where it stopped. A job that ends FAILED or
+    STOPPED raises JobFailedError with its log tail.
 
     Example:
         >>> nbtools.launch.follow(cfg, job, timeout=1000)
@@ -257,6 +259,4 @@ def follow(cfg: Experiment, job, *, timeout: float | None = None):
     try:
         return jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=timeout)
     except NotReadyError:
-        if cfg.backend == "local":
-            raise
         return job.status()

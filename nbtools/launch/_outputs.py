@@ -1,7 +1,8 @@
-"""What a launched run has produced so far: job status plus the NeMo-RL artifacts visible from here.
+"""What a launched run has produced so far: job status plus the NeMo-RL artifacts, read where they live.
 
-Why: notebook 03 ends by checking that the run did what it claims (a finished job and its logs, TensorBoard events,
-per-step dumps and checkpoints where the config says), without knowing which backend ran it.
+Why: notebook 03 ends by checking that the run did what it claims (a job that did not fail, and — once it
+finished — its logs, TensorBoard events, per-step dumps and checkpoints), on any backend: the artifacts are
+listed through the run's storage URL (a local path, or the bucket the pods write to).
 
 Example:
     >>> out = nbtools.launch.outputs(cfg, job)
@@ -12,13 +13,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from nbtools._layout import exp_dirs, step_dirs
+from nbtools import storage
+from nbtools._layout import EXP_RE, STEP_RE
 from nbtools.config import Experiment
+from nbtools.errors import NbtoolsError
 
 __all__ = ["RunOutputs", "outputs"]
-
 
 
 @dataclass(frozen=True)
@@ -27,30 +28,34 @@ class RunOutputs:
 
     submission_id: str
     status: str
-    backend: str
-    log_dir: str
-    checkpoint_dir: str
+    logs_url: str
+    checkpoints_url: str
     exp_dir: str | None = None
     tensorboard_files: int = 0
     train_dumps: int = 0
     checkpoints: list[str] = field(default_factory=list)
-    visible: bool = True  # whether the dirs can be seen from this machine
+    problem: str = ""  # why the artifacts could not be listed (e.g. no credentials for the bucket)
 
     @property
     def ok(self) -> bool:
-        """Local: SUCCEEDED with logs, TensorBoard events, dumps and a checkpoint. Elsewhere: the job exists and did not fail."""
-        if self.backend == "local":
-            return self.status == "SUCCEEDED" and bool(self.exp_dir and self.tensorboard_files and self.train_dumps and self.checkpoints)
-        return self.status not in ("FAILED", "MISSING")
+        """The job did not fail; and when it SUCCEEDED, logs, TensorBoard events, dumps and a checkpoint exist."""
+        if self.status in ("FAILED", "STOPPED", "MISSING"):
+            return False
+        if self.status == "SUCCEEDED":
+            return bool(self.exp_dir and self.tensorboard_files and self.train_dumps and self.checkpoints)
+        return True
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {"ok": self.ok}
 
     def _repr_html_(self) -> str:
         rows = [
-            ("job", self.submission_id), ("status", self.status), ("log dir", self.exp_dir or self.log_dir),
+            ("job", self.submission_id), ("status", self.status), ("logs", self.exp_dir or self.logs_url),
             ("TensorBoard event files", self.tensorboard_files), ("train_data_step*.jsonl", self.train_dumps),
-            ("checkpoints", ", ".join(Path(c).name for c in self.checkpoints) or "none"),
+            ("checkpoints", ", ".join(storage.name_of(c) for c in self.checkpoints) or "none"),
         ]
         body = "".join(f"<tr><td>{k}</td><td><code>{html.escape(str(v))}</code></td></tr>" for k, v in rows)
-        note = "" if self.visible else "<p>(the run's directories are not visible from this machine)</p>"
+        note = f"<p>{html.escape(self.problem)}</p>" if self.problem else ""
         return f"<b>{'OK' if self.ok else 'NOT OK'}</b><table>{body}</table>{note}"
 
     def __str__(self) -> str:
@@ -62,22 +67,32 @@ class RunOutputs:
     __repr__ = __str__
 
 
+def _count(url: str) -> tuple[str | None, int, int]:
+    """(latest exp dir, TensorBoard event files, train dumps) under a log_dir URL."""
+    exps = sorted((int(m.group(1)), e.url) for e in storage.ls(url) if e.is_dir and (m := EXP_RE.match(e.name)))
+    if not exps:
+        return None, 0, 0
+    exp = exps[-1][1]
+    dumps = sum(1 for e in storage.ls(exp) if e.name.startswith("train_data_step") and e.name.endswith(".jsonl"))
+    tb_dir = storage.join(exp, "tensorboard")
+    tb = sum(1 for e in storage.ls(tb_dir) if "tfevents" in e.name) if storage.exists(tb_dir) else 0
+    return exp, tb, dumps
+
+
 def outputs(cfg: Experiment, job=None) -> RunOutputs:
-    """Collect the job's status and the artifacts under ``cfg.log_dir`` / ``cfg.checkpoint_dir``."""
-    status = "MISSING"
-    sid = cfg.submission_id
+    """Collect the job's status and the artifacts under the run's log and checkpoint URLs."""
+    status, sid = "MISSING", cfg.submission_id
     if job is not None:
         sid = job.id
         status = str(getattr(job.status(), "value", job.status()))
-    log_dir, ckpt = Path(cfg.log_dir), Path(cfg.checkpoint_dir)
-    visible = log_dir.is_dir() or ckpt.is_dir()
-    exps = exp_dirs(log_dir)
-    exp = exps[-1][1] if exps else None
-    tb = len(list((exp / "tensorboard").rglob("events.out.tfevents.*"))) if exp else 0
-    dumps = len(list(exp.glob("train_data_step*.jsonl"))) if exp else 0
-    steps = [p for _, p in step_dirs(ckpt)]
-    return RunOutputs(
-        submission_id=sid, status=status, backend=cfg.backend, log_dir=str(log_dir), checkpoint_dir=str(ckpt),
-        exp_dir=str(exp) if exp else None, tensorboard_files=tb, train_dumps=dumps, checkpoints=[str(s) for s in steps],
-        visible=visible,
-    )
+    logs, ckpts = cfg.logs_url, cfg.checkpoints_url
+    exp, tb, dumps, steps, problem = None, 0, 0, [], ""
+    try:
+        if storage.exists(logs):
+            exp, tb, dumps = _count(logs)
+        if storage.exists(ckpts):
+            steps = sorted((int(m.group(1)), e.url) for e in storage.ls(ckpts) if e.is_dir and (m := STEP_RE.match(e.name)))
+    except NbtoolsError as e:
+        problem = str(e).splitlines()[0]
+    return RunOutputs(submission_id=sid, status=status, logs_url=logs, checkpoints_url=ckpts, exp_dir=exp,
+                      tensorboard_files=tb, train_dumps=dumps, checkpoints=[u for _, u in steps], problem=problem)
