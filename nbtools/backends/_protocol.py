@@ -32,6 +32,10 @@ class Backend(Protocol):
         """The Ray dashboard / Jobs API this machine talks to (local head, port-forward, or the address)."""
 
     @property
+    def python(self) -> str:
+        """The interpreter the cluster's jobs run (``python -m nbtools…`` for jobs that carry nbtools)."""
+
+    @property
     def log_dir(self) -> str:
         """NeMo-RL's ``logger.log_dir`` as the cluster's jobs see it."""
 

@@ -55,6 +55,11 @@ class GkeBackend:
     def trainer(self) -> str:
         return self.cfg.trainer.kind
 
+    @property
+    def python(self) -> str:
+        """The interpreter jobs run on the pods (``trainer.python``, else the image's ``python``)."""
+        return self.cfg.trainer.python or "python"
+
     # -- where things are ---------------------------------------------------------------------------------
     @property
     def dashboard_url(self) -> str:

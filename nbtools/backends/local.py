@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,11 @@ class LocalBackend:
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
+
+    @property
+    def python(self) -> str:
+        """The interpreter jobs run: this one (the local head was started from this environment)."""
+        return sys.executable
 
     # -- where things are ---------------------------------------------------------------------------------
     @property

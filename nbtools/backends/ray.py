@@ -43,6 +43,11 @@ class RayBackend:
         return self.cfg.trainer.kind
 
     @property
+    def python(self) -> str:
+        """The interpreter jobs run on the cluster (``trainer.python``, else ``python`` on its PATH)."""
+        return self.cfg.trainer.python or "python"
+
+    @property
     def dashboard_url(self) -> str:
         return (self.cfg.ray.address or "").rstrip("/")
 

@@ -22,6 +22,7 @@ from nbtools.checkpoints._remote import (
     copy_to_local_disk_command,
     megatron_convert_entrypoint,
     merge_entrypoint,
+    merge_in_cluster,
     submit_merge,
 )
 from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
@@ -40,6 +41,7 @@ __all__ = [
     "verify_against",
     "AgainstReport",
     "merge_entrypoint",
+    "merge_in_cluster",
     "submit_merge",
     "megatron_convert_entrypoint",
     "copy_to_local_disk_command",

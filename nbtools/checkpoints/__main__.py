@@ -6,7 +6,6 @@ Also ``list CHECKPOINT_DIR`` and ``best CHECKPOINT_DIR [--metric val:accuracy] [
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from nbtools.errors import NbtoolsError
@@ -38,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
                                   max_shard_size=args.max_shard_size, progress=not args.no_progress)
             state = "reused (already merged and verified)" if r.reused else f"merged in {r.seconds:.1f} s"
             print(f"{state}: {r.tensors} tensors, {r.bytes / 1e9:.3f} GB, layout {r.layout} -> {r.out}")
-            print(json.dumps({"out": str(r.out), "verified": r.verified, "reused": r.reused, "checksums": r.checksums}))
+            from nbtools.jobs._carry import print_result
+
+            print_result({"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds,
+                          "layout": r.layout, "verified": r.verified, "reused": r.reused, "checksums": r.checksums,
+                          "source": str(r.source) if r.source else None, "notes": list(r.notes)})
         elif args.cmd == "list":
             print(checkpoints.list_checkpoints(args.checkpoint_dir).to_string(index=False))
         else:

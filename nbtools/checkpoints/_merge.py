@@ -46,6 +46,7 @@ class MergeResult:
     source: Path | None = None
     reused: bool = False
     notes: list[str] = field(default_factory=list)
+    url: str | None = None  # where this machine reads ``out`` (a gs:// URL when the merge ran in the cluster)
 
     def table(self) -> pd.DataFrame:
         """One row per output file with its size and sha256."""

@@ -1,11 +1,17 @@
-"""Run the merge where the checkpoint lives: a Ray job on the cluster's head, then copy to each worker's disk."""
+"""Run the merge where the checkpoint lives: a Ray job on the cluster carrying nbtools, then copy to each worker.
+
+Why a job on every backend: on GKE the checkpoint is in the bucket the pods mount (tens of GB; reading it from a
+laptop would copy it all), so the merge runs next to it, as ``python -m nbtools.checkpoints merge`` in a Ray job
+whose ``runtime_env`` ships this nbtools package (the NeMo-RL image has none, and the PyPI name ``nbtools`` is
+another project). The local backend runs the very same job on its local head.
+"""
 
 from __future__ import annotations
 
 import shlex
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-__all__ = ["merge_entrypoint", "submit_merge", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
+__all__ = ["merge_entrypoint", "submit_merge", "merge_in_cluster", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
 
 
 def merge_entrypoint(step_dir: str, out_dir: str, *, overwrite: bool = False, config: str | None = None,
@@ -24,23 +30,63 @@ def merge_entrypoint(step_dir: str, out_dir: str, *, overwrite: bool = False, co
     return shlex.join(argv)
 
 
-def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: str | None = None,
-                 overwrite: bool = False, config: str | None = None, runtime_env: dict | None = None):
-    """Submit the merge as a Ray job (re-running attaches to the same job); returns ``nbtools.jobs.Job``.
-
-    The NeMo-RL image does not contain nbtools, and the PyPI name ``nbtools`` is another project: the job must
-    carry this package through its ``runtime_env`` ``py_modules`` (e.g. ``{"py_modules": [nbtools]}``).
+def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: str, overwrite: bool = False,
+                 config: str | None = None, python: str = "python", env_vars: dict[str, str] | None = None):
+    """Submit the merge as a Ray job that carries nbtools (re-running attaches to the same job); returns the Job.
 
     Example:
-        >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/ckpt/step_30", "/data/ckpt/step_30-hf")
-        >>> job.wait(timeout=1800)
+        >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/x/checkpoints/step_30", "/data/x/merged_hf",
+        ...                                        submission_id="x-merge-step-30-1a2b3c4d")
     """
-    from nbtools import jobs
+    from nbtools.jobs._carry import submit_module
 
-    sid = submission_id or "merge-" + PurePosixPath(step_dir).name.replace("_", "-")
-    return jobs.submit(address, entrypoint=merge_entrypoint(step_dir, out_dir, overwrite=overwrite, config=config),
-                       submission_id=sid, runtime_env=runtime_env, metadata={"nbtools": "checkpoints.merge"},
-                       entrypoint_num_cpus=1)
+    args = ["merge", str(step_dir), str(out_dir), "--no-progress"]
+    if config:
+        args += ["--config", str(config)]
+    if overwrite:
+        args.append("--overwrite")
+    return submit_module(address, submission_id=submission_id, module="nbtools.checkpoints", args=args, python=python,
+                         env_vars=env_vars, metadata={"nbtools.step_dir": str(step_dir)[:200]})
+
+
+def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
+                     timeout: float = 3600, progress: bool = True):
+    """Merge a checkpoint of this run into a verified HuggingFace model, where the checkpoint lives.
+
+    Args:
+        cfg: the experiment.
+        step: the ``step_N`` to merge, as a URL from :func:`best`/:func:`list_checkpoints` or as the cluster sees
+            it; default: the best checkpoint by ``checkpointing.metric_name``.
+        out: output dir as the cluster sees it (default ``merged_hf`` beside ``checkpoint_dir``).
+        overwrite: redo a merge whose verified output already exists.
+
+    Returns:
+        MergeResult, with ``url`` where this machine reads the merged model.
+
+    Example:
+        >>> merged = nbtools.checkpoints.merge_in_cluster(cfg)
+        >>> merged.verified, merged.url
+    """
+    from nbtools import backends, storage
+    from nbtools.checkpoints._listing import best
+    from nbtools.checkpoints._merge import MergeResult
+    from nbtools.evals.job import finetuned_model_path
+    from nbtools.jobs._carry import helper_id, result_of
+
+    b = backends.get(cfg)
+    if step is None:
+        step = str(best(cfg.checkpoints_url, cfg.checkpointing.metric_name, cfg.checkpointing.higher_is_better))
+    step_path = b.storage.cluster_path(str(step)) if storage.is_remote(str(step)) else str(step)
+    out = out or finetuned_model_path(cfg)
+    sid = helper_id(cfg.name, f"merge-{storage.name_of(step_path).replace('_', '-')}", step_path, out, overwrite)
+    job = submit_merge(b.dashboard_url, step_path, out, submission_id=sid, overwrite=overwrite, python=b.python,
+                       env_vars=b.job_env())
+    job.wait(timeout=timeout, progress=progress)
+    data = result_of(job)
+    return MergeResult(out=Path(data["out"]), tensors=data["tensors"], bytes=data["bytes"], seconds=data["seconds"],
+                       layout=data["layout"], verified=data["verified"], checksums=data["checksums"],
+                       source=Path(data["source"]) if data.get("source") else None, reused=data["reused"],
+                       notes=[*data.get("notes", []), f"merged by Ray job {job.id}"], url=b.storage.url(data["out"]))
 
 
 def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None = None,
