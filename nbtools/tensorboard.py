@@ -30,7 +30,7 @@ from typing import Any
 from nbtools._atomic import write_text
 from nbtools.errors import DependencyError, NotReadyError
 
-__all__ = ["TensorBoard", "start", "stop", "logdir_of"]
+__all__ = ["TensorBoard", "start", "stop", "logdir_of", "tags"]
 
 
 @dataclass
@@ -164,3 +164,25 @@ def stop(cfg: Any, *, timeout: float = 10) -> bool:
             os.kill(pid, signal.SIGKILL)
     pf.unlink(missing_ok=True)
     return ran
+
+
+def tags(tb: TensorBoard, *, timeout: float = 60) -> dict[str, list[str]]:
+    """{run: [scalar tags]} that the server reports, waiting (backing off) until it has loaded some; {} at timeout.
+
+    Example:
+        >>> nbtools.tensorboard.tags(tb)
+        {'exp_001/tensorboard': ['train/reward', ...]}
+    """
+    import urllib.request
+
+    end, delay = time.monotonic() + timeout, 0.2
+    while True:
+        try:
+            with urllib.request.urlopen(tb.url + "/data/plugin/scalars/tags", timeout=10) as r:
+                data = json.loads(r.read())
+        except (OSError, ValueError):
+            data = {}
+        if data or time.monotonic() >= end:
+            return {run: sorted(t) for run, t in data.items()}
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)

@@ -50,6 +50,9 @@ class Backend(Protocol):
     def up(self, *, timeout: float | None = None, progress: bool = True) -> ClusterHandle:
         """Start the cluster, or re-attach to it; waits until its Jobs API answers."""
 
+    def reattach(self) -> ClusterHandle | None:
+        """The running cluster's handle, re-attached without starting anything; None when nothing runs."""
+
     def down(self, *, timeout: float = 30) -> Teardown:
         """Stop what nbtools started for this experiment; never anything else."""
 

@@ -189,18 +189,20 @@ class GkeBackend:
         handle.stop(timeout=timeout)
         return True
 
-    def reattach(self) -> kube.forward.ForwardHandle | None:
-        """The dashboard forward when the head pod exists (re-attached or started), else None; never raises."""
-        existing = kube.forward.attach(self._pid_file)
-        if existing is not None:
-            return existing
-        try:
-            kube.find_pod(self.api(), self.cfg.cluster.namespace, self._selector("head"))
-            return self.port_forward()
-        except (NotFoundError, NotReadyError, ConflictError, OSError):
-            return None
-        except Exception:  # noqa: BLE001 - urllib3/ApiException when the API server is gone
-            return None
+    def reattach(self) -> ClusterHandle | None:
+        """The dashboard forward when the head pod exists (re-attached or started again), else None; never raises.
+
+        For code that must work whether or not a cluster is still there (notebook 09).
+        """
+        fwd = kube.forward.attach(self._pid_file)
+        if fwd is None:
+            try:
+                kube.find_pod(self.api(), self.cfg.cluster.namespace, self._selector("head"))
+                fwd = self.port_forward()
+            except Exception:  # noqa: BLE001 - no head pod, no kubeconfig, or an API server that is gone
+                return None
+        return ClusterHandle(backend=self.name, dashboard_url=fwd.url(8265), started_by_us=True, reattached=True,
+                             pid_file=self._pid_file, extra={"port-forward pid": fwd.pid})
 
     def down(self, *, timeout: float = 30, storage: bool = True) -> Teardown:
         """Stop the forward; delete the RayCluster first, then (with ``storage``) its PVC, PV and KSA — only the

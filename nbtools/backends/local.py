@@ -82,6 +82,12 @@ class LocalBackend:
         """Start the local head, or re-attach to the one this runs dir already has (never a second one)."""
         return _head.up(self.cfg, timeout=timeout or 120, progress=progress, extra_args=extra_args)
 
+    def reattach(self) -> ClusterHandle | None:
+        """The head this runs dir recorded, when it still runs and answers (nothing is started)."""
+        if not self.status().running:
+            return None
+        return _head.up(self.cfg, timeout=30, progress=False)
+
     def down(self, *, timeout: float = 30) -> Teardown:
         """Stop the head recorded under ``cfg.runs_dir`` (only if we started it), by pid."""
         res = _head.down(self.cfg, timeout=timeout)

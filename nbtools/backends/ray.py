@@ -80,6 +80,10 @@ class RayBackend:
         return ClusterHandle(backend=self.name, dashboard_url=self.dashboard_url, started_by_us=False,
                              note="an existing Ray cluster; nbtools did not start it")
 
+    def reattach(self) -> ClusterHandle | None:
+        """A handle on the address when its dashboard answers, else None."""
+        return self.up() if self.status().running else None
+
     def down(self, *, timeout: float = 30) -> Teardown:
         rows = pd.DataFrame([{"kind": "ray-cluster", "name": self.dashboard_url, "action": "kept: not started by nbtools"}])
         return Teardown(self.name, rows, f"nbtools did not start the cluster at {self.dashboard_url}; nothing stopped")

@@ -21,9 +21,12 @@ from nbtools.rewards._mathverify import grade as math_verify_grade
 from nbtools.rewards._mix import Component, RewardMix, combine
 from nbtools.rewards._registry import RewardFn, available, get, register, unregister
 from nbtools.rewards._rescore import RescoreResult, assign_groups, rescore
+from nbtools.rewards._run import ground_truth, trained_with
 from nbtools.rewards._text import extract_answer, split_think_answer
 
 __all__ = [
+    "ground_truth",
+    "trained_with",
     "RewardFn",
     "register",
     "unregister",

@@ -1,0 +1,59 @@
+"""The rewards and answers of a finished run, for re-scoring its stored trajectories (notebook 08).
+
+Why: NeMo-RL's ``train_data_step*.jsonl`` holds prompts, responses and rewards but no ground truth, and the reward
+mix lives in the trainer's config; both must come from the experiment, not from guesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nbtools.errors import NotFoundError
+
+__all__ = ["trained_with", "ground_truth", "NEMO_RL_MATH_DEFAULT"]
+
+# NeMo-RL's math environment scores with math-verify only: 1.0 when the answer verifies, else 0.0.
+NEMO_RL_MATH_DEFAULT: list[dict[str, Any]] = [{"name": "math_expr", "weight": 1.0}]
+
+
+def _rehearsal_task(cfg: Any) -> bool:
+    """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
+    from nbtools import backends
+
+    return backends.get(cfg).trainer == "rehearsal" or cfg.data.dataset == cfg.rehearsal.task
+
+
+def trained_with(cfg: Any) -> list[dict[str, Any]]:
+    """The run's ``reward_functions`` in NeMo-RL's YAML shape (``[{name, weight, kwargs}]``).
+
+    Example:
+        >>> nbtools.rewards.trained_with(cfg)
+        [{'name': 'format', 'weight': 0.2}, {'name': 'exact_alnum', 'weight': 0.8}]
+    """
+    if _rehearsal_task(cfg):
+        return [dict(x) for x in cfg.rehearsal.reward_functions]
+    custom = getattr(cfg.trainer, "reward_functions", None)
+    return [dict(x) for x in custom] if custom else [dict(x) for x in NEMO_RL_MATH_DEFAULT]
+
+
+def ground_truth(cfg: Any) -> Callable[[str], str]:
+    """A ``prompt -> answer`` function for the run's training data.
+
+    Raises:
+        NotFoundError: the dataset's answers are not known here (pass your own function or column instead).
+
+    Example:
+        >>> truth = nbtools.rewards.ground_truth(cfg)
+        >>> truth("<|user|> max 3 0 6 <|assistant|>")
+        '6'
+    """
+    if _rehearsal_task(cfg):
+        from nbtools.rehearsal.task import ground_truth_for
+
+        return ground_truth_for
+    raise NotFoundError(
+        f"the answers of dataset {cfg.data.dataset!r} are not in the run's trajectories (NeMo-RL does not log them)",
+        fix="pass ground_truth= a `prompt -> answer` function built from your dataset (e.g. a dict from "
+        "datasets.load_dataset(...)), or a column of the trajectories frame holding the answers",
+    )
