@@ -125,6 +125,16 @@ CASES_BOUNDARY: list[tuple] = [
     (Q15, 2, 4096, False, {"logprob_batch": 8}),
     (G1, 1, 2048, False, {"logprob_batch": 8}),
 ]
+# Third run, out of sample: an 80 GiB H100, cases whose verdicts nbtools.fit predicted before the run
+# (benchmarks/results/fit_predictions_h100.json, committed first) - fits, tight and does-not-fit.
+CASES_H100: list[tuple] = [
+    (L32, 2, 2048, False), (L32, 4, 4096, True), (L32, 4, 4096, False), (L32, 8, 4096, True), (L32, 8, 4096, True, ES),
+    (Q15, 2, 4096, False), (Q15, 4, 4096, True), (Q15, 4, 4096, False), (Q15, 8, 4096, True),
+    (G1, 1, 2048, False), (G1, 2, 4096, False), (G1, 4, 2048, False), (G1, 4, 4096, True), (G1, 4, 4096, True, ES),
+    (G1, 2, 8192, False), (Q4, 1, 1024, False), (Q4, 2, 2048, True), (Q4, 2, 2048, False),
+    (Q17, 2, 4096, False), (Q17, 4, 4096, True), (Q17, 4, 4096, False), (L32, 2, 8192, False), (Q15, 2, 8192, True),
+    (Q17, 8, 4096, True),
+]
 CASES_SMOKE: list[tuple] = [(L32, 1, 512, False, {"probe": True}), (G1, 1, 512, True)]
 
 
@@ -454,13 +464,15 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_SMOKE]
     if spec == "boundary":
         return [_case_dict(t) for t in CASES_BOUNDARY]
+    if spec == "h100":
+        return [_case_dict(t) for t in CASES_H100]
     return json.loads(Path(spec).read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
-    ap.add_argument("--cases", default="default", help="default | boundary | smoke | a JSON file with a list of cases")
+    ap.add_argument("--cases", default="default", help="default | boundary | h100 | smoke | a JSON file of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
