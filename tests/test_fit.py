@@ -75,6 +75,18 @@ def test_estimate_matches_every_measured_case_and_its_verdict(meta, row):
         assert report.training.peak_gib >= row["oom_allocated_gib"]
 
 
+def test_h100_predictions_written_before_the_run_came_true():
+    """The H100 run was out of sample: its verdicts were predicted and committed first."""
+    root = ROOT / "benchmarks" / "results"
+    pred = json.loads((root / "fit_predictions_h100.json").read_text())["cases"]
+    seen = json.loads((root / "fit_calibration_h100.json").read_text())["cases"]
+    assert len(pred) == len(seen) >= 20
+    for p, s in zip(pred, seen, strict=True):
+        assert (p["model"], p["micro_batch"], p["seq_len"]) == (s["model"], s["micro_batch"], s["seq_len"])
+        assert (p["predicted_verdict"] == "does-not-fit") == (s["status"] == "oom"), (p, s["status"])
+    assert {p["predicted_verdict"] for p in pred} == {"fits", "tight", "does-not-fit"}
+
+
 def test_parameter_counts_equal_the_instantiated_models():
     for _, row in _rows():
         assert fit.resolve_arch(row["model"].replace("--", "/", 1)).params == row["params"], row["model"]
