@@ -45,6 +45,21 @@ STRANDED_BLOCK_FRACTION = 0.5
 EXPANDABLE_HEADROOM_GIB = 0.5
 CERTAIN_CALIBRATED, CERTAIN_UNCALIBRATED = 1.05, 1.15
 _RANK = {"not-applicable": -1, "fits": 0, "tight": 1, "does-not-fit": 2}
+_FORMULAS = {  # the short form of each term's formula (the module docstrings of _training / _generation explain them)
+    "master_weights_fp32": "4 B x params / GPUs",
+    "gradients_fp32": "4 B x params / GPUs (fp32 reduce)",
+    "adamw_states_fp32": "8 B x params / GPUs (exp_avg, exp_avg_sq)",
+    "gathered_bf16_params": "2 B x (embedding + LM head, + 2 layers while a layer runs) / TP",
+    "activations": "bytes saved per token per layer x layers x micro-batch x seq",
+    "logits_fp32": "3 x 4 B x micro-batch x seq x vocab / (TP x CP)",
+    "backward_buffers": "layer grads (bf16 + fp32) + embedding grad + activation grads (+ recompute)",
+    "optimizer_step_temp": "AdamW foreach: 4 B x params / GPUs",
+    "reference_model": "2 B x params / GPUs (verl keeps it on the GPU)",
+    "weights": "2 B x params / vLLM TP",
+    "cuda_graphs": "captured CUDA graphs (0 with enforce_eager)",
+    "runtime": "CUDA context, cuBLAS workspaces, driver reserve",
+    "kv_cache": "budget - the rest; layers x KV heads x head dim x 2 x 2 B per token",
+}
 
 
 @dataclass(frozen=True)
@@ -126,17 +141,19 @@ class FitReport:
         }
 
     def to_frame(self):
-        """One row per term: phase, term, GiB (the table notebook 03 shows)."""
+        """One row per term: phase, term, GiB, formula (the table notebook 03 shows)."""
         import pandas as pd
 
         rows = []
         if self.training is not None:
-            rows += [("training", k, v) for k, v in self.training.terms.items()]
-            rows.append(("training", f"peak ({self.training.peak_phase})", self.training.peak_gib))
+            rows += [("training", k, v, _FORMULAS.get(k, "")) for k, v in self.training.terms.items()]
+            rows.append(("training", f"peak ({self.training.peak_phase})", self.training.peak_gib, "sum of the above"))
         if self.generation is not None:
-            rows += [("generation", k, v) for k, v in self.generation.terms.items()]
-            rows.append(("generation", "budget (gpu_memory_utilization x GPU)", self.generation.budget_gib))
-        return pd.DataFrame(rows, columns=["phase", "term", "GiB"])
+            acts = "vLLM's profiling forward + sampler logits"
+            rows += [("generation", k, v, acts if k == "activations" else _FORMULAS.get(k, ""))
+                     for k, v in self.generation.terms.items()]
+            rows.append(("generation", "budget", self.generation.budget_gib, "gpu_memory_utilization x GPU memory"))
+        return pd.DataFrame(rows, columns=["phase", "term", "GiB", "formula"])
 
     def summary(self) -> str:
         """Plain text: the verdict, the terms, the suggestions (what ``nbtools fit`` prints)."""
@@ -245,7 +262,10 @@ def _key(i: FitInputs, name: str, value: Any) -> str:
         return f"set {key}={max(1, value // per)} ({value} training GPUs)"
     if key.startswith("--"):
         return f"use {key}" if value is True else f"use {key} {value}"
-    return f"set {key}={str(value).lower() if isinstance(value, bool) else value}"
+    v = str(value).lower() if isinstance(value, bool) else value
+    if key.startswith(("policy.", "actor_rollout_ref.", "data.")):  # trainer keys travel as overrides
+        return f"set {key}={v} (in trainer.overrides)"
+    return f"set {key}={v}"
 
 
 def _suggestions(i: FitInputs, rep: FitReport, limit: int = 3) -> list[str]:

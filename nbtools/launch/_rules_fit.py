@@ -44,8 +44,9 @@ def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
                      f"with allocator headroom) vs {report.usable_gib:.1f} GiB usable on {report.inputs.gpu.label}")
     if report.generation is not None and report.generation.problems:
         parts.append("; ".join(report.generation.problems))
-    elif report.generation is not None:
-        parts.append(f"vLLM's KV cache holds {report.generation.max_concurrent_sequences:g} sequence(s) of max_model_len")
+    elif report.generation is not None and report.generation.verdict != "fits":
+        parts.append(f"vLLM's KV cache holds only {report.generation.max_concurrent_sequences:g} sequence(s) of "
+                     "max_model_len")
     blocking = report.verdict == "does-not-fit" and report.certain and not ignore
     verdict = "certainly does not fit" if report.certain and report.verdict == "does-not-fit" else report.verdict
     fix = "; ".join(report.suggestions) or "lower the micro-batch or the sequence length, or add GPUs"
