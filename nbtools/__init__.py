@@ -11,8 +11,8 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch", "rehearsal", "trajectories",
-    "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "demo", "cli",
+    "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch",
+    "rehearsal", "trajectories", "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "demo", "cli", "fit",
 }
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]

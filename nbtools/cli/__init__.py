@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", action="store_true", help="follow the job's steps until it ends (or --timeout)")
     p.add_argument("--resume", action="store_true", default=None, help="allow resuming from existing step_N checkpoints")
     p.add_argument("--timeout", type=float, default=None, help="seconds to follow at most")
+    p.add_argument("--ignore-fit", action="store_true", help="submit even if the GPU memory fit check says it cannot fit")
     p = sub.add_parser("jobs", help="list jobs, or show the status / logs of one, or stop it",
                        description="list jobs, or show the status / logs of one, or stop it")
     p.set_defaults(func=cmd_jobs)
@@ -157,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default runs/<timestamp>)")
     p.add_argument("--notebooks-dir", help="where the notebooks are (default: the project's notebooks/)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    from nbtools.cli._fit import register_fit
+
+    register_fit(sub)
     return ap
 
 

@@ -101,13 +101,13 @@ def cmd_launch(a) -> Out:
 
     cfg = _load_cfg(a)
     if a.lint_only:
-        spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume)
+        spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
         data = {"ok": report.ok, "submission_id": spec.submission_id, "entrypoint": spec.entrypoint,
                 "checked": report.checked, "findings": _jsonable(report.findings)}
         text = f"{report}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
         fix = "" if report.ok else "launch refused by lint; fix: apply each blocking finding's fix (listed above), then launch"
         return Out(data, text, code=0 if report.ok else 1, error=fix or None)
-    job = launch.submit(cfg, resume=a.resume)
+    job = launch.submit(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
     status = launch.follow(cfg, job, timeout=a.timeout) if a.follow else job.status()
     data = {"submission_id": job.id, "status": _jsonable(status), "reattached": job.reattached,
             "dashboard_url": job.address, "entrypoint": job.entrypoint}

@@ -200,6 +200,7 @@ def submit(
     resume: bool | None = None,
     existing_steps: StepsSource = None,
     cluster_gpus: int | None = None,
+    ignore_fit: bool = False,
 ):
     """Submit ``cfg``'s job, or re-attach to it when a job with its submission id exists on that cluster.
 
@@ -211,6 +212,7 @@ def submit(
         resume: allow a checkpoint_dir that already holds ``step_N`` (default ``trainer.resume``).
         existing_steps: see :func:`lint` (for gke/ray when the checkpoint dir is not visible here).
         cluster_gpus: the cluster's GPUs (default: ``cluster.total_gpus`` on gke, the dashboard's count on ray).
+        ignore_fit: submit even when ``nbtools.fit`` says the config certainly does not fit in GPU memory.
 
     Returns:
         nbtools.jobs.Job
@@ -231,7 +233,7 @@ def submit(
         from nbtools import backends
 
         cluster_gpus = backends.get(cfg).gpus()
-    report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume)
+    report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume, ignore_fit=ignore_fit)
     if not report.ok:
         raise LintError(report.blocking, fix="apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then submit again")
     return _send(spec, cfg)

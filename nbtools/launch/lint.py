@@ -19,6 +19,7 @@ from pathlib import Path
 from nbtools._layout import step_dirs
 from nbtools.config import Experiment
 from nbtools.launch._findings import Finding, LintReport
+from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_nemo_rl import check_nemo_rl
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
@@ -71,6 +72,7 @@ def lint(
     existing_steps: StepsSource = None,
     resume: bool | None = None,
     client_ray_version: str | None = None,
+    ignore_fit: bool = False,
 ) -> LintReport:
     """Check ``cfg`` for the known launch traps; never raises for a finding (``launch.submit`` does).
 
@@ -81,6 +83,7 @@ def lint(
             (e.g. an exec on the head); default: look on the local filesystem when the dir is visible here.
         resume: allow launching into a checkpoint_dir that has steps (default ``trainer.resume``).
         client_ray_version: the Ray this notebook talks with (default: the installed ``ray.__version__``).
+        ignore_fit: report a config that certainly does not fit in GPU memory as a warning, not a blocking finding.
 
     Example:
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
@@ -105,6 +108,7 @@ def lint(
         r.findings.append(f)
     if cfg.trainer.kind == "nemo-rl":
         check_nemo_rl(cfg, r)
+    check_fit(cfg, r, ignore=ignore_fit)
     return r
 
 

@@ -1,0 +1,557 @@
+"""Calibrate ``nbtools.fit``: one real GRPO training step per case, NeMo-RL's DTensor policy, peak GPU memory.
+
+Each case builds a real architecture from its Hugging Face ``config.json`` with random weights and runs the step the
+way NeMo-RL's DTensor v2 policy worker does (read from NeMo-RL v0.7 / NeMo-Automodel):
+
+* fp32 master parameters, FSDP2 ``fully_shard`` per decoder layer and on the root with
+  ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32, output_dtype=fp32)`` over a process group of all ranks
+  (NCCL; one rank on one GPU); activation checkpointing, when on, wraps ``mlp``, ``self_attn``, ``input_layernorm``
+  and ``post_attention_layernorm`` of every layer (Automodel's scheme), before sharding;
+* ``torch.optim.AdamW`` (lr 5e-6, weight decay 0.01; fp32 states), two micro-batches per step (gradient
+  accumulation), ``clip_grad`` at 1.0, ``optimizer.step()``, ``zero_grad()``;
+* forward under ``torch.autocast(bf16)`` with an all-ones bool attention mask and explicit position ids; fp32 logits
+  (the root's ``output_dtype``), ``logits.div_(temperature)``, ``log_softmax`` of ``logits[:, :-1]``, gathered token
+  log-probs, and NeMo-RL's clipped policy-gradient loss with the k3 KL penalty against reference log-probs;
+* then the log-prob pass (``torch.no_grad()``, same micro-batch), as NeMo-RL's ``get_logprobs`` runs it.
+
+Step 1 creates the optimizer states; step 2 is measured (``torch.cuda.max_memory_allocated`` per phase, reset in
+between), so the peak is the steady state in which parameters, gradients and AdamW states all live on the GPU. Every
+case runs in fresh processes (forked from a parent that imported torch but never touched CUDA), so fragmentation and
+cached blocks of one case never reach the next; an out-of-memory is caught and recorded with the allocation that failed.
+
+Run (one GPU; writes a JSON document and a CSV table)::
+
+    python fit_calibrate.py --configs ../nbtools/data/model_configs --out results/fit_calibration.json
+    python fit_calibrate.py --cases smoke --out /tmp/smoke.json                 # 2 small cases
+    python fit_calibrate.py --nproc 2 --out results/fit_calibration_2gpu.json  # N processes per case, 1 GPU each
+    torchrun --nproc-per-node 2 fit_calibrate.py --worker --case '{"model": ...}'  # one case under torchrun
+
+``--device cpu`` runs the same code path on CPU ranks with gloo (no memory numbers): a check of the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime as _dt
+import json
+import os
+import re
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+for _k, _v in (("PYTORCH_NVML_BASED_CUDA_CHECK", "1"), ("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_k, _v)  # NVLink multicast off (the device machines' rule); CUDA untouched before fork
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_CONFIGS = HERE.parent / "nbtools" / "data" / "model_configs"
+GIB = 1024**3
+
+L32, Q15, G1, Q4 = "meta-llama--Llama-3.2-1B", "Qwen--Qwen2.5-1.5B", "google--gemma-3-1b-it", "Qwen--Qwen3-4B"
+
+# (model, micro_batch, seq_len, activation_checkpointing[, extra]) in priority order (every model early, the
+# out-of-memory cases after the fitting ones). Chosen with the estimator so that each case is clearly on one side of a
+# 140 GiB H200: estimated <= ~75% of it, or >= ~135% of it (never in between, where a verdict is a coin toss).
+CASES_DEFAULT: list[tuple] = [
+    (L32, 1, 1024, False, {"probe": True}),
+    (G1, 1, 1024, False, {"probe": True}),
+    (Q15, 1, 1024, False, {"probe": True}),
+    (Q4, 1, 1024, False, {"probe": True}),
+    (L32, 4, 2048, False),
+    (G1, 2, 2048, False),
+    (Q15, 4, 2048, False),
+    (Q4, 4, 2048, True),
+    (L32, 8, 4096, True),
+    (G1, 8, 2048, True),
+    (Q15, 8, 4096, True),
+    (Q4, 2, 2048, False),
+    (L32, 4, 4096, False),
+    (G1, 2, 4096, False),
+    (Q15, 4, 4096, True, {"foreach": False}),
+    (Q4, 4, 4096, True),
+    (L32, 16, 8192, False),
+    (G1, 16, 4096, True),
+    (Q15, 32, 4096, True),
+    (Q4, 8, 8192, False),
+    (G1, 4, 4096, True),
+    (Q15, 4, 4096, False),
+    (G1, 8, 4096, False),
+    (L32, 4, 4096, True),
+]
+# Second run: the region around the H200's 139.8 GiB, to see where an allocated peak stops fitting (the caching
+# allocator needs headroom), with PyTorch's default allocator and with expandable segments; Qwen3-1.7B-Base (the
+# H200 experiment's model); log-prob passes with a larger batch than training (logprob_batch_size).
+ES = {"alloc_conf": "expandable_segments:True"}
+Q17 = "Qwen--Qwen3-1.7B-Base"
+CASES_BOUNDARY: list[tuple] = [
+    (Q17, 2, 4096, False, {"probe": True}),
+    (Q17, 4, 4096, True),
+    (L32, 4, 14848, True),
+    (Q15, 2, 11008, False),
+    (G1, 1, 16384, False),
+    (Q4, 2, 12288, True),
+    (Q17, 4, 11008, True),
+    (L32, 4, 16384, True),
+    (Q15, 2, 12032, False),
+    (G1, 4, 7936, True),
+    (Q4, 2, 14336, True),
+    (Q17, 4, 12032, True),
+    (L32, 8, 8704, True),
+    (Q15, 2, 12800, False),
+    (G1, 4, 5120, False),
+    (Q4, 2, 15616, True),
+    (Q17, 4, 12800, True),
+    (L32, 4, 9728, False),
+    (Q15, 2, 13056, False),
+    (G1, 2, 9984, False),
+    (Q4, 1, 10496, False),
+    (Q17, 2, 12032, False),
+    (L32, 4, 9984, False),
+    (Q15, 4, 14592, True),
+    (G1, 4, 8704, True),
+    (Q4, 4, 8448, True),
+    (Q17, 4, 13568, True),
+    (L32, 8, 8704, True, ES),
+    (Q15, 2, 12800, False, ES),
+    (L32, 4, 9728, False, ES),
+    (Q15, 2, 13056, False, ES),
+    (L32, 4, 9984, False, ES),
+    (Q15, 4, 14592, True, ES),
+    (Q15, 2, 4096, False, {"logprob_batch": 8}),
+    (G1, 1, 2048, False, {"logprob_batch": 8}),
+]
+# Third run, out of sample: an 80 GiB H100, cases whose verdicts nbtools.fit predicted before the run
+# (benchmarks/results/fit_predictions_h100.json, committed first) - fits, tight and does-not-fit.
+CASES_H100: list[tuple] = [
+    (L32, 2, 2048, False), (L32, 4, 4096, True), (L32, 4, 4096, False), (L32, 8, 4096, True), (L32, 8, 4096, True, ES),
+    (Q15, 2, 4096, False), (Q15, 4, 4096, True), (Q15, 4, 4096, False), (Q15, 8, 4096, True),
+    (G1, 1, 2048, False), (G1, 2, 4096, False), (G1, 4, 2048, False), (G1, 4, 4096, True), (G1, 4, 4096, True, ES),
+    (G1, 2, 8192, False), (Q4, 1, 1024, False), (Q4, 2, 2048, True), (Q4, 2, 2048, False),
+    (Q17, 2, 4096, False), (Q17, 4, 4096, True), (Q17, 4, 4096, False), (L32, 2, 8192, False), (Q15, 2, 8192, True),
+    (Q17, 8, 4096, True),
+]
+CASES_SMOKE: list[tuple] = [(L32, 1, 512, False, {"probe": True}), (G1, 1, 512, True)]
+
+
+def _case_dict(t: tuple) -> dict:
+    extra = t[4] if len(t) > 4 else {}
+    return {"model": t[0], "micro_batch": t[1], "seq_len": t[2], "activation_checkpointing": t[3], **extra}
+
+
+# ------------------------------------------------------------------------------------------------ worker side
+
+
+def _load_config(configs: Path, name: str):
+    from transformers import AutoConfig
+
+    data = json.loads((configs / f"{name}.json").read_text())
+    cfg = AutoConfig.for_model(**data)
+    if "text_config" in data:  # a multimodal checkpoint: train its language model
+        cfg = cfg.text_config
+    cfg.use_cache = False
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def _build(cfg, device, ac: bool, mesh, torch):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa")
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32, attn_implementation="sdpa")
+    layers = model.model.layers
+    if ac:  # NeMo-Automodel's fsdp2_strategy_parallelize: wrap these four sub-modules of every layer
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        for layer in layers:
+            for name in ("mlp", "self_attn", "input_layernorm", "post_attention_layernorm"):
+                if hasattr(layer, name):
+                    setattr(layer, name, checkpoint_wrapper(getattr(layer, name)))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
+    for i, layer in enumerate(layers):
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=i < len(layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    return model
+
+
+class _Meter:
+    """Per-phase peak of allocated bytes (reset between phases) and the allocation at each phase's end."""
+
+    def __init__(self, torch, cuda: bool):
+        self.torch, self.cuda, self.phases, self.current = torch, cuda, {}, None
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t = self.torch
+        self.current = name
+        if self.cuda:
+            t.cuda.synchronize()
+            t.cuda.reset_peak_memory_stats()
+        yield
+        if self.cuda:
+            t.cuda.synchronize()
+            peak, end = t.cuda.max_memory_allocated(), t.cuda.memory_allocated()
+            prev = self.phases.get(name, {"peak": 0, "end": 0})
+            self.phases[name] = {"peak": max(prev["peak"], peak), "end": end}
+
+
+def _saved_probe(model, batch, torch, autocast):
+    """Bytes autograd saves for backward in one forward + loss (unique storages holding token-shaped tensors)."""
+    seen: dict[int, int] = {}
+    tokens = batch["input_ids"].shape[0] * batch["input_ids"].shape[1]
+
+    def pack(t):
+        try:
+            st = t.untyped_storage()
+            if t.numel() % tokens == 0 or (t.dim() >= 2 and batch["input_ids"].shape[1] in t.shape):
+                seen[st.data_ptr()] = st.nbytes()
+        except Exception:  # noqa: BLE001 - a probe never fails the case
+            pass
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with autocast():
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        position_ids=batch["position_ids"], use_cache=False)
+        logits = out.logits
+        del out
+        loss = _grpo_loss(logits, batch, torch)
+        del logits
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+    return sum(seen.values())
+
+
+def _grpo_loss(logits, batch, torch):
+    """NeMo-RL's ClippedPGLossFn on fp32 logits (token-level, k3 KL penalty 0.01, ratio clip 0.2)."""
+    logits.div_(1.0)  # _apply_temperature_scaling (generation temperature 1.0)
+    logits = logits.to(torch.float32)
+    lp = torch.nn.functional.log_softmax(logits[:, :-1], dim=-1)
+    curr = lp.gather(dim=-1, index=batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+    prev, ref, adv, mask = batch["prev_logprobs"], batch["ref_logprobs"], batch["advantages"], batch["mask"]
+    kl = torch.exp((ref - curr).clamp(-20, 20)) - (ref - curr) - 1
+    ratio = torch.exp(curr - prev)
+    pg = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+    return ((pg + 0.01 * kl.clamp(-10, 10)) * mask).sum() / mask.sum()
+
+
+def _oom_details(msg: str) -> float | None:
+    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", msg)
+    if not m:
+        return None
+    scale = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, configs: Path, device_kind: str) -> dict:
+    """Build, shard, run two training steps and a log-prob pass; return the measurements of this rank."""
+    import torch
+    import torch.distributed as dist
+    import transformers
+
+    cuda = device_kind == "cuda"
+    res: dict = {"case": case, "rank": rank, "world": world, "status": "error",
+                 "torch": torch.__version__, "transformers": transformers.__version__}
+    t0 = time.time()
+    meter = _Meter(torch, cuda)
+    stage = "init"
+    try:
+        if cuda:
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+            res["gpu"] = torch.cuda.get_device_name(device)
+            res["gpu_total_bytes"] = torch.cuda.get_device_properties(device).total_memory
+            dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                    device_id=device)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device_kind, (world,))
+        torch.manual_seed(1234 + rank)
+        stage = "build"
+        cfg = _load_config(configs, case["model"])
+        if case.get("shrink"):  # CPU self-check only: a few small layers of the same architecture
+            for k, v in case["shrink"].items():
+                setattr(cfg, k, v)
+        model = _build(cfg, device, bool(case["activation_checkpointing"]), mesh, torch)
+        foreach = case.get("foreach")
+        opt = torch.optim.AdamW(model.parameters(), lr=5e-6, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8,
+                                **({} if foreach is None else {"foreach": bool(foreach), "fused": False}))
+        res["params"] = sum(p.numel() for p in model.parameters())
+        B, L, V = case["micro_batch"], case["seq_len"], cfg.vocab_size
+
+        def batch(B=B):
+            ids = torch.randint(0, V, (B, L), device=device)
+            f = lambda: torch.randn(B, L - 1, device=device) * 0.1  # noqa: E731
+            return {"input_ids": ids, "attention_mask": torch.ones(B, L, dtype=torch.bool, device=device),
+                    "position_ids": torch.arange(L, device=device).repeat(B, 1), "prev_logprobs": f() - 10,
+                    "ref_logprobs": f() - 10, "advantages": f() * 10, "mask": torch.ones(B, L - 1, device=device)}
+
+        def autocast():
+            return torch.autocast(device_type=device_kind, dtype=torch.bfloat16)
+
+        def train_step(measure: bool):
+            model.train()
+            for mb in range(2):
+                data = batch()
+                ph = meter.phase if measure else (lambda _n: contextlib.nullcontext())
+                with ph("forward"):
+                    with autocast():
+                        out = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"],
+                                    position_ids=data["position_ids"], use_cache=False)
+                    logits = out.logits
+                    del out
+                    if measure and mb == 1 and cuda:
+                        res["after_forward_bytes"] = torch.cuda.memory_allocated()
+                    loss = _grpo_loss(logits, data, torch)
+                    del logits
+                with ph("backward"):
+                    loss.backward()
+                del loss, data
+            with (meter.phase("optimizer") if measure else contextlib.nullcontext()):
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            res["setup_bytes"] = torch.cuda.memory_allocated()
+        if case.get("probe"):
+            stage = "probe"
+            res["saved_activation_bytes"] = _saved_probe(model, batch(), torch, autocast)
+        stage = "step1"
+        train_step(measure=False)
+        if cuda:
+            res["static_bytes"] = torch.cuda.memory_allocated()  # params + AdamW states, grads freed
+        stage = "step2"
+        train_step(measure=True)
+        stage = "logprob"
+        model.eval()
+        with meter.phase("logprob"), torch.no_grad():
+            data = batch(case.get("logprob_batch") or B)
+            with autocast():
+                out = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"],
+                            position_ids=data["position_ids"], use_cache=False)
+            logits = out.logits
+            del out
+            logits.div_(1.0)
+            lp = torch.nn.functional.log_softmax(logits.to(torch.float32)[:, :-1], dim=-1)
+            del logits
+            lp.gather(dim=-1, index=data["input_ids"][:, 1:].unsqueeze(-1))
+            del lp
+        res["status"] = "ok"
+    except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
+        res["status"] = "oom"
+        res["oom_stage"] = f"{stage}/{meter.current}" if stage in ("step1", "step2") else stage
+        res["oom_tried_gib"] = _oom_details(str(e))
+        if cuda:
+            res["oom_allocated_bytes"] = torch.cuda.memory_allocated()
+            res["oom_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        res["error"] = str(e).splitlines()[0][:300]
+    except Exception as e:  # noqa: BLE001 - recorded, the driver goes on with the next case
+        res["error"] = f"{type(e).__name__}: {e}"[:500]
+        res["traceback"] = traceback.format_exc()[-3000:]
+    finally:
+        res["phases"] = meter.phases
+        if cuda:
+            res["peak_train_bytes"] = max([v["peak"] for k, v in meter.phases.items() if k != "logprob"], default=0)
+            res["peak_logprob_bytes"] = meter.phases.get("logprob", {}).get("peak", 0)
+            res["max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            free, total = torch.cuda.mem_get_info()
+            res["non_torch_bytes"] = total - free - torch.cuda.memory_reserved()
+        res["seconds"] = round(time.time() - t0, 2)
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return res
+
+
+# ------------------------------------------------------------------------------------------------ driver side
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(case, rank, world, port, configs, device_kind, q):
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
+    if case.get("alloc_conf"):  # read by the caching allocator at its first use, which is after this line
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = case["alloc_conf"]
+    try:
+        r = run_case(case, rank=rank, world=world, local_rank=rank, port=port, configs=configs, device_kind=device_kind)
+    except BaseException as e:  # noqa: BLE001
+        r = {"case": case, "rank": rank, "status": "error", "error": repr(e)[:500]}
+    q.put(r)
+    q.close()
+    q.join_thread()  # the queue's feeder thread must flush before the hard exit below
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown (CUDA/NCCL atexit) in the forked child
+
+
+def run_forked(case: dict, nproc: int, configs: Path, device_kind: str, timeout: float,
+               method: str = "fork") -> list[dict]:
+    """One case in ``nproc`` fresh processes (rank i on GPU i), forked by default; returns each rank's record."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_child, args=(case, r, nproc, port, configs, device_kind, q)) for r in range(nproc)]
+    for p in procs:
+        p.start()
+    out, deadline = [], time.time() + timeout
+    while len(out) < nproc and time.time() < deadline:
+        try:
+            out.append(q.get(timeout=1.0))
+        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting until the deadline
+            if all(not p.is_alive() for p in procs) and q.empty():
+                break
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+    got = {r["rank"] for r in out}
+    out += [{"case": case, "rank": r, "status": "timeout" if time.time() >= deadline else "died"}
+            for r in range(nproc) if r not in got]
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def summarize(case: dict, ranks: list[dict]) -> dict:
+    """One row per case: the worst rank's numbers (every rank's peak kept in ``rank_peaks_gib``)."""
+    r0 = ranks[0]
+    status = "oom" if any(r["status"] == "oom" for r in ranks) else (
+        "ok" if all(r["status"] == "ok" for r in ranks) else next(r["status"] for r in ranks if r["status"] != "ok"))
+    g = lambda k: max((r.get(k) or 0) for r in ranks) / GIB  # noqa: E731
+    row = {
+        "model": case["model"], "micro_batch": case["micro_batch"], "seq_len": case["seq_len"],
+        "activation_checkpointing": bool(case["activation_checkpointing"]), "gpus": len(ranks),
+        "optimizer_foreach": case.get("foreach"), "logprob_batch": case.get("logprob_batch") or case["micro_batch"],
+        "alloc_conf": case.get("alloc_conf") or "", "status": status,
+        "peak_gib": round(max(g("peak_train_bytes"), g("peak_logprob_bytes")), 3) if status == "ok" else None,
+        "peak_train_gib": round(g("peak_train_bytes"), 3) if status == "ok" else None,
+        "peak_logprob_gib": round(g("peak_logprob_bytes"), 3) if status == "ok" else None,
+        "static_gib": round(g("static_bytes"), 3) or None, "setup_gib": round(g("setup_bytes"), 3) or None,
+        "after_forward_gib": round(g("after_forward_bytes"), 3) or None,
+        "max_reserved_gib": round(g("max_reserved_bytes"), 3), "non_torch_gib": round(g("non_torch_bytes"), 3),
+        "saved_activation_gib": round(g("saved_activation_bytes"), 4) or None,
+        "phase_peaks_gib": {k: round(v["peak"] / GIB, 3) for k, v in (r0.get("phases") or {}).items()},
+        "rank_peaks_gib": [round((r.get("peak_train_bytes") or 0) / GIB, 3) for r in ranks],
+        "oom_stage": r0.get("oom_stage"), "oom_tried_gib": r0.get("oom_tried_gib"),
+        "oom_allocated_gib": round((r0.get("oom_allocated_bytes") or 0) / GIB, 3) or None,
+        "params": r0.get("params"), "seconds": r0.get("seconds"), "error": r0.get("error"),
+    }
+    if row["status"] == "error" and r0.get("traceback"):
+        row["traceback"] = r0["traceback"]
+    return row
+
+
+def _cases(spec: str) -> list[dict]:
+    if spec == "default":
+        return [_case_dict(t) for t in CASES_DEFAULT]
+    if spec == "smoke":
+        return [_case_dict(t) for t in CASES_SMOKE]
+    if spec == "boundary":
+        return [_case_dict(t) for t in CASES_BOUNDARY]
+    if spec == "h100":
+        return [_case_dict(t) for t in CASES_H100]
+    return json.loads(Path(spec).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
+    ap.add_argument("--cases", default="default", help="default | boundary | h100 | smoke | a JSON file of cases")
+    ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
+    ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--timeout", type=float, default=180, help="seconds per case")
+    ap.add_argument("--budget", type=float, default=0, help="stop starting new cases after this many seconds (0: none)")
+    ap.add_argument("--out", type=Path, help="JSON results (a .csv with the same stem is written beside it)")
+    ap.add_argument("--worker", action="store_true", help="run one --case in this process (torchrun sets the ranks)")
+    ap.add_argument("--case", help="the case as JSON (with --worker)")
+    a = ap.parse_args(argv)
+
+    if a.worker:  # torchrun-style: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_PORT from the environment
+        env = os.environ
+        r = run_case(json.loads(a.case), rank=int(env.get("RANK", 0)), world=int(env.get("WORLD_SIZE", 1)),
+                     local_rank=int(env.get("LOCAL_RANK", 0)), port=int(env.get("MASTER_PORT", _free_port())),
+                     configs=a.configs, device_kind=a.device)
+        print(json.dumps(r))
+        return 0 if r["status"] in ("ok", "oom") else 1
+
+    import torch  # noqa: F401 - imported once here; every forked case starts with it loaded (CUDA untouched)
+    import transformers
+    from transformers import AutoModelForCausalLM  # noqa: F401
+
+    for mod in ("llama", "qwen2", "qwen3", "gemma3"):
+        with contextlib.suppress(Exception):
+            __import__(f"transformers.models.{mod}.modeling_{mod}")
+    cases = _cases(a.cases)
+    if a.only:
+        cases = [c for c in cases if any(s in c["model"] for s in a.only)]
+    meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": sys.version.split()[0], "nproc": a.nproc,
+            "device": a.device, "script": "benchmarks/fit_calibrate.py"}
+    rows: list[dict] = []
+    start, method = time.time(), "fork"
+    for i, case in enumerate(cases):
+        if a.budget and time.time() - start > a.budget:
+            print(f"[{i + 1}/{len(cases)}] budget reached, skipping the rest", flush=True)
+            break
+        ranks = run_forked(case, a.nproc, a.configs, a.device, a.timeout, method)
+        if i == 0 and any("fork" in str(r.get("error", "")) or "initialization error" in str(r.get("error", ""))
+                          for r in ranks):
+            print("CUDA refused a forked child; using spawn from now on", flush=True)
+            method = "spawn"
+            ranks = run_forked(case, a.nproc, a.configs, a.device, a.timeout, method)
+        for r in ranks:
+            for k in ("gpu", "gpu_total_bytes"):
+                if r.get(k) and k not in meta:
+                    meta[k] = r[k]
+        row = summarize(case, ranks)
+        rows.append(row)
+        print(f"[{i + 1}/{len(cases)}] {row['model']} B={row['micro_batch']} L={row['seq_len']} "
+              f"ac={row['activation_checkpointing']} -> {row['status']} peak={row['peak_gib']} GiB "
+              f"phases={row['phase_peaks_gib']} ({row['seconds']} s){' ' + str(row['error']) if row['error'] else ''}",
+              flush=True)
+        if i == 1 and all(r["status"] == "error" for r in rows):
+            print("the first two cases failed; stopping (fix the script first)", flush=True)
+            break
+        if a.out:
+            _write(a.out, meta, rows)
+    if a.out:
+        _write(a.out, meta, rows)
+    return 0
+
+
+def _write(out: Path, meta: dict, rows: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"meta": {**meta, "gpu_total_gib": round(meta.get("gpu_total_bytes", 0) / GIB, 3)}, "cases": rows}
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out)
+    cols = ["model", "micro_batch", "seq_len", "activation_checkpointing", "gpus", "optimizer_foreach", "logprob_batch",
+            "alloc_conf", "status",
+            "peak_gib", "peak_train_gib", "peak_logprob_gib", "static_gib", "after_forward_gib", "max_reserved_gib",
+            "oom_stage", "oom_tried_gib", "oom_allocated_gib", "seconds"]
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["gpu", "torch", "transformers", "date"] + cols)
+        for r in rows:
+            w.writerow([meta.get("gpu"), meta["torch"], meta["transformers"], meta["date"]] + [r.get(c) for c in cols])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

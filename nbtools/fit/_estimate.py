@@ -1,0 +1,369 @@
+"""The fit verdict: training and generation estimates held against one GPU, and the smallest change that fits.
+
+Why: an out-of-memory error after the image pull, the model download and vLLM's start-up costs 20+ minutes of GPU
+nodes; the numbers to predict it are all known before launch.
+
+Verdict rules (per GPU; ``usable = capacity - 1.9 GiB`` of CUDA runtime, minus what a sleeping vLLM keeps when colocated):
+
+* PyTorch's default caching allocator strands freed blocks it cannot reuse for a slightly larger request (the
+  log-softmax is one token shorter than the logits); the calibration's boundary run (every case within 5% of the
+  H200's memory) is separated exactly by allowing half of the largest block, the fp32 ``[B, L, V]`` logits. With
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` no block is stranded; 0.5 GiB covers the page rounding.
+* ``need = peak + allowance``; ``does-not-fit`` when ``need > usable``, ``tight`` above 90% of it, else ``fits``.
+* ``certain`` (``launch`` refuses) when the peak alone exceeds ``usable`` by more than the estimator's error bound:
+  5% where calibrated (one GPU, NeMo-RL's DTensor policy; measured error under 1%), 15% elsewhere (several GPUs,
+  TP/CP); never for verl, whose padding-free micro-batches are usually shorter than the worst case estimated here.
+
+Example:
+    >>> r = estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096)
+    >>> r.verdict, r.suggestions[0]
+    ('does-not-fit', 'use --micro-batch 2: training peak 59.5 GiB, need 61.9 of 75.8 -> fits')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbtools.errors import ConfigError
+from nbtools.fit._arch import ModelArch, resolve_arch
+from nbtools.fit._generation import (
+    RUNTIME_GIB,
+    VLLM_SLEEP_RESIDUAL_GIB,
+    GenerationEstimate,
+    generation_estimate,
+)
+from nbtools.fit._gpus import GpuSpec, gpu_spec
+from nbtools.fit._training import TrainingEstimate, training_estimate
+
+__all__ = ["FitInputs", "FitReport", "estimate", "evaluate", "TIGHT_FRACTION"]
+
+TIGHT_FRACTION = 0.90
+STRANDED_BLOCK_FRACTION = 0.5
+EXPANDABLE_HEADROOM_GIB = 0.5
+CERTAIN_CALIBRATED, CERTAIN_UNCALIBRATED = 1.05, 1.15
+_RANK = {"not-applicable": -1, "fits": 0, "tight": 1, "does-not-fit": 2}
+_FORMULAS = {  # the short form of each term's formula (the module docstrings of _training / _generation explain them)
+    "master_weights_fp32": "4 B x params / GPUs",
+    "gradients_fp32": "4 B x params / GPUs (fp32 reduce)",
+    "adamw_states_fp32": "8 B x params / GPUs (exp_avg, exp_avg_sq)",
+    "gathered_bf16_params": "2 B x (embedding + LM head, + 2 layers while a layer runs) / TP",
+    "activations": "bytes saved per token per layer x layers x micro-batch x seq",
+    "logits_fp32": "3 x 4 B x micro-batch x seq x vocab / (TP x CP)",
+    "backward_buffers": "layer grads (bf16 + fp32) + embedding grad + activation grads (+ recompute)",
+    "optimizer_step_temp": "AdamW foreach: 4 B x params / GPUs",
+    "reference_model": "2 B x params / GPUs (verl keeps it on the GPU)",
+    "weights": "2 B x params / vLLM TP",
+    "cuda_graphs": "captured CUDA graphs (0 with enforce_eager)",
+    "runtime": "CUDA context, cuBLAS workspaces, driver reserve",
+    "kv_cache": "budget - the rest; layers x KV heads x head dim x 2 x 2 B per token",
+}
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """Everything one estimate depends on; ``keys`` names where a field came from (for suggestions)."""
+
+    arch: ModelArch
+    gpu: GpuSpec
+    micro_batch: int
+    seq_len: int
+    gpus: int = 1  # GPUs training runs on
+    logprob_batch: int | None = None
+    activation_checkpointing: bool = False
+    tensor_parallel: int = 1
+    context_parallel: int = 1
+    sequence_parallel: bool = False
+    sequence_packing: bool = False
+    cpu_offload: bool = False
+    optimizer_foreach: bool | None = None
+    expandable_segments: bool = False
+    framework: str = "nemo-rl"
+    reference_on_gpu: bool | None = None
+    phase: str = "both"  # training | generation | both
+    colocated: bool = True
+    gpu_memory_utilization: float = 0.6
+    max_model_len: int | None = None
+    vllm_tensor_parallel: int = 1
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def with_(self, **changes: Any) -> FitInputs:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class FitReport:
+    """The estimate for one GPU: training and generation terms (GiB), the verdict, and what to change."""
+
+    inputs: FitInputs
+    gpu_gib: float
+    usable_gib: float
+    training: TrainingEstimate | None
+    training_need_gib: float | None
+    generation: GenerationEstimate | None
+    verdict: str
+    certain: bool
+    suggestions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict in ("fits", "tight", "not-applicable")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``nbtools fit --json``."""
+        i = self.inputs
+        tr = None
+        if self.training is not None:
+            t = self.training
+            tr = {"peak_gib": t.peak_gib, "peak_phase": t.peak_phase, "need_gib": self.training_need_gib,
+                  "usable_gib": self.usable_gib, "terms": t.terms, "phases": t.phases, "tokens_per_gpu": t.tokens_per_gpu}
+        gen = None
+        if self.generation is not None:
+            g = self.generation
+            gen = {"budget_gib": g.budget_gib, "terms": g.terms, "kv_cache_gib": g.kv_cache_gib,
+                   "kv_bytes_per_token": g.kv_bytes_per_token, "kv_gib_per_sequence": g.kv_gib_per_sequence,
+                   "max_concurrent_sequences": g.max_concurrent_sequences, "verdict": g.verdict, "problems": g.problems}
+        return {
+            "model": i.arch.name, "gpu": i.gpu.key, "gpu_gib": self.gpu_gib, "gpus": i.gpus,
+            "inputs": {"micro_batch": i.micro_batch, "seq_len": i.seq_len, "logprob_batch": i.logprob_batch or i.micro_batch,
+                       "activation_checkpointing": i.activation_checkpointing, "tensor_parallel": i.tensor_parallel,
+                       "context_parallel": i.context_parallel, "expandable_segments": i.expandable_segments,
+                       "framework": i.framework, "colocated": i.colocated,
+                       "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len or i.seq_len,
+                       "vllm_tensor_parallel": i.vllm_tensor_parallel},
+            "training": tr, "generation": gen, "verdict": self.verdict, "certain": self.certain,
+            "suggestions": self.suggestions, "notes": self.notes,
+        }
+
+    def to_frame(self):
+        """One row per term: phase, term, GiB, formula (the table notebook 03 shows)."""
+        import pandas as pd
+
+        rows = []
+        if self.training is not None:
+            rows += [("training", k, v, _FORMULAS.get(k, "")) for k, v in self.training.terms.items()]
+            rows.append(("training", f"peak ({self.training.peak_phase})", self.training.peak_gib, "sum of the above"))
+        if self.generation is not None:
+            acts = "vLLM's profiling forward + sampler logits"
+            rows += [("generation", k, v, acts if k == "activations" else _FORMULAS.get(k, ""))
+                     for k, v in self.generation.terms.items()]
+            rows.append(("generation", "budget", self.generation.budget_gib, "gpu_memory_utilization x GPU memory"))
+        return pd.DataFrame(rows, columns=["phase", "term", "GiB", "formula"])
+
+    def summary(self) -> str:
+        """Plain text: the verdict, the terms, the suggestions (what ``nbtools fit`` prints)."""
+        i = self.inputs
+        if self.verdict == "not-applicable":
+            return "\n".join([f"{i.arch.name}: NOT APPLICABLE"] + [f"  note: {n}" for n in self.notes])
+        head = (f"{i.arch.name} on {i.gpus} x {i.gpu.label} ({self.gpu_gib:g} GiB, {self.usable_gib:g} usable): "
+                f"{self.verdict.upper()}" + (" (certain)" if self.certain else ""))
+        lines = [head]
+        if self.training is not None:
+            t = self.training
+            lines.append(f"  training: peak {t.peak_gib:.1f} GiB in {t.peak_phase}, need {self.training_need_gib:.1f} GiB "
+                         f"(micro-batch {i.micro_batch} x {i.seq_len} tokens, activation checkpointing "
+                         f"{'on' if i.activation_checkpointing else 'off'})")
+            lines += [f"    {k:<24} {v:>8.2f} GiB" for k, v in t.terms.items()]
+        if self.generation is not None:
+            g = self.generation
+            lines.append(f"  generation (vLLM, {g.budget_gib:.1f} GiB budget): KV cache {g.kv_cache_gib:.1f} GiB = "
+                         f"{g.max_concurrent_sequences:g} sequences of {i.max_model_len or i.seq_len} tokens -> {g.verdict}")
+            lines += [f"    {k:<24} {v:>8.2f} GiB" for k, v in g.terms.items()]
+            lines += [f"    problem: {p}" for p in g.problems]
+        lines += [f"  suggestion: {s}" for s in self.suggestions]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def _repr_html_(self) -> str:
+        color = {"fits": "#2e7d32", "tight": "#ef6c00", "does-not-fit": "#c62828"}.get(self.verdict, "#555")
+        df = self.to_frame()
+        table = df.to_html(index=False, float_format=lambda x: f"{x:.2f}") if len(df) else ""
+        extra = "".join(f"<li>{html.escape(s)}</li>" for s in self.suggestions)
+        notes = "".join(f"<li><small>{html.escape(n)}</small></li>" for n in self.notes)
+        head = html.escape(self.summary().splitlines()[0])
+        return (f"<b style='color:{color}'>{head}</b>{table}"
+                + (f"<p>smallest changes that fit:</p><ul>{extra}</ul>" if extra else "") + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+def _training(i: FitInputs) -> TrainingEstimate:
+    return training_estimate(
+        i.arch, micro_batch=i.micro_batch, seq_len=i.seq_len, gpus=i.gpus, tensor_parallel=i.tensor_parallel,
+        context_parallel=i.context_parallel, sequence_parallel=i.sequence_parallel,
+        activation_checkpointing=i.activation_checkpointing, logprob_batch=i.logprob_batch,
+        sequence_packing=i.sequence_packing,
+        optimizer_foreach=i.optimizer_foreach, cpu_offload=i.cpu_offload, framework=i.framework,
+        reference_on_gpu=i.reference_on_gpu)
+
+
+def _usable(i: FitInputs) -> float:
+    residual = VLLM_SLEEP_RESIDUAL_GIB if (i.colocated and i.phase == "both") else 0.0
+    return round(i.gpu.gib - RUNTIME_GIB - residual, 2)
+
+
+def _need(i: FitInputs, t: TrainingEstimate) -> float:
+    if i.expandable_segments:
+        return t.peak_gib + EXPANDABLE_HEADROOM_GIB
+    rows = (i.logprob_batch or i.micro_batch) if t.peak_phase == "logprob" else i.micro_batch
+    block = 4 * rows * i.seq_len * i.arch.vocab_size / (i.tensor_parallel * i.context_parallel) / 1024**3
+    return t.peak_gib + STRANDED_BLOCK_FRACTION * block
+
+
+def _train_verdict(need: float, usable: float) -> str:
+    return "does-not-fit" if need > usable else ("tight" if need > TIGHT_FRACTION * usable else "fits")
+
+
+def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
+    """The report for fully specified inputs (``estimate`` and ``check`` build them)."""
+    usable = _usable(i)
+    t = need = g = None
+    verdicts, notes = [], []
+    certain = False
+    if i.phase in ("training", "both"):
+        t = _training(i)
+        need = round(_need(i, t), 3)
+        verdicts.append(_train_verdict(need, usable))
+        calibrated = i.gpus == 1 and i.tensor_parallel == 1 and i.context_parallel == 1 and i.framework == "nemo-rl"
+        # verl removes padding, so its real micro-batches are usually shorter than this worst case: never certain
+        certain = i.framework != "verl" and t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
+        notes += t.notes
+        if not i.expandable_segments:
+            notes.append(f"PyTorch's default allocator: {need - t.peak_gib:.1f} GiB allowed for stranded blocks "
+                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True removes it)")
+    if i.phase in ("generation", "both"):
+        g = generation_estimate(
+            i.arch, capacity_gib=i.gpu.gib, gpu_memory_utilization=i.gpu_memory_utilization,
+            max_model_len=i.max_model_len or i.seq_len, tensor_parallel=i.vllm_tensor_parallel,
+            kv_cache_dtype=i.kv_cache_dtype, enforce_eager=i.enforce_eager, colocated=i.colocated)
+        verdicts.append(g.verdict)
+        notes += g.notes + ["vLLM terms follow vLLM's documented behaviour; they were not measured (no vLLM on the "
+                            "calibration machine)"]
+        certain = certain or (g.verdict == "does-not-fit" and g.kv_cache_gib < 0)
+    verdict = max(verdicts, key=_RANK.get) if verdicts else "not-applicable"
+    rep = FitReport(i, i.gpu.gib, usable, t, need, g, verdict, bool(certain and verdict == "does-not-fit"), [], notes)
+    if suggest and verdict != "fits":
+        rep.suggestions = _suggestions(i, rep)
+    return rep
+
+
+def _key(i: FitInputs, name: str, value: Any) -> str:
+    """How to make the change where the inputs came from: ``set key=value`` (experiment) or ``use --flag value``."""
+    if name == "expandable_segments":
+        return "set " + i.keys.get(name, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the training processes")
+    key = i.keys.get(name, name)
+    if name == "gpus" and i.keys.get("gpus_per_node"):
+        per = int(i.keys["gpus_per_node"])
+        return f"set {key}={max(1, value // per)} ({value} training GPUs)"
+    if key.startswith("--"):
+        return f"use {key}" if value is True else f"use {key} {value}"
+    v = str(value).lower() if isinstance(value, bool) else value
+    if key.startswith(("policy.", "actor_rollout_ref.", "data.")):  # trainer keys travel as overrides
+        return f"set {key}={v} (in trainer.overrides)"
+    return f"set {key}={v}"
+
+
+def _suggestions(i: FitInputs, rep: FitReport, limit: int = 3) -> list[str]:
+    """Single changes, smallest first, that turn the failing side into ``fits`` (else ``tight``)."""
+    out: list[str] = []
+    if rep.training is not None and rep.training_need_gib is not None and rep.training_need_gib > TIGHT_FRACTION * rep.usable_gib:
+        cands: list[tuple[str, FitInputs]] = []
+        if not i.activation_checkpointing:
+            cands.append((_key(i, "activation_checkpointing", True), i.with_(activation_checkpointing=True)))
+        if not i.expandable_segments:
+            cands.append((_key(i, "expandable_segments", True), i.with_(expandable_segments=True)))
+        lp = i.logprob_batch or i.micro_batch
+        if rep.training.peak_phase == "logprob" and lp > 1:
+            cands += [(_key(i, "logprob_batch", n), i.with_(logprob_batch=n)) for n in _halvings(lp)]
+        cands += [(_key(i, "micro_batch", n), i.with_(micro_batch=n, logprob_batch=min(lp, n) if i.logprob_batch else None))
+                  for n in _halvings(i.micro_batch)]
+        cands += [(_key(i, "gpus", i.gpus * k), i.with_(gpus=i.gpus * k)) for k in (2, 4)]
+        cands += [(_key(i, "seq_len", n), i.with_(seq_len=n, max_model_len=n)) for n in _halvings(i.seq_len, 256)]
+        out += _first_fitting(cands, "training", limit)
+    if rep.generation is not None and rep.generation.verdict != "fits":
+        cands = []
+        top = round(max(0.3, 1 - (RUNTIME_GIB + 1) / i.gpu.gib), 2)
+        cands += [(_key(i, "gpu_memory_utilization", u), i.with_(gpu_memory_utilization=u))
+                  for u in (0.7, 0.8, 0.9, top) if i.gpu_memory_utilization < u <= top]
+        cands += [(_key(i, "vllm_tensor_parallel", i.vllm_tensor_parallel * k), i.with_(vllm_tensor_parallel=i.vllm_tensor_parallel * k))
+                  for k in (2, 4, 8)]
+        mml = i.max_model_len or i.seq_len
+        cands += [(_key(i, "max_model_len", n), i.with_(max_model_len=n)) for n in _halvings(mml, 256)]
+        out += _first_fitting(cands, "generation", limit)
+    return out
+
+
+def _halvings(n: int, floor: int = 1) -> list[int]:
+    out, x = [], n // 2
+    while x >= floor:
+        out.append(x)
+        x //= 2
+    return out
+
+
+def _first_fitting(cands: list[tuple[str, FitInputs]], side: str, limit: int) -> list[str]:
+    found, fallback = [], []
+    for text, inp in cands:
+        r = evaluate(inp, suggest=False)
+        if side == "training":
+            v = _train_verdict(r.training_need_gib, r.usable_gib)
+            detail = f"training peak {r.training.peak_gib:.1f} GiB, need {r.training_need_gib:.1f} of {r.usable_gib:.1f} -> {v}"
+        else:
+            v = r.generation.verdict
+            detail = f"KV cache {r.generation.kv_cache_gib:.1f} GiB, {r.generation.max_concurrent_sequences:g} sequences -> {v}"
+        if v == "fits":
+            found.append(f"{text}: {detail}")
+        elif v == "tight" and not fallback:
+            fallback.append(f"{text}: {detail}")
+        if len(found) >= limit:
+            break
+    return found or fallback
+
+
+def estimate(
+    model: ModelArch | dict | str,
+    *,
+    gpu: str | GpuSpec = "h200",
+    micro_batch: int = 1,
+    seq_len: int = 1024,
+    gpus: int = 1,
+    activation_checkpointing: bool = False,
+    phase: str = "both",
+    **options: Any,
+) -> FitReport:
+    """Estimate one case without an experiment (``nbtools fit --model ...``).
+
+    Args:
+        model: a config.json path or dict, a Hub id (shipped configs first, then ``AutoConfig``), or a ``ModelArch``.
+        gpu: ``h100``, ``h200``, ``b200``, ``a100-80`` ... or a GKE accelerator name.
+        micro_batch, seq_len: sequences per training micro-batch per GPU, and their length in tokens.
+        gpus: GPUs training runs on.
+        activation_checkpointing: NeMo-RL's ``dtensor_cfg.activation_checkpointing``.
+        phase: ``training``, ``generation`` or ``both``.
+        **options: any other :class:`FitInputs` field (``logprob_batch``, ``gpu_memory_utilization`` ...).
+
+    Example:
+        >>> nbtools.fit.estimate("google/gemma-3-1b-it", gpu="b200", micro_batch=4, seq_len=2048).verdict
+        'fits'
+    """
+    if phase not in ("training", "generation", "both"):
+        raise ConfigError(f"phase {phase!r} is not one of training, generation, both; fix: pass one of them")
+    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("gpus", gpus)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}; fix: pass e.g. {name}=1")
+    known = {f.name for f in dataclasses.fields(FitInputs)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {unknown}; fix: use FitInputs fields: {', '.join(sorted(known))}")
+    keys = {"activation_checkpointing": "--activation-checkpointing", "micro_batch": "--micro-batch",
+            "seq_len": "--seq-len", "gpus": "--gpus", "logprob_batch": "logprob_batch",
+            "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
+            "vllm_tensor_parallel": "--vllm-tensor-parallel"}
+    inp = FitInputs(arch=resolve_arch(model), gpu=gpu_spec(gpu), micro_batch=micro_batch, seq_len=seq_len, gpus=gpus,
+                    activation_checkpointing=activation_checkpointing, phase=phase, keys=keys, **options)
+    return evaluate(inp)

@@ -1,0 +1,224 @@
+"""nbtools.fit: the estimator against every case measured on a real GPU, the verdict rules, the CLI and the launch gate.
+
+The calibration table (``benchmarks/results/fit_calibration_*.json``) was written by ``benchmarks/fit_calibrate.py``
+on an H200: one NeMo-RL-style GRPO training step per case (FSDP2 bf16/fp32 mixed precision, AdamW, fp32 logits ->
+log-softmax -> clipped loss), ``torch.cuda.max_memory_allocated`` per phase, out-of-memory cases recorded as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nbtools
+from nbtools import fit
+from nbtools.errors import ConfigError, LintError, NotFoundError
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent / "nbtools"
+GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
+LOCAL = ROOT / "experiments" / "local.yaml"
+TABLES = sorted((ROOT / "benchmarks" / "results").glob("fit_calibration_*.json"))
+GPU_OF = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100", "NVIDIA B200": "b200"}
+
+
+def _rows():
+    out = []
+    for table in TABLES:
+        doc = json.loads(table.read_text())
+        for row in doc["cases"]:
+            out.append((doc["meta"], row))
+    return out
+
+
+def _inputs(meta: dict, row: dict) -> fit.FitInputs:
+    return fit.FitInputs(
+        arch=fit.resolve_arch(row["model"].replace("--", "/", 1)), gpu=fit.gpu_spec(GPU_OF[meta["gpu"]]),
+        micro_batch=row["micro_batch"], seq_len=row["seq_len"], gpus=row["gpus"],
+        logprob_batch=row.get("logprob_batch"), activation_checkpointing=row["activation_checkpointing"],
+        optimizer_foreach=row["optimizer_foreach"], expandable_segments="expandable" in (row.get("alloc_conf") or ""),
+        phase="training", colocated=False,
+    )
+
+
+def test_calibration_table_has_enough_real_measurements():
+    rows = _rows()
+    assert TABLES and all(m["gpu"] in GPU_OF and m["torch"] and m["transformers"] and m["date"] for m, _ in rows)
+    measured = [r for _, r in rows if r["status"] == "ok"]
+    assert len(measured) >= 15
+    assert {r["model"] for r in measured} >= {"meta-llama--Llama-3.2-1B", "Qwen--Qwen2.5-1.5B", "google--gemma-3-1b-it",
+                                              "Qwen--Qwen3-4B"}
+    assert {r["activation_checkpointing"] for r in measured} == {True, False}
+    assert sum(r["status"] == "oom" for _, r in rows) >= 5
+    assert all(r["status"] in ("ok", "oom") for _, r in rows), [r for _, r in rows if r["status"] not in ("ok", "oom")]
+
+
+@pytest.mark.parametrize("meta,row", _rows(), ids=lambda x: "" if "model" not in x else
+                         f"{x['model'].split('--')[1]}-B{x['micro_batch']}-L{x['seq_len']}-ac{int(x['activation_checkpointing'])}"
+                         f"{'-es' if x.get('alloc_conf') else ''}-{x['status']}")
+def test_estimate_matches_every_measured_case_and_its_verdict(meta, row):
+    report = fit.evaluate(_inputs(meta, row), suggest=False)
+    if row["status"] == "ok":
+        err = report.training.peak_gib / row["peak_gib"] - 1
+        assert abs(err) <= 0.15, f"estimate {report.training.peak_gib} vs measured {row['peak_gib']} ({err:+.1%})"
+        assert abs(err) <= 0.03, f"accuracy regressed: {err:+.1%} (the calibration met 1%)"
+        assert report.verdict in ("fits", "tight"), (report.verdict, report.training_need_gib, report.usable_gib)
+    else:
+        assert report.verdict == "does-not-fit", (report.training.peak_gib, report.training_need_gib, report.usable_gib)
+        # the memory already held when the allocation failed is a lower bound of the true peak
+        assert report.training.peak_gib >= row["oom_allocated_gib"]
+
+
+def test_h100_predictions_written_before_the_run_came_true():
+    """The H100 run was out of sample: its verdicts were predicted and committed first."""
+    root = ROOT / "benchmarks" / "results"
+    pred = json.loads((root / "fit_predictions_h100.json").read_text())["cases"]
+    seen = json.loads((root / "fit_calibration_h100.json").read_text())["cases"]
+    assert len(pred) == len(seen) >= 20
+    for p, s in zip(pred, seen, strict=True):
+        assert (p["model"], p["micro_batch"], p["seq_len"]) == (s["model"], s["micro_batch"], s["seq_len"])
+        assert (p["predicted_verdict"] == "does-not-fit") == (s["status"] == "oom"), (p, s["status"])
+    assert {p["predicted_verdict"] for p in pred} == {"fits", "tight", "does-not-fit"}
+
+
+def test_parameter_counts_equal_the_instantiated_models():
+    for _, row in _rows():
+        assert fit.resolve_arch(row["model"].replace("--", "/", 1)).params == row["params"], row["model"]
+    assert fit.resolve_arch("Qwen/Qwen2.5-32B-Instruct").params == 32_763_876_352  # published count, untied + qkv bias
+    g27 = fit.resolve_arch("google/gemma-3-27b-it")  # multimodal config: its text_config, plus the vision tower
+    assert (g27.num_layers, g27.vocab_size, g27.num_sliding_layers) == (62, 262208, 52) and g27.extra_params > 0
+
+
+def test_resolve_arch_from_dict_path_directory_and_offline_hub_id(tmp_path, monkeypatch):
+    cfg = json.loads((ROOT / "nbtools/data/model_configs/meta-llama--Llama-3.2-1B.json").read_text())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    a = fit.resolve_arch(cfg)
+    assert dataclasses.replace(fit.resolve_arch(tmp_path / "m"), name="") == a and a.num_layers == 16
+    assert fit.resolve_arch(str(tmp_path / "m" / "config.json")).kv_bytes_per_token() == 16 * 8 * 64 * 2 * 2
+    with pytest.raises(NotFoundError, match="fix: pass the model directory"):
+        fit.resolve_arch(tmp_path / "nothing-here")
+    with pytest.raises(ConfigError, match="lacks vocab_size"):
+        fit.resolve_arch({"hidden_size": 8})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # AutoConfig must not reach the network from a test
+    with pytest.raises(NotFoundError, match="not among the configs shipped") as e:
+        fit.resolve_arch("example-org/not-a-shipped-model")
+    assert "fix: pass a local path" in str(e.value)
+
+
+def test_gpu_table_names_and_errors():
+    assert fit.gpu_spec("nvidia-h200-141gb") is fit.GPUS["h200"] and fit.gpu_spec("nvidia-b200") is fit.GPUS["b200"]
+    assert fit.gpu_spec("H100").gib == 79.65 and fit.gpu_spec("96gib").gib == 96
+    with pytest.raises(ConfigError, match="known: b200, h200, h100"):
+        fit.gpu_spec("tpu-v5")
+
+
+def test_generation_refuses_what_vllm_refuses_and_suggests_a_fix():
+    arch = fit.resolve_arch("Qwen/Qwen2.5-32B-Instruct")
+    g = fit.generation_estimate(arch, capacity_gib=79.65, gpu_memory_utilization=0.6, max_model_len=4096)
+    assert g.verdict == "does-not-fit" and "does not even hold its weights" in g.problems[0]
+    tp8 = fit.generation_estimate(arch, capacity_gib=79.65, gpu_memory_utilization=0.6, max_model_len=4096,
+                                  tensor_parallel=8)
+    assert tp8.verdict == "fits" and tp8.terms["weights"] == pytest.approx(2 * arch.params / 8 / 2**30, rel=1e-3)
+    assert tp8.kv_bytes_per_token == 64 * 1 * 128 * 2 * 2  # 8 KV heads over 8 ranks: one per rank
+    r = fit.estimate(arch, gpu="h100", phase="generation", seq_len=4096)
+    assert r.training is None and r.verdict == "does-not-fit"
+    assert any("--vllm-tensor-parallel" in s and "-> fits" in s for s in r.suggestions), r.suggestions
+    # Gemma-3's sliding-window layers keep at most their window of KV cache
+    gemma = fit.resolve_arch("google/gemma-3-1b-it")
+    long = fit.generation_estimate(gemma, capacity_gib=140.4, max_model_len=8192)
+    assert long.kv_gib_per_sequence * 2**30 == pytest.approx(256 * 2 * 2 * (4 * 8192 + 22 * 512), rel=1e-3)
+
+
+def test_single_case_suggestions_are_the_smallest_change_that_fits():
+    r = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096, phase="training")
+    assert r.verdict == "does-not-fit" and r.certain and r.generation is None
+    assert r.suggestions[0].startswith("use --micro-batch 2:") and r.suggestions[0].endswith("-> fits")
+    assert fit.evaluate(r.inputs.with_(micro_batch=2)).verdict in ("fits", "tight")
+    ok = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h200", micro_batch=1, seq_len=1024, phase="training")
+    assert ok.verdict == "fits" and ok.suggestions == [] and ok.training.peak_phase == "optimizer"
+    with pytest.raises(ConfigError, match="micro_batch must be a positive integer"):
+        fit.estimate("Qwen/Qwen2.5-1.5B", micro_batch=0)
+
+
+def test_check_reads_the_recipe_and_the_launch_overrides():
+    cfg = nbtools.config.load(GKE)
+    inputs, _ = fit.inputs_from_experiment(cfg)
+    assert (inputs.gpu.key, inputs.gpus, inputs.micro_batch, inputs.seq_len, inputs.max_model_len) == ("b200", 8, 4, 2048, 2048)
+    assert inputs.colocated and not inputs.activation_checkpointing and inputs.gpu_memory_utilization == 0.6
+    big = cfg.replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64",
+                                               "policy.dtensor_cfg.activation_checkpointing=true"]})
+    inputs, _ = fit.inputs_from_experiment(big)
+    # v0.7's recipe sets logprob_batch_size: ${policy.train_micro_batch_size}; the interpolation is followed
+    assert inputs.micro_batch == 64 and inputs.logprob_batch == 64 and inputs.activation_checkpointing
+    local = fit.check(nbtools.config.load(LOCAL))
+    assert local.verdict == "not-applicable" and "not applicable (CPU rehearsal)" in local.notes[0]
+
+
+def _nb(*args, code: int) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == code, f"exit {r.returncode}\nstdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-2000:]}"
+    return r
+
+
+def test_cli_fit_experiment_json():
+    d = json.loads(_nb("fit", GKE, "--json", code=0).stdout)
+    assert d["verdict"] in ("fits", "tight") and d["gpu_gib"] == fit.GPUS["b200"].gib
+    terms = d["training"]["terms"]
+    assert {"master_weights_fp32", "gradients_fp32", "adamw_states_fp32", "activations", "logits_fp32"} <= set(terms)
+    assert d["training"]["peak_gib"] == pytest.approx(sum(terms.values()), abs=0.01)
+    assert d["generation"]["max_concurrent_sequences"] > 1 and isinstance(d["suggestions"], list)
+    text = _nb("fit", LOCAL, code=0).stdout
+    assert "not applicable (CPU rehearsal)" in text
+
+
+def test_cli_fit_single_case_exit_status_and_shape():
+    r = _nb("fit", "--model", "Qwen/Qwen2.5-1.5B", "--gpu", "h100", "--gpus", "1", "--micro-batch", "8", "--seq-len",
+            "4096", "--json", code=1)
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "does-not-fit" and d["suggestions"] and "fix: use --micro-batch 2" in r.stderr
+    assert set(d) >= {"gpu_gib", "training", "generation", "verdict", "suggestions"}
+    d = json.loads(_nb("fit", "--model", ROOT / "nbtools/data/model_configs/google--gemma-3-1b-it.json", "--gpu", "h200",
+                       "--micro-batch", "2", "--seq-len", "2048", "--activation-checkpointing", "--phase", "training",
+                       "--json", code=0).stdout)
+    assert d["generation"] is None and d["inputs"]["activation_checkpointing"] is True
+    assert "either EXPERIMENT.yaml or --model" in _nb("fit", GKE, "--model", "x", code=1).stderr
+
+
+def test_launch_lint_only_shows_the_fit_finding(capfd):
+    from nbtools.cli import main
+
+    assert main(["launch", str(GKE), "--lint-only", "--json"]) == 0
+    d = json.loads(capfd.readouterr().out)
+    assert "gpu-memory-fit" in d["checked"] and not any(f["rule"] == "gpu-memory-fit" for f in d["findings"])
+    big = "trainer.overrides=[policy.train_micro_batch_size=64]"
+    assert main(["launch", str(GKE), big, "--lint-only", "--json"]) == 1
+    out = capfd.readouterr()
+    (finding,) = [f for f in json.loads(out.out)["findings"] if f["rule"] == "gpu-memory-fit"]
+    assert finding["severity"] == "blocking" and finding["message"].startswith("certainly does not fit")
+    assert finding["key"] == "policy.train_micro_batch_size" and "--ignore-fit" in finding["fix"]
+    assert main(["launch", str(GKE), big, "--lint-only", "--ignore-fit", "--json"]) == 0
+    (finding,) = [f for f in json.loads(capfd.readouterr().out)["findings"] if f["rule"] == "gpu-memory-fit"]
+    assert finding["severity"] == "warning"
+
+
+def test_submit_refuses_a_certain_oom_unless_told_to_go_ahead(monkeypatch):
+    import nbtools.jobs
+    import nbtools.launch as launch
+
+    monkeypatch.setattr(nbtools.jobs, "attach", lambda *a, **k: (_ for _ in ()).throw(NotFoundError("no job")))
+    sent = []
+    monkeypatch.setattr(launch, "_send", lambda spec, cfg: sent.append(spec.submission_id) or "submitted")
+    cfg = nbtools.config.load(GKE).replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64"]})
+    with pytest.raises(LintError, match="certainly does not fit") as err:
+        launch.submit(cfg)
+    assert "gpu-memory-fit" not in str(err.value) or "ignore_fit=True" in str(err.value)
+    assert sent == []
+    assert launch.submit(cfg, ignore_fit=True) == "submitted" and sent == [cfg.submission_id]
