@@ -18,7 +18,7 @@ NB_DIR = ROOT / "notebooks"
 COMMON = {"BACKEND": ("str", '"local"'), "CONFIG": ("str", '"../experiments/local.yaml"')}
 KNOBS = {
     "01_provision_gke": {"APPLY": ("bool", "True")},
-    "02_ray_cluster": {"TIMEOUT": ("int", "240")},
+    "02_ray_cluster": {"TIMEOUT": ("float", "0.0")},
     "03_launch_grpo": {"STOP": ("bool", "False")},
     "04_monitor": {"REFRESH_SECONDS": ("float", "30.0")},
     "05_trajectories": {"STEP": ("int", "-1")},

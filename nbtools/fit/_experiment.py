@@ -179,7 +179,9 @@ def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> FitReport:
     Example:
         >>> nbtools.fit.check(cfg)        # in notebook 03, before the launch cell
     """
-    if cfg.backend == "local":
+    from nbtools import backends
+
+    if backends.get(cfg).trainer == "rehearsal":
         return _not_applicable(cfg)
     inputs, notes = inputs_from_experiment(cfg, gpu=gpu)
     report = evaluate(inputs)
