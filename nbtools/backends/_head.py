@@ -199,7 +199,8 @@ def _spawn(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # Stop fast (no drain wait), no usage stats, and give the raylet longer than its 15 s default to see the
     # dashboard agent's ports: on a busy 2-core machine the agent alone can take 15-30 s to start.
-    env.update(RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0", RAY_USAGE_STATS_ENABLED="0", RAY_agent_register_timeout_ms="120000")
+    env.update(RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0", RAY_USAGE_STATS_ENABLED="0", RAY_agent_register_timeout_ms="120000",
+               RAY_raylet_start_wait_time_s="120")
     # Explicit auth mode: otherwise `ray start` silently turns token auth on whenever ~/.ray/auth_token happens to
     # exist, and every client without that token (notebooks, job drivers) gets 401s. The dashboard listens on
     # 127.0.0.1 only; a head for a shared network belongs to the gke/ray backends.

@@ -80,7 +80,7 @@ class LocalBackend:
     # -- verbs --------------------------------------------------------------------------------------------
     def up(self, *, timeout: float | None = None, progress: bool = True, extra_args=()) -> ClusterHandle:
         """Start the local head, or re-attach to the one this runs dir already has (never a second one)."""
-        return _head.up(self.cfg, timeout=timeout or 120, progress=progress, extra_args=extra_args)
+        return _head.up(self.cfg, timeout=timeout or 300, progress=progress, extra_args=extra_args)
 
     def reattach(self) -> ClusterHandle | None:
         """The head this runs dir recorded, when it still runs and answers (nothing is started)."""
