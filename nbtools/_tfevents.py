@@ -4,7 +4,9 @@ Why: tensorboard's ``EventFileLoader`` swallows ``DataLossError`` (a failed chec
 reading the file there, so everything after one flipped byte vanishes without a word. Here every record's
 TFRecord framing is checked with tensorboard's own ``masked_crc32c``; a record whose data checksum fails is
 skipped, a damaged header is skipped up to the next intact record (both checksums hold there), and each damaged
-stretch is reported as (file, offset, kind, message). Directories are walked following symlinks.
+stretch is reported as (file, offset, kind, message). A file that ends inside a record is ``truncated``, or
+``pending`` when it was modified in the last minute (a writer mid-flush: the record completes on the next
+read). Directories are walked following symlinks.
 
 Example:
     >>> problems = []
@@ -15,10 +17,13 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["event_files", "events"]
+__all__ = ["event_files", "events", "LIVE_SECONDS"]
+
+LIVE_SECONDS = 60  # a file cut inside its last record and modified this recently is still being written
 
 
 def event_files(path: Path) -> list[Path]:
@@ -51,10 +56,18 @@ def _records(path: Path, problems: list[dict]) -> Iterator[bytes]:
         problem(0, "unreadable", f"cannot read the file: {err.strerror or err}")
         return
     n, pos = len(data), 0
+
+    def cut(what: str) -> None:
+        try:
+            live = time.time() - path.stat().st_mtime < LIVE_SECONDS
+        except OSError:
+            live = False
+        problem(pos, "pending" if live else "truncated", f"the file ends inside a record {what}: "
+                + ("written moments ago, so probably still being written" if live else "the writer stopped there"))
+
     while pos < n:
         if n - pos < 12:
-            problem(pos, "truncated", f"the file ends inside a record header ({n - pos} bytes): still being "
-                                      "written, or the writer stopped")
+            cut(f"header ({n - pos} bytes)")
             return
         length, header_crc = _HEADER.unpack_from(data, pos)
         if masked_crc32c(data[pos : pos + 8]) != header_crc:
@@ -67,8 +80,7 @@ def _records(path: Path, problems: list[dict]) -> Iterator[bytes]:
             continue
         end = pos + 16 + length
         if end > n:
-            problem(pos, "truncated", f"the file ends inside a record ({n - pos} of {16 + length} bytes): still "
-                                      "being written, or the writer stopped")
+            cut(f"({n - pos} of {16 + length} bytes)")
             return
         payload = data[pos + 12 : end - 4]
         if masked_crc32c(payload) != struct.unpack_from("<I", data, end - 4)[0]:

@@ -3,13 +3,15 @@
 Why: the curves people watch (reward, generation length, KL) live in TensorBoard event files for NeMo-RL and
 in console lines for verl; one frame with a name map lets the same plot serve both, run beside run.
 
-TensorBoard event files are read record by record (TFRecord framing, CRC-checked with tensorboard's own
-``masked_crc32c``, events migrated with tensorboard's ``data_compat``/``dataclass_compat`` like its
-``EventFileLoader``), because that loader swallows ``DataLossError`` and silently cuts a curve at the first
-damaged record. Here a damaged record is skipped, the reading resumes at the next intact record, and every
-problem is warned about and listed in ``df.attrs["problems"]`` (file, offset, kind, message): ``truncated`` (the
-file ends inside a record: still being written, or the writer died), ``corrupt`` (a checksum failed),
-``unreadable``. Symlinked directories (the ``tensorboard/`` dir, the exp dir) are followed.
+TensorBoard event files are read record by record (``nbtools._tfevents``: TFRecord framing checked with
+tensorboard's own ``masked_crc32c``), because tensorboard's ``EventFileLoader`` swallows ``DataLossError`` and
+silently cuts a curve at the first damaged record. Here a damaged record is skipped, reading resumes at the
+next intact record, and every problem is listed in ``df.attrs["problems"]`` (file, offset, kind, message) and
+warned about: ``corrupt`` (a checksum failed), ``truncated`` (the file ends inside a record and has not changed
+for a minute: the writer died), ``unreadable``; ``pending`` (the same cut in a file written moments ago: a flush
+in progress) is listed but not warned about, as it completes on the next read. Scalars are taken from legacy
+``simple_value`` and v2 scalar tensors directly (no ``data_compat`` migration: 5x faster). Symlinked
+directories (the ``tensorboard/`` dir, the exp dir, the log_dir) are followed.
 
 Several event files in one directory: a file that resumes (its first step after 0 is later than where the
 directory's run began) continues that run, and where it re-logs a step the last write wins; a file that starts
@@ -142,8 +144,9 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
         run: the run label (default: the exp dir name, e.g. ``exp_001``).
 
     Returns:
-        DataFrame[run, tag, step, value, wall_time] sorted by tag and step; empty (same columns) while the job
-        has not logged yet.
+        DataFrame[run, tag, step, value, wall_time] sorted by run, tag and step; empty (same columns) while the
+        job has not logged yet. ``df.attrs``: ``problems`` (damaged records, see the module doc) and ``files``
+        ({run label: its event files}; a second run found in one directory is labelled ``<run>#2``).
 
     Raises:
         NotFoundError: ``path`` does not exist.
@@ -178,10 +181,11 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
                 values.append(x)
                 walls.append(event.wall_time)
         start[f] = min((s for s in steps if s > 0), default=None)
-    if problems:
-        shown = "; ".join(f"{Path(q['file']).name} at byte {q['offset']}: {q['message']}" for q in problems[:3])
-        warnings.warn(f"{len(problems)} damaged stretch(es) in TensorBoard event files, the rest was read: {shown}"
-                      f"{' …' if len(problems) > 3 else ''}; see df.attrs['problems']", stacklevel=2)
+    damaged = [q for q in problems if q["kind"] != "pending"]
+    if damaged:
+        shown = "; ".join(f"{Path(q['file']).name} at byte {q['offset']}: {q['message']}" for q in damaged[:3])
+        warnings.warn(f"{len(damaged)} damaged stretch(es) in TensorBoard event files, the rest was read: {shown}"
+                      f"{' …' if len(damaged) > 3 else ''}; see df.attrs['problems']", stacklevel=2)
     labels = _run_labels(files, start, first_wall, label)
     frames = [pd.DataFrame({"run": labels[f], "tag": t, "step": np.asarray(s, dtype=np.int64),
                             "value": np.asarray(v, dtype=np.float64), "wall_time": np.asarray(w, dtype=np.float64)})

@@ -105,9 +105,13 @@ def test_truncated_file_warns_with_the_offset_of_the_cut_record(tmp_path):
     data = f.read_bytes()
     last = _offsets(data)[-1]
     f.write_bytes(data[: last + 20])
+    df, warned = _read(tmp_path)  # written just now: a writer mid-flush, listed but not warned about
+    assert len(df) == 8 * 3 - 1 and warned == [] and df.attrs["problems"][0]["kind"] == "pending"
+    old = f.stat().st_mtime - 3600
+    os.utime(f, (old, old))  # nobody wrote it for an hour: the writer died inside the record
     df, warned = _read(tmp_path)
     assert len(df) == 8 * 3 - 1 and f"at byte {last}" in warned[0] and "ends inside a record" in warned[0]
-    assert df.attrs["problems"][0]["kind"] == "truncated"
+    assert df.attrs["problems"][0]["kind"] == "truncated" and df.attrs["problems"][0]["offset"] == last
 
 
 def test_garbage_event_file_beside_a_good_one(tmp_path):
@@ -167,6 +171,7 @@ def test_cli_reports_damage_without_a_traceback(tmp_path):
     data = bytearray(f.read_bytes())
     data[_offsets(bytes(data))[3] + 13] ^= 1
     f.write_bytes(bytes(data[:-5]))
+    os.utime(f, (1e9, 1e9))
     (tb / "events.out.tfevents.1.garbage").write_bytes(b"\x00" * 7 + os.urandom(500))
     for target in (tmp_path, f, tb / "events.out.tfevents.1.garbage"):
         res = _cli("metrics", target, "--json")
