@@ -173,7 +173,7 @@ def test_cli_reports_damage_without_a_traceback(tmp_path):
     f.write_bytes(bytes(data[:-5]))
     os.utime(f, (1e9, 1e9))
     (tb / "events.out.tfevents.1.garbage").write_bytes(b"\x00" * 7 + os.urandom(500))
-    for target in (tmp_path, f, tb / "events.out.tfevents.1.garbage"):
+    for target in (tmp_path, tb / "events.out.tfevents.1.garbage"):  # a subprocess each: ~1.5 s
         res = _cli("metrics", target, "--json")
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
         json.loads(res.stdout)

@@ -165,7 +165,7 @@ def test_cli_prints_no_traceback_for_odd_records(tmp_path):
     (exp / "train_data_step1.jsonl").write_bytes(b"\n".join(rows) + b"\n{\"partial")
     (exp / "train_data_step2.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
     exe = Path(sys.executable).with_name("nbtools")
-    for args in (["--step", "1", "--json"], ["--step", "1"], ["--step", "2"], []):
+    for args in (["--step", "1", "--json"], ["--step", "2"]):  # a subprocess each: ~1.5 s
         res = subprocess.run([str(exe), "trajectories", str(tmp_path / "logs"), *args], capture_output=True, text=True,
                              timeout=120)
         assert "Traceback" not in res.stderr and res.returncode in (0, 1), res.stderr

@@ -97,8 +97,11 @@ def read_file(path: str, step: int, opts: ReadOptions) -> FileResult:
 def unreadable(path: str, step: int, err: OSError, *, arrays: bool = False) -> FileResult:
     """The result for a step file that cannot be opened: no rows, one problem saying why."""
     what = err.strerror or type(err).__name__
-    if os.path.islink(path) and not os.path.exists(path):
-        what = f"a dangling symlink to {os.readlink(path)}"
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            what = f"a dangling symlink to {os.readlink(path)}"
+    except OSError:
+        pass
     return FileResult(path, step, 0, 0, np.zeros(1, dtype=np.int64), [],
                       [(0, "unreadable", f"cannot read the file: {what}; the other steps were read", "")],
                       arrays={k: [] for k in ARRAY_KEYS} if arrays else None, unreadable=True)

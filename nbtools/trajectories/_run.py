@@ -121,6 +121,13 @@ class Run:
 
         Why: the replacement for ``tail -n 1 train_data_stepN.jsonl | jq`` — one ``pread``, any run size.
 
+        ``idx`` counts lines (0-based). The row is the one ``read()`` gives for that line; a record whose arrays
+        cannot be decoded comes without them and with a ``problem`` entry.
+
+        Raises:
+            NotFoundError: no such line, a line that ``read()`` skips too (malformed, blank, idx outside
+                int64; see ``run.problems``), or a step file that cannot be read.
+
         Example:
             >>> rec = run.record(run.steps[-1], 0)
             >>> rec["generation_length"], rec["token_loss_mask"].sum()
