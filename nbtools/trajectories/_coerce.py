@@ -13,7 +13,7 @@ coerced here, once, for every path (the fast projection, the whole-line decode, 
   ``[[[…]]]`` (wrapped twice) all read alike; chat messages go to slots by role.
 
 Example:
-    >>> _texts([[{"role": "user", "content": [{"type": "text", "text": "2+2?"}]}, {"role": "assistant", "content": "4"}]])
+    >>> texts([[{"role": "user", "content": [{"type": "text", "text": "2+2?"}]}, {"role": "assistant", "content": "4"}]])
     ('2+2?', '4', None)
 """
 
@@ -75,7 +75,7 @@ def decode_record(line: bytes | bytearray) -> tuple[Any, str | None]:
         rec = json.loads(text)
     except (ValueError, RecursionError):
         raise ValueError(str(first)) from None
-    return _clean(rec), note
+    return (_clean(rec) if "\\u" in text else rec), note
 
 
 def _fix(s: str) -> str:
