@@ -27,7 +27,9 @@ from nbtools import trajectories as T
 from nbtools.errors import NotFoundError
 
 KEYS = ["step", "idx", "prompt", "response", "env_observation", "reward", "input_length", "think", "answer"]
-text = st.text(max_size=12)
+# an explicit alphabet (JSON's special characters, whitespace, multi-byte UTF-8): hypothesis' default one costs
+# seconds to build on a machine without its .hypothesis cache
+text = st.text(alphabet='ab xyz09.-"\\/\n\t\r\x00\x1f\x7f<>{}[],:éß中😀\u2028', max_size=12)
 number = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**70), 2**70)
 scalar = st.none() | st.booleans() | number | text
 value = st.recursive(scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c, max_size=3), max_leaves=6)
@@ -126,7 +128,6 @@ def test_any_jsonl_reads_consistently_with_typed_errors_only(lines, pending):
         exp.mkdir()
         data = b"".join(x + b"\n" for x in lines) + pending  # a partial last line is pending, not a record
         (exp / "train_data_step1.jsonl").write_bytes(data)
-        (exp / "val_data_step1.jsonl").write_bytes(data)
         complete = data.count(b"\n")
 
         run = T.open_run(exp, cache=False)
@@ -150,7 +151,6 @@ def test_any_jsonl_reads_consistently_with_typed_errors_only(lines, pending):
         for name, other in (("arrays", arr), ("iter_records", recs), ("record", got), ("cached", cached),
                             ("from cache", again)):
             assert _rows(other) == want, name
-        assert T.open_run(exp).read(1, kind="val").shape == df.shape
         assert len(run.summary()) == (1 if len(df) else 0)
         assert (run.problems["kind"].isin(["malformed", "empty"])).sum() == run.skipped
 
