@@ -110,7 +110,9 @@ def test_all_problems_reported_at_once(tmp_path):
     assert "grpo.seeed: unknown key" in msg and "did you mean `grpo.seed`" in msg
     assert "cluster.gpu_type: 'nvidia-a100' is not allowed" in msg and "nvidia-b200" in msg
     assert "checkpointing.enabled: expected true or false" in msg
-    assert len(ei.value.problems) == 5
+    # cross-field rules run too, even though type errors exist elsewhere
+    assert "name: 'My Exp!' is not usable" in msg and "grpo.max_num_steps: 0 must be >= 1" in msg
+    assert len(ei.value.problems) == 7
 
 
 @pytest.mark.parametrize(
@@ -136,7 +138,8 @@ def test_all_problems_reported_at_once(tmp_path):
         ({"name": "x", "checkpointing": {"dtensor_v2": False}}, r"only valid with dtensor_v2: true"),
         ({"name": "x", "checkpointing": {"model_save_format": None}}, r"null needs dtensor_v2: false"),
         ({"name": "x", "secrets": {"hf_token": {}}}, r"secrets.hf_token: names neither"),
-        ({"name": "x", "secrets": {"hf_token": {"env": "hf_abcdefghijklmnop-xyz"}}}, r"must be the NAME of an environment variable"),
+        ({"name": "x", "secrets": {"hf_token": {"env": "hf_abcdefghijklmnop-xyz"}}}, r"put the NAME of the env var here"),
+        ({"name": "x", "secrets": {"hf_token": {"env": "my-token"}}}, r"must be the NAME of an environment variable"),
         ({"name": "x", "secrets": {"hf_token": {"k8s_secret": "hf"}}}, r"secrets.hf_token.key: required"),
         ({"name": "x", "trainer": {"colocated": False}}, r"non-colocated generation needs its resources"),
         ({"name": "x", "trainer": {"overrides": ["grpo.max_num_steps"]}}, r"is not a Hydra override"),
