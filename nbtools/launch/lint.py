@@ -220,7 +220,11 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
 
 
 def _secrets(cfg: Experiment, r: LintReport) -> None:
-    """Secrets are named, never stored: warn (or block, when the run needs it) where a named env var is unset."""
+    """Secrets are named, never stored: warn (or block, when the run needs it) where a named env var is unset.
+
+    On gke the env var only matters when the Kubernetes Secret is created (``cluster.up`` refuses then, naming it);
+    a launch uses the Secret already in the cluster, so an unset variable is not reported here.
+    """
     r.checked.append("secrets")
     for name, needed in (("hf_token", False), ("wandb_api_key", cfg.logging.wandb)):
         ref = getattr(cfg.secrets, name)
@@ -233,19 +237,12 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
                     f"no Kubernetes Secret named, so the pods have no {env_name}",
                     f"set `secrets.{name}: {{env: {env_name}, k8s_secret: <name>, key: <key>}}` (notebook 01 creates it)",
                 ))
-            elif unset:
-                r.findings.append(Finding(
-                    "warning", "secrets", f"secrets.{name}.env",
-                    f"${env_name} is not set in this environment, so the Secret {ref.k8s_secret!r} cannot be created or "
-                    "updated from here (an existing Secret in the cluster is used as it is)",
-                    f"export {env_name}=... in the shell that starts Jupyter / the CLI, then re-run",
-                ))
         elif cfg.backend == "local":
             if unset:
                 r.findings.append(Finding(
                     "warning", "secrets", f"secrets.{name}.env",
                     f"${env_name} is referenced but not set in this environment (the local rehearsal does not need it; "
-                    "the same config on gke or ray would run without it)",
+                    "a job on ray would run without it, and on gke the Secret could not be created from it)",
                     f"export {env_name}=... before starting Jupyter / the CLI, or remove `secrets.{name}`",
                 ))
         elif ref is None or not ref.env or ref.value() is None:
