@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -53,9 +54,23 @@ def _secretish(key: str) -> bool:
     return key == "secrets" or key.startswith("secrets.")
 
 
+def _has_token(value: Any, budget: list[int]) -> bool:
+    """True when ``value`` or anything inside it (keys included) looks like a token; looks at most ~200 values."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return True  # too big to vet: do not show it
+    if isinstance(value, str):
+        return bool(token_kind(value) or token_kind(value, names=False))
+    if isinstance(value, dict):
+        return any(_has_token(k, budget) or _has_token(v, budget) for k, v in value.items())
+    if isinstance(value, (list, tuple, set)):
+        return any(_has_token(v, budget) for v in value)
+    return False
+
+
 def _show(key: str, value: Any) -> str:
-    """A value for a problem text: redacted under ``secrets`` or when token-shaped, else a short repr."""
-    if _secretish(key) or token_kind(value) or (isinstance(value, str) and token_kind(value, names=False)):
+    """A value for a problem text: redacted under ``secrets`` or when it holds anything token-shaped, else a short repr."""
+    if _secretish(key) or _has_token(value, [200]):
         return redact(value)
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -79,6 +94,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # resolving string annotations is most of the time a load takes
+
+
 def _placeholder(tp: Any) -> Any:
     """A stand-in for a missing required field, so the rest of the tree can still be built and checked."""
     return {str: "", int: 0, float: 0.0, bool: False}.get(tp)
@@ -90,7 +110,7 @@ def _build(cls: type, data: Any, prefix: str, problems: Problems) -> Any:
     if not isinstance(data, dict):
         problems.add(where, f"{where}: expected a mapping, got {_show(where, data)}; fix: write it as `key: value` lines")
         return None
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -103,7 +123,8 @@ def _build(cls: type, data: Any, prefix: str, problems: Problems) -> Any:
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     for name, f in fields.items():
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            problems.add(f"{prefix}{name}", f"{prefix}{name}: required key is missing; fix: add `{name}: ...` to the {where} section")
+            section = "the top level of the file" if not prefix else f"the {where} section"
+            problems.add(f"{prefix}{name}", f"{prefix}{name}: required key is missing; fix: add `{name}: ...` to {section}")
     for name, f in fields.items():  # required fields that are missing or bad: a placeholder, marked bad above
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and kwargs.get(name, _BAD) is _BAD:
             kwargs[name] = _placeholder(hints[name])

@@ -141,7 +141,9 @@ def load_yaml(text: str, source: str | None = None) -> Any:
         _duplicate_keys(loader, node)
         return loader.construct_document(node)
     except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {_where(e)}", source=source) from None
+        what = _where(e)
+        fix = "" if "fix:" in what else "; fix: correct the file at that line (brackets, quotes, indentation, `key: value`)"
+        raise ConfigError(f"not valid YAML: {what}{fix}", source=source) from None
     except RecursionError:
         raise ConfigError("nested too deeply to read; fix: flatten it (an experiment is a few levels deep)",
                           source=source) from None
