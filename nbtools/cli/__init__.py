@@ -2,9 +2,11 @@
 
 Why: the same users run things from a terminal, a Makefile or a CI job; each subcommand is one library call.
 A thin layer with no logic of its own. Exit status: 0 success, 2 bad usage, 1 failure (the error and its fix
-on stderr). With ``--json`` stdout carries exactly one JSON document; everything else the library prints
-(progress bars, logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value``
-overrides after the path (``nbtools launch experiments/local.yaml grpo.max_num_steps=20``).
+on stderr, with the library's advice rewritten into the CLI's flags by ``nbtools.cli._errors``). With ``--json``
+stdout carries exactly one JSON document, failures included (``{"error": ..., "fix": ..., "type": ..., "exit":
+...}``, plus the command's own data where it has some); everything else the library prints (progress bars,
+logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value`` overrides after the
+path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
 
 Example:
     $ nbtools checkpoints runs/local-rehearsal/checkpoints --json

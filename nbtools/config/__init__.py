@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from nbtools.config._rules import REHEARSAL_METRICS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
     NEMO_RL_VERSIONS,
@@ -43,7 +44,7 @@ from nbtools.config._sections import (
     to_dict,
 )
 from nbtools.config._tokens import redact, token_kind
-from nbtools.config._validate import REHEARSAL_METRICS, Problems, _build, _semantic_checks
+from nbtools.config._validate import Problems, _build
 from nbtools.config._yaml import load_yaml, size_problem
 from nbtools.errors import ConfigError
 

@@ -147,5 +147,10 @@ def load_yaml(text: str, source: str | None = None) -> Any:
     except RecursionError:
         raise ConfigError("nested too deeply to read; fix: flatten it (an experiment is a few levels deep)",
                           source=source) from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PyYAML's constructors crash on some tagged scalars (`!!int ` -> IndexError)
+        raise ConfigError(f"not valid YAML: a value cannot be read ({type(e).__name__}); fix: check the explicit "
+                          "tags (`!!int`, `!!binary`, ...) and their values", source=source) from None
     finally:
         loader.dispose()

@@ -22,7 +22,7 @@ import uuid
 import zipfile
 
 from nbtools.config import Experiment, Secret, redact, token_kind
-from nbtools.config._validate import SECRET_ENV_VARS
+from nbtools.config._rules import SECRET_ENV_VARS
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
 __all__ = [
