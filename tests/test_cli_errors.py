@@ -177,6 +177,7 @@ def test_no_command_prints_a_traceback_for_bad_input(run, tmp_path):
         *[[cmd, f[k]] for cmd in ("plan", "manifests", "up", "down") for k in
           ("bad_yaml", "dup", "unknown", "list", "empty", "types", "bomb", "binary", "dir")],
         ["launch", f["dup"], "--lint-only"], ["jobs", "list", f["unknown"]],
+        ["plan", GKE, "grpo.seed=[1"], ["plan", GKE, "grpo.seed=!!int "], ["plan", GKE, "trainer.vllm_cfg=&a [*a]"],
         ["trajectories", f["dir"]], ["trajectories", f["binary"]], ["metrics", tmp_path / "none"],
         ["checkpoints", f["binary"]], ["checkpoints", tmp_path / "none"],
         ["merge", f["dir"], tmp_path / "o"], ["merge", f["binary"], tmp_path / "o"],

@@ -250,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             out = args.func(args)
         except KeyboardInterrupt:
             print(f"nbtools {args.command}: interrupted (nothing half-written is left behind)", file=sys.stderr)
+            if json_out:
+                real.write(json.dumps({"error": "interrupted", "fix": "re-run the command; nothing half-written is "
+                                       "left behind", "type": "KeyboardInterrupt", "exit": 130,
+                                       "command": args.command}) + "\n")
             return 130
         except Exception as e:  # noqa: BLE001 - every failure becomes a message and a fix, never a traceback
             f = describe(e, fallback_fix=fallback)

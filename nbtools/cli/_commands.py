@@ -22,14 +22,21 @@ __all__ = [
 
 def _load_cfg(a):
     """The experiment: YAML + ``--backend`` + ``key=value`` overrides (values parsed as YAML, like NeMo-RL)."""
-    import yaml
-
     from nbtools import config
+    from nbtools.config._yaml import load_yaml
+    from nbtools.errors import ConfigError
 
-    overrides = {}
+    overrides, problems = {}, []
     for ov in a.overrides:  # main() already refused anything that is not KEY=VALUE (exit 2)
         key, _, value = ov.partition("=")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = load_yaml(value)
+        except ConfigError as e:  # the value is never echoed: it may be a secret
+            why = e.problems[0].split("; fix:")[0].removeprefix("not valid YAML: ").replace("the file ", "it ")
+            problems.append(f"{key.strip()}=…: the value cannot be read as YAML ({why}); fix: write a plain value, "
+                            f"or quote it as a string: {key.strip()}='…'")
+    if problems:
+        raise ConfigError(problems)
     return config.load(a.experiment, backend=a.backend, overrides=overrides)
 
 
