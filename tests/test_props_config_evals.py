@@ -25,7 +25,7 @@ from nbtools.evals import parse_score_blocks, read_score_log
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "experiments").glob("*.yaml"))]
-FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _fields(cls: type, prefix: str = "") -> dict[str, typing.Any]:

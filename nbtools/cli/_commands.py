@@ -229,7 +229,6 @@ def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
 
 
 def cmd_merge(a) -> Out:
-    from nbtools import checkpoints
     from nbtools.errors import ConflictError, NotFoundError
 
     _existing_path(a.step_dir, "STEP_DIR", kind="dir",
@@ -243,6 +242,8 @@ def cmd_merge(a) -> Out:
                                 fix="pass the base model's directory (the one holding config.json) or the file itself")
     if Path(a.out_dir).expanduser().exists() and not Path(a.out_dir).expanduser().is_dir():
         raise ConflictError(f"OUT_DIR {a.out_dir} is a file", fix="pass a directory path for OUT_DIR")
+    from nbtools import checkpoints  # torch: imported once the arguments are known to be usable
+
     r = checkpoints.merge(a.step_dir, a.out_dir, config=a.config, overwrite=a.overwrite, progress=sys.stderr.isatty())
     data = {"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds, "layout": r.layout,
             "verified": bool(r.verified)}
