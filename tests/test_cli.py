@@ -3,7 +3,7 @@
 The artifacts are real: a shrunk local rehearsal (2 GRPO steps on 2 gloo ranks, real DCP checkpoints, real
 TensorBoard files, real trajectory dumps) is started in the background when this module starts and awaited by
 the tests that read it. up/jobs/launch use the session's real local Ray head (tests/conftest.py); `demo` runs
-real papermill on tiny notebooks written here. Nothing here reads /work/team.
+real papermill on tiny notebooks written here. Nothing here reads files outside the repository.
 
 The GKE side cannot run here: plan/manifests/up/down on gke experiments are exercised in their dry-run form only
 (no API server or gcloud project is contacted).
