@@ -58,8 +58,12 @@ def doc(r: subprocess.CompletedProcess):
 
 
 def failed(r: subprocess.CompletedProcess, *needles: str) -> None:
-    """A failure: nothing on stdout, the error and its fix on stderr."""
-    assert r.stdout == "", r.stdout
+    """A failure: the error and its fix on stderr; stdout empty, or with --json one document naming both."""
+    if "--json" in r.args:
+        d = json.loads(r.stdout)
+        assert d["error"] and d["fix"] and d["exit"] == r.returncode, d
+    else:
+        assert r.stdout == "", r.stdout
     assert "fix" in r.stderr, r.stderr
     for n in needles:
         assert n in r.stderr, r.stderr
@@ -205,7 +209,7 @@ def test_up_reattaches_and_down_is_a_dry_run_by_default(ray_head, ray_head_runs_
     assert d["resources"]["nodes"] == 1 and d["resources"]["cpus"] == 4
     # the head runs on other ports than asked: refused, with the fix
     failed(nb("up", LOCAL, f"ray.port={ray_head.extra['port']}", "ray.dashboard_port=1", "--apply", env=env, code=1),
-           "stop it first (notebook 09")
+           "nbtools down EXPERIMENT.yaml --apply")
     # down: dry run names the head it would stop, and leaves it running
     assert str(ray_head_runs_dir) in doc(nb("down", LOCAL, *_point(ray_head), "--json", env=env))["would"]
     import nbtools

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -132,9 +133,9 @@ def test_parse_missing_field_names_it():
     with pytest.raises(NotFoundError, match=r"no 'top_k=' field[\s\S]*fix: pass the complete job log"):
         parse_score_blocks(NOISE + broken)
     truncated = _nemo_rl_block("m", "math500", 1.0, 2).split("score=")[0]
-    with pytest.raises(NotFoundError, match="'score='"):
-        parse_score_blocks(truncated)
-    assert parse_score_blocks(truncated, strict=False) == []
+    assert parse_score_blocks(truncated) == [] == parse_score_blocks(truncated, strict=False)  # still being written
+    with pytest.raises(NotFoundError, match="'score='"):  # cut short, but the log goes on: a damaged block
+        parse_score_blocks(truncated + "=" * 60 + "\nmore output\n")
     assert parse_score_blocks(NOISE) == []
 
 
@@ -220,7 +221,8 @@ def test_totals_only_use_the_unpaired_test_labelled_weaker(tmp_path):
         cmp.flip_table()
     assert compare((201, 500), (232, 500)).p_value == pytest.approx(cmp.p_value)
     # results with no common problems cannot be paired either
-    cmp2 = compare(_result([True, False]), _result([True, True], ids=["x", "y"]))
+    with pytest.warns(UserWarning, match="MISMATCH"):
+        cmp2 = compare(_result([True, False]), _result([True, True], ids=["x", "y"]), allow_mismatch=True)
     assert not cmp2.paired and any("share no problem ids" in n for n in cmp2.notes)
 
 
@@ -336,3 +338,89 @@ def test_built_entrypoint_runs_against_the_run_eval_double(gke_cfg, tmp_path):
     cmp = compare(base, tuned, alpha=0.01)
     assert cmp.paired and cmp.flips == {"fixed": 20, "broken": 0, "both": 10, "neither": 10}
     assert cmp.p_value == pytest.approx(2 * 0.5**20) and cmp.significant
+
+
+# ------------------------------------------------------------------------------------------------ hostile input
+def _impossible(text_score: str, num: str, den: int) -> str:
+    good = _nemo_rl_block("m", "math500", 201.0, 500)
+    return good.replace("score=0.4020 (201.0/500)", f"score={text_score} ({num}/{den})")
+
+
+def test_parse_keeps_complete_blocks_while_the_next_is_being_written():
+    done = _nemo_rl_block("base", "math500", 201.0, 500)
+    writing = _nemo_rl_block("tuned", "math500", 232.0, 500)
+    for cut in ("max_new_tokens=", "metric=", "score=0.46"):  # the log ends inside the second block
+        text = NOISE + done + writing.split(cut)[0] + cut
+        (b,) = parse_score_blocks(text)
+        assert (b.model_name, b.numerator) == ("base", 201.0)
+        log = nbtools.evals.read_score_log(text)
+        assert log.blocks == [b] and log.problems == [] and log.pending_line is not None
+    assert nbtools.evals.read_score_log(NOISE + done + writing).pending_line is None
+
+
+@pytest.mark.parametrize("score, num, den, why", [
+    ("1.5000", "750.0", 500, "larger than the denominator"),
+    ("0.9000", "201.0", 500, "disagrees with its fraction"),
+    ("-0.0200", "-10.0", 500, "not a count"),
+    ("0.0000", "0.0", 0, "not a number of problems"),
+    ("nan", "1.0", 2, "outside [0, 1]"),
+])
+def test_parse_rejects_impossible_blocks_with_the_problem_listed(score, num, den, why):
+    good = _nemo_rl_block("base", "math500", 201.0, 500)
+    text = NOISE + good + _impossible(score, num, den)
+    with pytest.raises(ConfigError, match=rf"score block #2 \(line \d+, m on math500\) is impossible: [^\n]*{re.escape(why)}"):
+        parse_score_blocks(text)
+    (b,) = parse_score_blocks(text, strict=False)  # the valid block is kept, the impossible one is not returned
+    assert b.model_name == "base"
+    log = nbtools.evals.read_score_log(text)
+    assert len(log.problems) == 1 and why in log.problems[0] and log.blocks == [b]
+    # a score printed with fewer decimals is held to its own precision
+    assert parse_score_blocks(_impossible("0.4", "201.0", 500))[0].score == 0.4
+
+
+def test_compare_refuses_impossible_totals_and_alpha():
+    for a, why in (((0, 0), "not a number of problems"), ((5, 3), "exceed the total"), ((-1, 10), "not a count"),
+                   ((1, 2.5), "not a number of problems"), ((float("nan"), 10), "not a count")):
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            compare(a, (1, 2) if a[1] in (0, 2.5) else (1, a[1]))
+    for alpha in (0, 1, 2, -0.1, float("nan"), True):
+        with pytest.raises(ConfigError, match=r"alpha=.* is not a significance level.*fix: e.g. alpha=0.05"):
+            compare((201, 500), (232, 500), alpha=alpha)
+    bad_block = parse_score_blocks(_nemo_rl_block("m", "math500", 201.0, 500))[0]
+    import dataclasses
+
+    with pytest.raises(ConfigError, match="larger than the denominator"):
+        compare(dataclasses.replace(bad_block, numerator=750.0, score=1.5), bad_block)
+    table = _result([True, False]).table.assign(correct=[2, 0])
+    with pytest.raises(ConfigError, match="not true/false"):
+        compare(table, _result([True, False]))
+
+
+def test_compare_refuses_different_problems_and_notes_different_settings():
+    base = parse_score_blocks(_nemo_rl_block("base", "math500", 201.0, 500))[0]
+    other_set = parse_score_blocks(_nemo_rl_block("tuned", "aime2024", 10.0, 30))[0]
+    with pytest.raises(ConfigError, match=r"different datasets: baseline on 'math500', fine-tuned on 'aime2024'"
+                       r"[\s\S]*different problem counts: 500 \(baseline\) vs 30[\s\S]*allow_mismatch=True"):
+        compare(base, other_set)
+    with pytest.warns(UserWarning) as seen:
+        cmp = compare(base, other_set, allow_mismatch=True)
+    assert sum("MISMATCH (allowed)" in n for n in cmp.notes) == 2 == sum("MISMATCH" in str(w.message) for w in seen)
+    with pytest.raises(ConfigError, match="different problem counts: 500"):
+        compare((201, 500), (50, 100))
+    with pytest.raises(ConfigError, match="different problem sets: 2 and 2 problems, 0 in common"):
+        compare(_result([True, False]), _result([True, True], ids=["x", "y"]))
+    sampled = parse_score_blocks(_nemo_rl_block("tuned", "math500", 232.0, 500, n=4, temperature=0.6, top_k=20))[0]
+    with pytest.warns(UserWarning, match="different settings"):
+        cmp = compare(base, sampled)
+    (note,) = [n for n in cmp.notes if n.startswith("MISMATCH")]
+    assert "temperature 0.0 vs 0.6" in note and "top_k -1 vs 20" in note and "samples_per_prompt 1 vs 4" in note
+    a, b = _result([True, False, True]), _result([True, True, True])
+    a.params, b.params = {"temperature": 0.0, "max_new_tokens": 64}, {"temperature": 0.0, "max_new_tokens": 128}
+    with pytest.warns(UserWarning, match="max_new_tokens 64 vs 128"):
+        compare(a, b)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same problems, same settings: nothing to warn about
+        assert not [n for n in compare(base, parse_score_blocks(_nemo_rl_block("t", "math500", 232.0, 500))[0]).notes
+                    if "MISMATCH" in n]

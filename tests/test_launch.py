@@ -333,6 +333,5 @@ def test_secrets_never_enter_the_spec(monkeypatch):
 
 
 def test_secret_names_are_refused_as_plain_env_vars():
-    cfg = _cfg("tutorial-004-qwen2.5-1.5b", **{"trainer.env_vars": {"HF_TOKEN": "x"}})
-    with pytest.raises(ConfigError, match="fix: remove it and set `secrets.hf_token"):
-        build(cfg)
+    with pytest.raises(ConfigError, match="fix: remove it and set `secrets.hf_token"):  # now at config validation
+        build(_cfg("tutorial-004-qwen2.5-1.5b", **{"trainer.env_vars": {"HF_TOKEN": "x"}}))

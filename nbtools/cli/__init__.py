@@ -2,9 +2,11 @@
 
 Why: the same users run things from a terminal, a Makefile or a CI job; each subcommand is one library call.
 A thin layer with no logic of its own. Exit status: 0 success, 2 bad usage, 1 failure (the error and its fix
-on stderr). With ``--json`` stdout carries exactly one JSON document; everything else the library prints
-(progress bars, logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value``
-overrides after the path (``nbtools launch experiments/local.yaml grpo.max_num_steps=20``).
+on stderr, with the library's advice rewritten into the CLI's flags by ``nbtools.cli._errors``). With ``--json``
+stdout carries exactly one JSON document, failures included (``{"error": ..., "fix": ..., "type": ..., "exit":
+...}``, plus the command's own data where it has some); everything else the library prints (progress bars,
+logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value`` overrides after the
+path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
 
 Example:
     $ nbtools checkpoints runs/local-rehearsal/checkpoints --json
@@ -90,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_up,
     )
 
-    ap = argparse.ArgumentParser(prog="nbtools", description="GRPO with NeMo-RL / verl on Ray: the notebooks' steps "
+    ap = _Parser(prog="nbtools", description="GRPO with NeMo-RL / verl on Ray: the notebooks' steps "
                                  "as commands. Exit 0 ok, 1 failure (fix on stderr), 2 bad usage.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -152,7 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", metavar="A", help="baseline: results dir, evaluation_data.json, .csv/.parquet/.jsonl, log[#N] or S/T")
     p.add_argument("b", metavar="B", help="the model being judged, same kinds")
     p.add_argument("--names", nargs=2, default=["baseline", "fine-tuned"], metavar=("NAME_A", "NAME_B"))
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the verdict, in (0, 1)")
+    p.add_argument("--allow-mismatch", action="store_true",
+                   help="compare evaluations of different datasets or problem sets anyway (said loudly in the notes)")
     p = add("demo", cmd_demo, "run the numbered notebooks on the local backend (what `make demo` runs)")
     p.add_argument("--only", nargs="*", help="notebook number prefixes, e.g. 02 03")
     p.add_argument("--out", help="output directory (default runs/<timestamp>)")
@@ -164,10 +168,26 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-_FALLBACK_FIX = {  # for library errors whose message carries no fix of its own
-    "ConfigError": "correct the experiment file or the KEY=VALUE overrides as listed above",
-    "NotFoundError": "check the path or id above",
-}
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing and exiting, so ``--json`` can report it too."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        from nbtools.cli._errors import UsageError
+
+        raise UsageError(message, self.format_usage(), self.prog)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse with each subcommand's own parser, intermixed: ``KEY=VALUE`` overrides may follow the flags."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv and argv[0] in sub.choices:
+        ns = sub.choices[argv[0]].parse_intermixed_args(argv[1:])
+        ns.command = argv[0]
+        return ns
+    return parser.parse_args(argv)
+
+
+_EXPERIMENT_FIX = "correct the experiment file or the KEY=VALUE overrides as listed above"
 
 
 @contextlib.contextmanager
@@ -187,44 +207,79 @@ def _stdout_to_stderr():
         os.close(saved)
 
 
+def _usage(e, argv: list[str], json_out: bool) -> int:
+    from nbtools.cli._errors import Failure
+    from nbtools.config import redact, token_kind
+
+    words = [redact(w) if token_kind(w) or token_kind(w.partition("=")[2]) else w for w in argv]
+    message = e.message
+    for w, shown in zip(argv, words, strict=True):
+        if w != shown:
+            message = message.replace(w, shown)
+    prog = e.prog
+    f = Failure(message, f"see `{prog} --help`", "UsageError", code=2)
+    sys.stderr.write(f"{e.usage}{prog}: error: {message}\n")
+    if json_out:
+        sys.stdout.write(json.dumps(f.doc(prog.partition(" ")[2] or None)) + "\n")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; return the exit status (0 ok, 1 failure with the fix on stderr, 2 bad usage).
+
+    With ``--json`` stdout carries exactly one JSON document, failures included:
+    ``{"error": ..., "fix": ..., "type": ..., "exit": ...}`` (plus the command's own data where it has some).
 
     Example:
         >>> nbtools.cli.main(["checkpoints", "runs/local-rehearsal/checkpoints", "--json"])
         0
     """
-    from nbtools.errors import NbtoolsError
+    from nbtools.cli._errors import UsageError, cli_words, describe
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_out = "--json" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)  # exits 2 on bad usage
-    bad = [o for o in getattr(args, "overrides", []) if "=" not in o or o.startswith("=")]
-    if bad:
-        parser.error(f"overrides must be KEY=VALUE (e.g. grpo.max_num_steps=20); got {bad}")
-    err = f"nbtools {args.command}: error:"
+    try:
+        args = _parse(parser, argv)
+        bad = [o for o in getattr(args, "overrides", []) if "=" not in o or o.startswith("=")]
+        if bad:
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+            sub.error(f"overrides must be KEY=VALUE (e.g. grpo.max_num_steps=20); got {bad}")
+    except UsageError as e:
+        return _usage(e, argv, json_out)
+    json_out = bool(getattr(args, "json", False))
+    fallback = _EXPERIMENT_FIX if hasattr(args, "experiment") else "see the message above"
     with _stdout_to_stderr() as real:
         try:
             out = args.func(args)
-        except NbtoolsError as e:
-            fix = "" if "fix" in str(e) else f"\n  fix: {_FALLBACK_FIX.get(type(e).__name__, 'see the message above')}"
-            print(f"{err} {e}{fix}", file=sys.stderr)
-            return 1
-        except (OSError, ValueError, TimeoutError, RuntimeError, KeyError) as e:
-            print(f"{err} {type(e).__name__}: {e}\n  fix: check the arguments above; re-run with "
-                  "NBTOOLS_DEBUG=1 for the traceback", file=sys.stderr)
-            if os.environ.get("NBTOOLS_DEBUG"):
-                raise
-            return 1
         except KeyboardInterrupt:
             print(f"nbtools {args.command}: interrupted (nothing half-written is left behind)", file=sys.stderr)
+            if json_out:
+                real.write(json.dumps({"error": "interrupted", "fix": "re-run the command; nothing half-written is "
+                                       "left behind", "type": "KeyboardInterrupt", "exit": 130,
+                                       "command": args.command}) + "\n")
             return 130
-        if getattr(args, "json", False):
-            real.write(json.dumps(_jsonable(out.data)) + "\n")
+        except Exception as e:  # noqa: BLE001 - every failure becomes a message and a fix, never a traceback
+            f = describe(e, fallback_fix=fallback)
+            print(f.text(args.command), file=sys.stderr)
+            if json_out:
+                real.write(json.dumps(_jsonable(f.doc(args.command))) + "\n")
+            if os.environ.get("NBTOOLS_DEBUG"):
+                raise
+            return f.code
+        error, _, fix = cli_words(out.error or f"exit status {out.code}").partition("; fix: ")
+        fix = fix or "see the output above"
+        if json_out:
+            data = _jsonable(out.data)
+            if out.code:
+                data = {**(data if isinstance(data, dict) else {"data": data}), "error": error, "fix": fix,
+                        "exit": out.code, "command": args.command}
+            real.write(json.dumps(data) + "\n")
         else:
             text = out.text if out.text is not None else json.dumps(_jsonable(out.data), indent=2)
             real.write(text if text.endswith("\n") else text + "\n")
-    if out.code and out.error:
-        print(f"{err} {out.error}", file=sys.stderr)
+    if out.code:
+        print(f"nbtools {args.command}: error: {error}\n  fix: {fix}", file=sys.stderr)
     return out.code
 
 

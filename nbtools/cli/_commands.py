@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtools.cli import Out, _jsonable, _records
+from nbtools.cli._errors import cli_words
 
 __all__ = [
     "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories", "cmd_metrics",
@@ -21,14 +22,21 @@ __all__ = [
 
 def _load_cfg(a):
     """The experiment: YAML + ``--backend`` + ``key=value`` overrides (values parsed as YAML, like NeMo-RL)."""
-    import yaml
-
     from nbtools import config
+    from nbtools.config._yaml import load_yaml
+    from nbtools.errors import ConfigError
 
-    overrides = {}
+    overrides, problems = {}, []
     for ov in a.overrides:  # main() already refused anything that is not KEY=VALUE (exit 2)
         key, _, value = ov.partition("=")
-        overrides[key.strip()] = yaml.safe_load(value)
+        try:
+            overrides[key.strip()] = load_yaml(value)
+        except ConfigError as e:  # the value is never echoed: it may be a secret
+            why = e.problems[0].split("; fix:")[0].removeprefix("not valid YAML: ").replace("the file ", "it ")
+            problems.append(f"{key.strip()}=…: the value cannot be read as YAML ({why}); fix: write a plain value, "
+                            f"or quote it as a string: {key.strip()}='…'")
+    if problems:
+        raise ConfigError(problems)
     return config.load(a.experiment, backend=a.backend, overrides=overrides)
 
 
@@ -102,9 +110,10 @@ def cmd_launch(a) -> Out:
     cfg = _load_cfg(a)
     if a.lint_only:
         spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
+        findings = [{**f, "message": cli_words(f["message"]), "fix": cli_words(f["fix"])} for f in _jsonable(report.findings)]
         data = {"ok": report.ok, "submission_id": spec.submission_id, "entrypoint": spec.entrypoint,
-                "checked": report.checked, "findings": _jsonable(report.findings)}
-        text = f"{report}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
+                "checked": report.checked, "findings": findings}
+        text = f"{cli_words(str(report))}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
         fix = "" if report.ok else "launch refused by lint; fix: apply each blocking finding's fix (listed above), then launch"
         return Out(data, text, code=0 if report.ok else 1, error=fix or None)
     job = launch.submit(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
@@ -172,8 +181,35 @@ def cmd_checkpoints(a) -> Out:
                df.to_string(index=False) if len(df) else f"no step_N checkpoints in {a.checkpoint_dir} yet")
 
 
+def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
+    """The path, or a NotFoundError naming the flag/argument (the library would look elsewhere, e.g. the Hub)."""
+    from nbtools.errors import NotFoundError
+
+    path = Path(p).expanduser()
+    if not path.exists():
+        raise NotFoundError(f"{flag} {p}: no such file or directory", fix=fix)
+    if kind == "dir" and not path.is_dir():
+        raise NotFoundError(f"{flag} {p}: is a file, not a directory", fix=fix)
+    if kind == "file" and path.is_dir():
+        raise NotFoundError(f"{flag} {p}: is a directory, not a file", fix=fix)
+    return path
+
+
 def cmd_merge(a) -> Out:
-    from nbtools import checkpoints
+    from nbtools.errors import ConflictError, NotFoundError
+
+    _existing_path(a.step_dir, "STEP_DIR", kind="dir",
+                   fix="pass a step_N directory; `nbtools checkpoints CHECKPOINT_DIR` lists them")
+    if a.config is not None:
+        cfg = _existing_path(a.config, "--config", kind="any",
+                             fix="pass the base model's local directory or its config.json (the CLI does not "
+                             "download from the Hub); omit --config to use the checkpoint's own")
+        if cfg.is_dir() and not (cfg / "config.json").is_file():
+            raise NotFoundError(f"--config {a.config}: the directory has no config.json",
+                                fix="pass the base model's directory (the one holding config.json) or the file itself")
+    if Path(a.out_dir).expanduser().exists() and not Path(a.out_dir).expanduser().is_dir():
+        raise ConflictError(f"OUT_DIR {a.out_dir} is a file", fix="pass a directory path for OUT_DIR")
+    from nbtools import checkpoints  # torch: imported once the arguments are known to be usable
 
     r = checkpoints.merge(a.step_dir, a.out_dir, config=a.config, overwrite=a.overwrite, progress=sys.stderr.isatty())
     data = {"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds, "layout": r.layout,
@@ -187,22 +223,34 @@ def _block(b) -> dict:
     return {**b.to_dict(), "correct": b.numerator, "total": b.denominator, "accuracy": b.accuracy}
 
 
+def _read_log(path: str, what: str = "LOGFILE") -> str:
+    p = _existing_path(path, what, kind="file",
+                       fix="save the eval job's log first, e.g. `nbtools jobs logs EXPERIMENT.yaml --id ID > eval.log`")
+    return p.read_text(errors="replace")
+
+
 def cmd_eval_parse(a) -> Out:
     from nbtools import evals
     from nbtools.errors import NotFoundError
 
-    p = Path(a.logfile)
-    if not p.is_file():
-        raise NotFoundError(f"expected a log file at {p}, found nothing",
-                            fix="save the eval job's log first, e.g. `nbtools jobs logs EXPERIMENT --id ID > eval.log`")
-    blocks = evals.parse_score_blocks(p.read_text(errors="replace"))
-    if not blocks:
+    log = evals.read_score_log(_read_log(a.logfile))
+    pending = f"a score block at line {log.pending_line} is still being written (the job is running)" \
+        if log.pending_line else None
+    if not log.blocks and not log.problems:
         raise NotFoundError(f"expected NeMo-RL score blocks (model_name=… dataset_name=… / score=0.4020 (201/500)) "
-                            f"in {p}, found none", fix="pass the complete log of a finished run_eval.py job "
-                            "(check its status with `nbtools jobs status`)")
+                            f"in {a.logfile}, found none" + (f"; {pending}" if pending else ""),
+                            fix="pass the complete log of a finished run_eval.py job (check its status with "
+                            "`nbtools jobs status EXPERIMENT.yaml --id ID`)")
     lines = [f"{b.model_name} on {b.dataset_name}: {b.metric} = {b.score:.4f} ({b.numerator:g}/{b.denominator}), "
-             f"n={b.num_tests_per_prompt}, T={b.temperature} (line {b.line})" for b in blocks]
-    return Out({"blocks": [_block(b) for b in blocks]}, "\n".join(lines))
+             f"n={b.num_tests_per_prompt}, T={b.temperature} (line {b.line})" for b in log.blocks]
+    lines += [f"note: {pending}"] if pending else []
+    lines += [f"problem: {p}" for p in log.problems]
+    data = {"blocks": [_block(b) for b in log.blocks], "problems": log.problems, "pending_line": log.pending_line}
+    if log.problems:
+        return Out(data, "\n".join(lines), code=1,
+                   error=f"{len(log.problems)} score block(s) cannot be right (listed above; the valid ones are kept); "
+                   "fix: pass the raw log printed by NeMo-RL's run_eval.py")
+    return Out(data, "\n".join(lines))
 
 
 _TOTALS = re.compile(r"^(\d+(?:\.\d+)?)/(\d+)$")
@@ -211,6 +259,19 @@ _TABLES = {".csv": "read_csv", ".parquet": "read_parquet", ".jsonl": "read_json"
 
 def _evaluation(arg: str):
     """A compare operand for ``evals.compare``: results dir, evaluation_data.json, results table, log, or S/T."""
+    from nbtools.errors import NbtoolsError
+
+    try:
+        return _load_operand(arg)
+    except NbtoolsError:
+        raise
+    except (ValueError, OSError, KeyError, TypeError) as e:  # pandas/pyarrow/json on a damaged file
+        raise NbtoolsError(f"{arg}: cannot read it as an evaluation ({type(e).__name__}: {str(e)[:300]})",
+                           fix="pass a results dir, evaluation_data.json, a per-problem .csv/.parquet/.jsonl with "
+                           "problem_id and correct columns, a run_eval.py log or totals like 201/500") from None
+
+
+def _load_operand(arg: str):
     import pandas as pd
 
     from nbtools import evals
@@ -225,7 +286,7 @@ def _evaluation(arg: str):
             return evals.load_evaluation_data(p)
         if p.suffix in _TABLES:
             return getattr(pd, _TABLES[p.suffix])(p, **({"lines": True} if p.suffix == ".jsonl" else {}))
-        blocks = evals.parse_score_blocks(p.read_text(errors="replace"))
+        blocks = evals.parse_score_blocks(_read_log(path, "A/B"))
         if not blocks:
             raise NotFoundError(f"{p} holds no per-problem table and no NeMo-RL score block",
                                 fix="pass a results dir (EvalResult.save), evaluation_data.json, a .csv/.parquet/"
@@ -242,9 +303,14 @@ def _evaluation(arg: str):
 
 
 def cmd_compare(a) -> Out:
+    import warnings
+
     from nbtools import evals
 
-    c = evals.compare(_evaluation(a.a), _evaluation(a.b), names=tuple(a.names), alpha=a.alpha)
+    with warnings.catch_warnings():  # mismatches are in c.notes, printed below: no second copy from warnings
+        warnings.simplefilter("ignore", UserWarning)
+        c = evals.compare(_evaluation(a.a), _evaluation(a.b), names=tuple(a.names), alpha=a.alpha,
+                          allow_mismatch=a.allow_mismatch)
     ci = f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}]" if c.ci_low is not None else "n/a"
     text = "\n".join([
         f"{c.name_a:<12} accuracy {c.acc_a:.3f}  95% CI [{c.ci_a[0]:.3f}, {c.ci_a[1]:.3f}]",
@@ -252,11 +318,22 @@ def cmd_compare(a) -> Out:
         f"delta {c.delta:+.3f}  95% CI {ci}  test: {c.test} ({'paired' if c.paired else 'unpaired'})  "
         f"p = {c.p_value:.3g}  on {c.n_problems} problems",
         *[f"note: {n}" for n in c.notes], c.verdict])
+    for n in c.notes:
+        if n.startswith("MISMATCH"):
+            print(f"warning: {n}", file=sys.stderr)
     return Out(c.to_dict(), text)
 
 
 def cmd_demo(a) -> Out:
     from nbtools import demo
+
+    if a.notebooks_dir is not None:
+        _existing_path(a.notebooks_dir, "--notebooks-dir", kind="dir",
+                       fix="pass the directory holding the NN_*.ipynb notebooks (default: the project's notebooks/)")
+    if a.out is not None and Path(a.out).expanduser().exists() and not Path(a.out).expanduser().is_dir():
+        from nbtools.errors import ConflictError
+
+        raise ConflictError(f"--out {a.out} is a file", fix="pass a directory for --out (created when missing)")
 
     r = demo.run_demo(out_dir=a.out, only=a.only, notebooks_dir=a.notebooks_dir, timeout=a.timeout)
     data = {"ok": r.ok, "out_dir": str(r.out_dir), "timings": r.timings, "failed": r.failed, "error": r.error}

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from nbtools.config._rules import REHEARSAL_METRICS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
     NEMO_RL_VERSIONS,
@@ -42,7 +43,9 @@ from nbtools.config._sections import (
     _set_dotted,
     to_dict,
 )
-from nbtools.config._validate import _build, _semantic_checks
+from nbtools.config._tokens import redact, token_kind
+from nbtools.config._validate import Problems, _build
+from nbtools.config._yaml import load_yaml, size_problem
 from nbtools.errors import ConfigError
 
 __all__ = [
@@ -71,6 +74,9 @@ __all__ = [
     "to_dict",
     "dump",
     "ConfigError",
+    "REHEARSAL_METRICS",
+    "token_kind",
+    "redact",
 ]
 
 
@@ -91,22 +97,10 @@ def load(path: str | os.PathLike, *, backend: str | None = None, overrides: dict
         'local-rehearsal-3f2a9c1b0d'
     """
     p = Path(path).expanduser()
-    if not p.is_file():
-        hint = ""
-        near = sorted(str(x) for x in p.parent.glob("*.yaml")) if p.parent.is_dir() else []
-        if near:
-            hint = f"; files next to it: {', '.join(near)}"
-        raise ConfigError(
-            f"experiment file {str(p)!r} does not exist{hint}; fix: pass the path of an experiment YAML "
-            "(e.g. experiments/local.yaml), relative to the current directory",
-            source=str(p),
-        )
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p} is not valid YAML: {e}", source=str(p)) from None
+    data = load_yaml(_read(p), source=str(p)) or {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{p} must hold a mapping at the top level, got {type(data).__name__}", source=str(p))
+        raise ConfigError(f"{p} must hold a mapping at the top level, got {type(data).__name__}; fix: write the "
+                          "experiment as `key: value` lines (see experiments/local.yaml)", source=str(p))
     if backend is not None:
         data["backend"] = backend
     for key, value in (overrides or {}).items():
@@ -114,17 +108,67 @@ def load(path: str | os.PathLike, *, backend: str | None = None, overrides: dict
     return from_dict(data, source=str(p.resolve()))
 
 
+MAX_FILE_BYTES = 4 << 20  # an experiment YAML is a few KB
+
+
+def _read(p: Path) -> str:
+    """The file's text, or a ConfigError naming what is wrong with the path (never a raw OSError)."""
+    if p.is_dir():
+        inside = sorted(x.name for x in p.glob("*.yaml"))
+        hint = f", e.g. {p / inside[0]}" if inside else ""
+        raise ConfigError(f"{str(p)!r} is a directory, not an experiment file; fix: pass a YAML file{hint}",
+                          source=str(p))
+    if not p.is_file():
+        hint = ""
+        near = sorted(str(x) for x in p.parent.glob("*.yaml")) if p.parent.is_dir() else []
+        if near:
+            hint = f"; files next to it: {', '.join(near[:10])}"
+        raise ConfigError(
+            f"experiment file {str(p)!r} does not exist{hint}; fix: pass the path of an experiment YAML "
+            "(e.g. experiments/local.yaml), relative to the current directory",
+            source=str(p),
+        )
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(f"{p} is {size:,} bytes; an experiment YAML is a few KB; fix: pass the experiment file "
+                              "(e.g. experiments/local.yaml)", source=str(p))
+        return p.read_bytes().decode("utf-8")
+    except PermissionError:
+        raise ConfigError(f"cannot read {p}: permission denied; fix: make it readable (`chmod u+r {p}`) or copy it",
+                          source=str(p)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read {p}: {e.strerror or e}; fix: check the path", source=str(p)) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); fix: pass the "
+                          "experiment YAML, saved as UTF-8", source=str(p)) from None
+
+
 def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
-    """Build and validate an :class:`Experiment` from plain data (the parsed YAML)."""
-    problems: list[str] = []
+    """Build and validate an :class:`Experiment` from plain data (the parsed YAML); every problem at once.
+
+    Raises:
+        ConfigError: listing each problem; type errors and cross-field rules are reported together.
+
+    Example:
+        >>> from_dict({"name": "demo", "grpo": {"max_num_steps": 5}}).grpo.max_num_steps
+        5
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config must be a mapping, got {type(data).__name__}; fix: pass a dict of sections",
+                          source=source)
+    size = size_problem(data)
+    if size:
+        raise ConfigError(size, source=source)
+    problems = Problems()
     data = dict(data)
     data.pop("source", None)
     obj = _build(Experiment, data, "", problems)
-    if not problems:
+    if obj is not None:
         obj = dataclasses.replace(obj, source=source)
-        problems.extend(_semantic_checks(obj))
+        problems.extend(_semantic_checks(obj, problems))
     if problems:
-        raise ConfigError(problems, source=source)
+        raise ConfigError(list(problems), source=source)
     return obj
 
 

@@ -26,7 +26,14 @@ from nbtools.evals.job import (
     finetuned_model_path,
     validate_overrides,
 )
-from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
+from nbtools.evals.parse import (
+    ScoreBlock,
+    ScoreLog,
+    load_eval_config,
+    load_evaluation_data,
+    parse_score_blocks,
+    read_score_log,
+)
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local, problems_frame
 
@@ -36,6 +43,7 @@ __all__ = [
     "EvalJobs",
     "EvalResult",
     "ScoreBlock",
+    "ScoreLog",
     "as_result",
     "build_eval_job",
     "collect",
@@ -53,6 +61,7 @@ __all__ = [
     "parse_score_blocks",
     "plots",
     "problems_frame",
+    "read_score_log",
     "stats",
     "validate_overrides",
 ]

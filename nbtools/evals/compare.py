@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,29 +124,123 @@ class Comparison:
 def as_result(x: Any) -> EvalResult:
     """Accept an EvalResult, a ScoreBlock, a results table, a saved directory or a (successes, total) tuple.
 
+    Raises:
+        ConfigError: impossible numbers (``(0, 0)``, more successes than problems, a score outside [0, 1]) or a
+            table whose ``correct`` column is not 0/1.
+
     Example:
         >>> as_result((201, 500)).accuracy
         0.402
     """
     if isinstance(x, EvalResult):
-        return x
-    if isinstance(x, ScoreBlock):
-        return EvalResult(table=pd.DataFrame(), model=x.model_name, score_block=x)
-    if isinstance(x, pd.DataFrame):
+        res = x
+    elif isinstance(x, ScoreBlock):
+        res = EvalResult(table=pd.DataFrame(), model=x.model_name, score_block=x)
+    elif isinstance(x, pd.DataFrame):
         missing = {"problem_id", "correct"} - set(x.columns)
         if missing:
-            raise ConfigError(f"a results table needs columns problem_id and correct; missing {sorted(missing)}")
-        return EvalResult(table=x)
-    if isinstance(x, (str, os.PathLike)):
-        return EvalResult.load(x)
-    if isinstance(x, tuple) and len(x) == 2:
-        num, den = x
-        block = ScoreBlock(model_name="", dataset_name="", max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=-1,
-                           seed=0, metric="pass@1", num_tests_per_prompt=1, score=num / den, numerator=float(num),
-                           denominator=int(den))
-        return EvalResult(table=pd.DataFrame(), score_block=block)
-    raise ConfigError(f"cannot compare a {type(x).__name__}; pass an EvalResult, ScoreBlock, DataFrame, "
-                      f"saved results directory or (successes, total)")
+            raise ConfigError(f"a results table needs columns problem_id and correct; missing {sorted(missing)}; "
+                              "fix: one row per (problem, sample) with problem_id and a true/false `correct`")
+        res = EvalResult(table=x)
+    elif isinstance(x, (str, os.PathLike)):
+        res = EvalResult.load(x)
+    elif isinstance(x, tuple) and len(x) == 2:
+        res = _totals(*x)
+    else:
+        raise ConfigError(f"cannot compare a {type(x).__name__}; fix: pass an EvalResult, ScoreBlock, DataFrame, "
+                          f"saved results directory or (successes, total)")
+    _check(res)
+    return res
+
+
+def _totals(num: Any, den: Any) -> EvalResult:
+    """(successes, total) as a totals-only result; refuses what no evaluation can produce."""
+    problems = []
+    ok_num = isinstance(num, (int, float, np.integer, np.floating)) and not isinstance(num, bool) and math.isfinite(num)
+    ok_den = (isinstance(den, (int, np.integer)) and not isinstance(den, bool)) or (
+        isinstance(den, (float, np.floating)) and math.isfinite(den) and float(den).is_integer())
+    if not ok_den or den < 1:
+        problems.append(f"total {den!r} is not a number of problems (a whole number >= 1)")
+    if not ok_num or num < 0:
+        problems.append(f"successes {num!r} is not a count (a number >= 0)")
+    elif ok_den and den >= 1 and num > den:
+        problems.append(f"successes {num!r} exceed the total {den!r}")
+    if problems:
+        raise ConfigError([f"totals {num!r}/{den!r}: {p}" for p in problems]
+                          + ["fix: pass (correct, total) as printed by run_eval.py, e.g. (201, 500)"])
+    block = ScoreBlock(model_name="", dataset_name="", max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=-1,
+                       seed=0, metric="pass@1", num_tests_per_prompt=1, score=float(num) / int(den),
+                       numerator=float(num), denominator=int(den))
+    return EvalResult(table=pd.DataFrame(), score_block=block, params={"totals_only": True})
+
+
+def _check(res: EvalResult) -> None:
+    if res.has_samples:
+        correct = res.table["correct"]
+        bad = ~correct.isin([0, 1, True, False])
+        if bad.any() or res.table["problem_id"].isna().any():
+            shown = correct[bad].head(3).tolist()
+            raise ConfigError(f"the results table of {res.model or 'an evaluation'} has {int(bad.sum())} `correct` value(s) "
+                              f"that are not true/false (e.g. {shown}) or empty problem ids; fix: one row per sample, "
+                              "`correct` true/false (or 1/0)")
+    elif res.score_block is not None and (bad := res.score_block.problems()):
+        raise ConfigError([f"score block of {res.score_block.model_name or 'an evaluation'}: {p}" for p in bad]
+                          + ["fix: pass the block exactly as NeMo-RL printed it (nbtools eval-parse LOG lists them)"])
+
+
+_SETTINGS = ("temperature", "top_p", "top_k", "max_new_tokens", "samples_per_prompt")
+
+
+def _settings(r: EvalResult) -> dict[str, Any]:
+    """What an evaluation was run on and with, as far as it is known (unknown keys are absent)."""
+    if r.params.get("totals_only"):
+        return {}
+    p = r.params
+    out: dict[str, Any] = {}
+    b = r.score_block
+    if b is not None:
+        out.update(dataset=b.dataset_name or None, temperature=b.temperature, top_p=b.top_p, top_k=b.top_k,
+                   max_new_tokens=b.max_new_tokens or None, samples_per_prompt=b.num_tests_per_prompt)
+    for key, names in (("dataset", ("dataset_name", "dataset")), ("temperature", ("temperature",)),
+                       ("top_p", ("top_p",)), ("top_k", ("top_k",)), ("max_new_tokens", ("max_new_tokens",)),
+                       ("samples_per_prompt", ("num_tests_per_prompt", "n"))):
+        for name in names:
+            if p.get(name) is not None and out.get(key) is None:
+                out[key] = p[name]
+    if r.has_samples:
+        out["samples_per_prompt"] = r.n
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+        return math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-12)
+    return x == y
+
+
+def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_mismatch: bool, notes: list[str]) -> None:
+    """Different datasets or problem sets: refused unless allowed; different sampling settings: a loud note."""
+    sa, sb = _settings(ra), _settings(rb)
+    refuse = []
+    if "dataset" in sa and "dataset" in sb and sa["dataset"] != sb["dataset"]:
+        refuse.append(f"different datasets: {names[0]} on {sa['dataset']!r}, {names[1]} on {sb['dataset']!r}")
+    if ra.has_samples and rb.has_samples:
+        ia, ib = set(ra.table["problem_id"]), set(rb.table["problem_id"])
+        if ia != ib:
+            refuse.append(f"different problem sets: {len(ia)} and {len(ib)} problems, {len(ia & ib)} in common")
+    elif ra.num_problems != rb.num_problems:
+        refuse.append(f"different problem counts: {ra.num_problems} ({names[0]}) vs {rb.num_problems} ({names[1]})")
+    if refuse and not allow_mismatch:
+        raise ConfigError([*refuse, "fix: evaluate both models on the same problems (same dataset and split); to "
+                           "compare anyway, pass allow_mismatch=True (the comparison then says so in its notes)"])
+    diffs = [f"{k} {sa[k]} vs {sb[k]}" for k in _SETTINGS if k in sa and k in sb and not _same(sa[k], sb[k])]
+    loud = [f"MISMATCH (allowed): {r}; the statistics below compare different problems" for r in refuse]
+    if diffs:
+        loud.append(f"MISMATCH: the two evaluations used different settings ({'; '.join(diffs)}); the difference "
+                    "mixes the models with the settings, so evaluate both with the same settings before claiming a gain")
+    for text in loud:
+        warnings.warn(text, UserWarning, stacklevel=3)
+    notes.extend(loud)
 
 
 def _paired(ra: EvalResult, rb: EvalResult, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame] | None:
@@ -170,8 +265,14 @@ def compare(
     alpha: float = 0.05,
     n_boot: int = 10_000,
     seed: int = 0,
+    allow_mismatch: bool = False,
 ) -> Comparison:
     """Compare model B against model A; paired when both have per-problem results on the same problems.
+
+    The two must be evaluations of the same problems: different datasets or problem sets are refused (unless
+    ``allow_mismatch=True``, which compares anyway and says so in ``notes``). Different sampling settings
+    (temperature, top_p, top_k, max_new_tokens, samples per prompt) are allowed but put a ``MISMATCH`` note in
+    ``notes`` and raise a ``UserWarning``: the difference then mixes the models with the settings.
 
     Tests: both one sample per problem → McNemar exact (scipy binomtest on fixed vs broken) + flip table;
     several samples per problem → Wilcoxon signed-rank on per-problem accuracy, plus unbiased pass@k; both
@@ -184,9 +285,13 @@ def compare(
         alpha: significance level used by the verdict.
         n_boot: bootstrap replicates.
         seed: bootstrap seed.
+        allow_mismatch: compare evaluations of different datasets or problem sets anyway (noted loudly).
 
     Returns:
         Comparison with .test, .p_value, .delta, .ci_low, .ci_high, .paired, .verdict, .to_dict().
+
+    Raises:
+        ConfigError: alpha outside (0, 1), impossible totals, or mismatched problems without ``allow_mismatch``.
 
     Example:
         >>> compare(base_greedy, tuned_greedy).p_value < 0.01
@@ -194,10 +299,15 @@ def compare(
         >>> compare((201, 500), (232, 500)).test
         'two-proportion z-test (unpaired)'
     """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ConfigError(f"alpha={alpha!r} is not a significance level; allowed: a number strictly between 0 and 1; "
+                          "fix: e.g. alpha=0.05")
     ra, rb = as_result(a), as_result(b)
     if not (ra.num_problems and rb.num_problems):
-        raise ConfigError(f"both evaluations need at least one problem; got {ra.num_problems} and {rb.num_problems}")
+        raise ConfigError(f"both evaluations need at least one problem; got {ra.num_problems} and {rb.num_problems}; "
+                          "fix: pass evaluations that ran on at least one problem")
     notes: list[str] = []
+    _check_match(ra, rb, names, allow_mismatch, notes)
     pair = _paired(ra, rb, notes)
     flips = pass_k = None
     if pair is not None:

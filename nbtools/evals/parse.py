@@ -12,7 +12,9 @@ Example:
 from __future__ import annotations
 
 import ast
+import decimal
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,9 +22,9 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools.errors import NotFoundError
+from nbtools.errors import ConfigError, NotFoundError
 
-__all__ = ["ScoreBlock", "parse_score_blocks", "load_evaluation_data", "load_eval_config", "REQUIRED_FIELDS"]
+__all__ = ["ScoreBlock", "ScoreLog", "read_score_log", "parse_score_blocks", "load_evaluation_data", "load_eval_config", "REQUIRED_FIELDS"]
 
 REQUIRED_FIELDS = (
     "model_name", "dataset_name", "max_new_tokens", "temperature", "top_p", "top_k", "seed",
@@ -69,12 +71,64 @@ class ScoreBlock:
         """Plain dict (JSON-ready)."""
         return asdict(self)
 
+    def problems(self, *, score_text: str | None = None) -> list[str]:
+        """Why these numbers cannot come from a real evaluation (empty when they can).
+
+        Args:
+            score_text: the score as printed (``0.4020``), whose decimals set how closely it must match
+                numerator / denominator; default: 4 decimals, as NeMo-RL prints it.
+
+        Example:
+            >>> ScoreBlock("m", "math500", 1024, 0.0, 1.0, -1, 0, "pass@1", 1, 1.5, 750, 500).problems()[0]
+            'numerator 750 is larger than the denominator 500 (more problems solved than evaluated)'
+        """
+        out: list[str] = []
+        num, den, score = self.numerator, self.denominator, self.score
+        if den < 1:
+            out.append(f"denominator {den} is not a number of problems (at least 1)")
+        if not math.isfinite(num) or num < 0:
+            out.append(f"numerator {num:g} is not a count of solved problems (>= 0)")
+        elif den >= 1 and num > den:
+            out.append(f"numerator {num:g} is larger than the denominator {den} (more problems solved than evaluated)")
+        if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+            out.append(f"score {score:g} is outside [0, 1]")
+        elif den >= 1 and math.isfinite(num) and abs(score - num / den) > _tolerance(score_text):
+            out.append(f"score {score:g} disagrees with its fraction {num:g}/{den} = {num / den:.6g}")
+        if self.num_tests_per_prompt < 1:
+            out.append(f"num_tests_per_prompt {self.num_tests_per_prompt} is below 1")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            out.append(f"temperature {self.temperature:g} is negative or not finite")
+        if not (0.0 < self.top_p <= 1.0):
+            out.append(f"top_p {self.top_p:g} is outside (0, 1]")
+        return out
+
     def _repr_html_(self) -> str:
         return (
             f"<b>{self.model_name}</b> on <b>{self.dataset_name}</b>: {self.metric} = <b>{self.score:.4f}</b> "
             f"({self.numerator:g}/{self.denominator}), T={self.temperature}, n={self.num_tests_per_prompt}, "
             f"max_new_tokens={self.max_new_tokens}"
         )
+
+
+def _tolerance(score_text: str | None) -> float:
+    """Half a unit in the last printed decimal of the score (NeMo-RL prints 4), plus float slack."""
+    decimals = 4
+    if score_text:
+        try:
+            exp = decimal.Decimal(score_text.strip()).as_tuple().exponent
+            decimals = max(0, -exp) if isinstance(exp, int) else 4
+        except decimal.InvalidOperation:
+            pass
+    return 0.5 * 10.0 ** -decimals + 1e-9
+
+
+@dataclass(frozen=True)
+class ScoreLog:
+    """Everything :func:`read_score_log` found: valid blocks, problems (by line), and a block still being written."""
+
+    blocks: list[ScoreBlock]
+    problems: list[str]
+    pending_line: int | None = None  # 1-based line of a last block the log does not finish yet (a running job)
 
 
 def _value(raw: str) -> Any:
@@ -90,12 +144,14 @@ def _clean(line: str) -> str:
     return _ANSI.sub("", line).rstrip("\r")
 
 
-def _block_fields(lines: list[str], start: int) -> dict[str, Any]:
+def _block_fields(lines: list[str], start: int) -> tuple[dict[str, Any], bool]:
+    """The fields of the block starting at ``start``, and whether the log goes on after it (False: it ends inside)."""
     fields: dict[str, Any] = {}
-    for j in range(start, min(len(lines), start + _MAX_BLOCK_LINES)):
+    end = min(len(lines), start + _MAX_BLOCK_LINES)
+    for j in range(start, end):
         line = lines[j]
         if j > start and (_RULE.match(line) or _START.search(line)):
-            break
+            return fields, True
         m = _SCORE.search(line)
         if m:
             fields["score"], fields["numerator"], fields["denominator"] = m.group(1), m.group(2), m.group(3)
@@ -103,11 +159,15 @@ def _block_fields(lines: list[str], start: int) -> dict[str, Any]:
         for key, raw in _PAIR.findall(line):
             if key in REQUIRED_FIELDS and key not in fields:
                 fields[key] = _value(raw)
-    return fields
+    return fields, end < len(lines)
+
+
+def _missing(fields: dict[str, Any]) -> list[str]:
+    return [k for k in (*REQUIRED_FIELDS, "numerator", "denominator") if k not in fields]
 
 
 def _convert(fields: dict[str, Any], index: int, line: int) -> ScoreBlock:
-    missing = [k for k in (*REQUIRED_FIELDS, "numerator", "denominator") if k not in fields]
+    missing = _missing(fields)
     if missing:
         raise NotFoundError(
             f"score block #{index + 1} (line {line}) has no {', '.join(repr(m + '=') for m in missing)} field; "
@@ -118,6 +178,8 @@ def _convert(fields: dict[str, Any], index: int, line: int) -> ScoreBlock:
             "check job.status()",
         )
     try:
+        if int(fields["denominator"]) > 2**53:
+            raise ValueError(f"denominator {fields['denominator']} is not a number of problems")
         return ScoreBlock(
             model_name=str(fields["model_name"]),
             dataset_name=str(fields["dataset_name"]),
@@ -133,41 +195,81 @@ def _convert(fields: dict[str, Any], index: int, line: int) -> ScoreBlock:
             denominator=int(fields["denominator"]),
             line=line,
         )
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise NotFoundError(
             f"score block #{index + 1} (line {line}) has a malformed value: {exc}; fields {fields}",
             fix="pass the raw job log; the block must be printed by NeMo-RL's run_eval.py unchanged",
         ) from exc
 
 
+def read_score_log(text: str) -> ScoreLog:
+    """Every score block of a log, with what is wrong with the others, for logs that are still being written.
+
+    A last block that the text ends inside (the job is printing it now) is not a problem: it is reported as
+    ``pending_line`` and the complete blocks before it are kept. A block with a missing or malformed field, or with
+    impossible numbers (``score=1.5000 (750/500)``, a score that disagrees with its fraction), is listed in
+    ``problems`` by line and left out of ``blocks``.
+
+    Example:
+        >>> log = nbtools.evals.read_score_log(job.logs())
+        >>> log.blocks[-1].score, log.problems, log.pending_line
+        (0.402, [], None)
+    """
+    lines = [_clean(x) for x in text.splitlines()]
+    blocks: list[ScoreBlock] = []
+    problems: list[str] = []
+    pending = None
+    starts = [i for i, ln in enumerate(lines) if _START.search(ln) and "dataset_name=" in ln]
+    for n, i in enumerate(starts):
+        fields, closed = _block_fields(lines, i)
+        if n == len(starts) - 1 and not closed and _missing(fields):
+            pending = i + 1  # the job is printing this block right now
+            continue
+        try:
+            block = _convert(fields, n, i + 1)
+        except NotFoundError as e:
+            problems.append(str(e).split("\n")[0])
+            continue
+        bad = block.problems(score_text=str(fields["score"]))
+        if bad:
+            problems.append(f"score block #{n + 1} (line {i + 1}, {block.model_name} on {block.dataset_name}) is "
+                            f"impossible: {'; '.join(bad)}")
+        else:
+            blocks.append(block)
+    return ScoreLog(blocks, problems, pending)
+
+
 def parse_score_blocks(text: str, *, strict: bool = True) -> list[ScoreBlock]:
-    """Every score block in a log, in order (a log may hold several evaluations and unrelated output).
+    """Every valid score block in a log, in order (a log may hold several evaluations and unrelated output).
 
     Args:
         text: job log or stdout (ANSI colours and Ray's `(pid=…)` prefixes are tolerated).
-        strict: raise on an incomplete block (naming the missing field); False skips it.
+        strict: raise on an incomplete or impossible block (naming the field or the numbers); False skips it.
+            A last block that is still being written is skipped either way (see :func:`read_score_log`).
 
     Returns:
-        list of ScoreBlock (possibly empty when the log has no block yet).
+        list of ScoreBlock (possibly empty when the log has no complete block yet).
 
     Raises:
         NotFoundError: a block is missing a field (strict), naming the field.
+        ConfigError: a block's numbers are impossible (strict), listing every such block.
 
     Example:
         >>> [b.score for b in parse_score_blocks(job.logs())]
         [0.402, 0.464]
     """
     lines = [_clean(x) for x in text.splitlines()]
-    blocks: list[ScoreBlock] = []
     starts = [i for i, ln in enumerate(lines) if _START.search(ln) and "dataset_name=" in ln]
-    for n, i in enumerate(starts):
-        fields = _block_fields(lines, i)
-        try:
-            blocks.append(_convert(fields, n, i + 1))
-        except NotFoundError:
-            if strict:
-                raise
-    return blocks
+    log = read_score_log(text)
+    if strict:
+        for n, i in enumerate(starts):  # a missing or malformed field: NotFoundError naming it, with its fix
+            fields, _ = _block_fields(lines, i)
+            if i + 1 != log.pending_line:
+                _convert(fields, n, i + 1)
+        if log.problems:
+            raise ConfigError([*log.problems, "fix: pass the raw log printed by NeMo-RL's run_eval.py; numbers like "
+                               "these mean the log was edited or two outputs were interleaved"])
+    return log.blocks
 
 
 def load_eval_config(save_path: str | Path) -> dict[str, Any]:

@@ -154,8 +154,10 @@ def two_proportion_ztest(x1: float, n1: float, x2: float, n2: float) -> TestResu
         >>> round(two_proportion_ztest(201, 500, 232, 500).p_value, 4)
         0.0479
     """
-    if n1 <= 0 or n2 <= 0:
+    if not (n1 > 0 and n2 > 0):
         raise ValueError(f"two_proportion_ztest needs n1, n2 > 0, got {n1!r}, {n2!r}")
+    if not (0 <= x1 <= n1 and 0 <= x2 <= n2):
+        raise ValueError(f"two_proportion_ztest needs 0 <= x <= n, got {x1!r}/{n1!r} and {x2!r}/{n2!r}")
     p1, p2 = x1 / n1, x2 / n2
     pooled = (x1 + x2) / (n1 + n2)
     se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
@@ -172,6 +174,8 @@ def fisher_exact(x1: int, n1: int, x2: int, n2: int) -> TestResult:
         >>> fisher_exact(1, 10, 9, 10).p_value < 0.01
         True
     """
+    if not (0 <= x1 <= n1 and 0 <= x2 <= n2):
+        raise ValueError(f"fisher_exact needs 0 <= x <= n, got {x1!r}/{n1!r} and {x2!r}/{n2!r}")
     table = [[int(x1), int(n1 - x1)], [int(x2), int(n2 - x2)]]
     res = _st.fisher_exact(table, alternative="two-sided")
     return TestResult("Fisher exact (unpaired)", float(res.pvalue), float(res.statistic))
@@ -232,6 +236,8 @@ def verdict(
         ...         test="McNemar exact", p_value=0.001, n=500, paired=True)[:45]
         'tuned is better than base: 0.500 vs 0.400 (+'
     """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     ci = f", 95% CI {ci_low:+.3f} to {ci_high:+.3f}" if ci_low is not None and ci_high is not None else ""
     basis = f"{n} paired problems" if paired else f"totals of {n} problems each (unpaired, weaker than a paired test)"
     stats_txt = f"{acc_b:.3f} vs {acc_a:.3f} ({delta:+.3f}{ci}); {test} p = {_fmt_p(p_value)} on {basis}"

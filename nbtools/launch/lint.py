@@ -92,11 +92,11 @@ def lint(
     r = LintReport()
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
+    _secrets(cfg, r)
     if cfg.backend == "local":
         return r
     _dirs(cfg, r)
     _gpus(cfg, r, cluster_gpus)
-    _secrets(cfg, r)
     r.checked.append("ray-version")
     if client_ray_version is None:
         import ray
@@ -224,16 +224,30 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
 
 
 def _secrets(cfg: Experiment, r: LintReport) -> None:
+    """Secrets are named, never stored: warn (or block, when the run needs it) where a named env var is unset.
+
+    On gke the env var only matters when the Kubernetes Secret is created (``cluster.up`` refuses then, naming it);
+    a launch uses the Secret already in the cluster, so an unset variable is not reported here.
+    """
     r.checked.append("secrets")
     for name, needed in (("hf_token", False), ("wandb_api_key", cfg.logging.wandb)):
         ref = getattr(cfg.secrets, name)
-        env_name = "HF_TOKEN" if name == "hf_token" else "WANDB_API_KEY"
+        env_name = ref.env if ref is not None and ref.env else ("HF_TOKEN" if name == "hf_token" else "WANDB_API_KEY")
+        unset = ref is not None and bool(ref.env) and ref.value() is None
         if cfg.backend == "gke":
             if (ref is None or not ref.k8s_secret) and (needed or name == "hf_token"):
                 r.findings.append(Finding(
                     "blocking" if needed else "warning", "secrets", f"secrets.{name}",
                     f"no Kubernetes Secret named, so the pods have no {env_name}",
                     f"set `secrets.{name}: {{env: {env_name}, k8s_secret: <name>, key: <key>}}` (notebook 01 creates it)",
+                ))
+        elif cfg.backend == "local":
+            if unset:
+                r.findings.append(Finding(
+                    "warning", "secrets", f"secrets.{name}.env",
+                    f"${env_name} is referenced but not set in this environment (the local rehearsal does not need it; "
+                    "a job on ray would run without it, and on gke the Secret could not be created from it)",
+                    f"export {env_name}=... before starting Jupyter / the CLI, or remove `secrets.{name}`",
                 ))
         elif ref is None or not ref.env or ref.value() is None:
             if needed or ref is not None:

@@ -21,7 +21,8 @@ import shlex
 import uuid
 import zipfile
 
-from nbtools.config import Experiment, Secret
+from nbtools.config import Experiment, Secret, redact, token_kind
+from nbtools.config._rules import SECRET_ENV_VARS
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
 __all__ = [
@@ -69,18 +70,18 @@ def hf_home(cfg: Experiment) -> str | None:
 
 
 def env_vars(cfg: Experiment) -> dict[str, str]:
-    """The job's ``runtime_env.env_vars`` for ``cfg`` (never secrets): the cluster's own (NCCL/gIB on GKE), the
-    trainer's, then ``trainer.env_vars``."""
+    """The job's ``runtime_env.env_vars`` for ``cfg`` (never secrets, on every backend): the cluster's own
+    (NCCL/gIB on GKE), the trainer's, then ``trainer.env_vars``.
+
+    Raises:
+        ConfigError: ``trainer.env_vars`` holds a secret (HF_TOKEN, WANDB_API_KEY) or a token-shaped value; config
+            validation reports the same, this guards configs built without it.
+    """
     from nbtools import backends
 
+    _refuse_secrets(cfg.trainer.env_vars)
     backend = backends.get(cfg)
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backend.job_env()}
-    for name in cfg.trainer.env_vars:
-        if name in SECRET_ENV_NAMES.values():
-            raise ConfigError(
-                f"trainer.env_vars.{name}: secrets must not be job env vars (the Ray dashboard shows them); "
-                f"fix: remove it and set `secrets.{'hf_token' if name == 'HF_TOKEN' else 'wandb_api_key'}: {{env: {name}}}`"
-            )
     if backend.trainer != "rehearsal":
         home = hf_home(cfg)
         if home:
@@ -95,6 +96,21 @@ def env_vars(cfg: Experiment) -> dict[str, str]:
             env["TENSORBOARD_DIR"] = f"{cfg.log_dir.rstrip('/')}/tensorboard"
     env.update(cfg.trainer.env_vars)
     return env
+
+
+def _refuse_secrets(extra: dict[str, str]) -> None:
+    problems = []
+    for name, value in extra.items():
+        if name in SECRET_ENV_VARS:
+            field = "wandb_api_key" if name == "WANDB_API_KEY" else "hf_token"
+            problems.append(f"trainer.env_vars.{name}: secrets must not be job env vars (the Ray dashboard shows them); "
+                            f"fix: remove it and set `secrets.{field}: {{env: {SECRET_ENV_NAMES[field]}}}`")
+        elif (kind := token_kind(value, names=False)) or token_kind(name):
+            shown = redact(name) if token_kind(name) else name
+            problems.append(f"trainer.env_vars.{shown}: {redact(value)} looks like {kind or 'a token'}; job env vars are "
+                            "shown on the Ray dashboard; fix: remove it and reference the secret by NAME under `secrets:`")
+    if problems:
+        raise ConfigError(problems)
 
 
 def secret_values(cfg: Experiment) -> dict[str, Secret]:

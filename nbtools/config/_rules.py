@@ -1,0 +1,208 @@
+"""Cross-field rules of the experiment config: what no single field's type can say.
+
+Each rule names the keys it reads; a rule that reads a key whose value failed its type check (and so holds the
+default) is skipped, because its verdict would be about the default rather than about the user's file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
+from nbtools.config._tokens import redact, token_kind
+from nbtools.config._validate import Problems, _part, _show
+
+# What the local rehearsal logs (nbtools.rehearsal.trainer): checkpointing.metric_name must name one of them.
+REHEARSAL_METRICS: dict[str, tuple[str, ...]] = {
+    "val": ("accuracy", "avg_length"),
+    "train": (
+        "loss", "grad_norm", "reward", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "approx_entropy",
+        "token_mult_prob_error", "gen_kl_error", "lr", "global_valid_seqs", "global_valid_toks", "num_valid_samples",
+        "mean_prompt_length", "total_num_tokens", "mean_total_tokens_per_sample", "mean_gen_tokens_per_sample",
+        "max_gen_tokens_per_sample", "natural_termination_rate", "truncation_rate", "total_turns",
+        "avg_turns_per_sample", "max_turns_per_sample", "advantages/mean", "advantages/max", "advantages/min",
+        "advantages/sum", "baseline_reward/pct_0", "baseline_reward/pct_1", "baseline_reward/pct_mixed",
+    ),
+}
+SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")  # never in trainer.env_vars
+
+
+
+def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
+    """Cross-field rules; each message names key, value, what is allowed, and the fix.
+
+    A rule that reads a key in ``bad`` (a value that failed its type check and was replaced by the default) is
+    skipped: its verdict would be about the default, not about the user's file.
+    """
+    p: list[str] = []
+    skip = bad if bad is not None else Problems()
+
+    def add(deps: tuple[str, ...], text: str) -> None:
+        if not skip.touches(deps):
+            p.append(text)
+
+    if not _K8S_NAME.match(cfg.name) or len(cfg.name) > 40:
+        add(("name",),
+            f"name: {cfg.name[:80]!r} is not usable as a job id / Kubernetes name; allowed: lower-case letters, digits and '-', "
+            f"at most 40 characters; fix: e.g. `name: {re.sub('[^a-z0-9-]+', '-', cfg.name.lower()).strip('-')[:40] or 'my-experiment'}`")
+    if cfg.backend == "ray" and not cfg.ray.address:
+        add(("backend", "ray.address"), "ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` (the Ray dashboard URL)")
+    if cfg.ray.address and not re.match(r"^(https?)://", cfg.ray.address):
+        add(("ray.address",), f"ray.address: {_show('ray.address', cfg.ray.address)} is not a dashboard URL; allowed: http(s)://host:port; "
+            "fix: use the dashboard address (port 8265), not ray://")
+    for key in ("dashboard_port", "port"):
+        v = getattr(cfg.ray, key)
+        if not 1 <= v <= 65535:
+            add((f"ray.{key}",), f"ray.{key}: {v} is not a TCP port; allowed: 1..65535; fix: e.g. 8265 for the dashboard, 6379 for the head")
+    if cfg.backend == "gke":
+        if not cfg.gcp.project:
+            add(("backend", "gcp.project"), "gcp.project: missing for backend 'gke'; fix: set `gcp.project: <your-project-id>` (see `gcloud projects list`)")
+        if not cfg.gcp.zone.startswith(cfg.gcp.region):
+            add(("backend", "gcp.zone", "gcp.region"),
+                f"gcp.zone: {cfg.gcp.zone!r} is not in region {cfg.gcp.region!r}; fix: pick a zone like `{cfg.gcp.region}-b`")
+        if cfg.storage.kind == "gcsfuse" and not cfg.storage.bucket:
+            add(("backend", "storage.kind", "storage.bucket"),
+                "storage.bucket: missing for gcsfuse storage on gke; fix: set `storage.bucket: <bucket-name>` (no gs:// prefix)")
+        if cfg.storage.kind == "lustre" and not (cfg.storage.lustre and cfg.storage.lustre.instance and cfg.storage.lustre.ip):
+            add(("backend", "storage.kind", "storage.lustre"),
+                "storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` and `storage.lustre.ip`")
+        if not _K8S_NAME.match(cfg.cluster.name):
+            add(("backend", "cluster.name"),
+                f"cluster.name: {cfg.cluster.name!r} is not a valid GKE/Kubernetes name; fix: lower-case letters, digits and '-'")
+    if cfg.storage.bucket and cfg.storage.bucket.startswith("gs://"):
+        add(("storage.bucket",), f"storage.bucket: {cfg.storage.bucket!r} includes the gs:// scheme; fix: `bucket: {cfg.storage.bucket[5:]}`")
+    if not cfg.storage.mount_path.startswith("/"):
+        add(("storage.mount_path",), f"storage.mount_path: {cfg.storage.mount_path!r} must be absolute; fix: e.g. `/data`")
+    if cfg.cluster.provisioning == "reservation" and not cfg.cluster.reservation:
+        add(("cluster.provisioning", "cluster.reservation"),
+            "cluster.reservation: required when cluster.provisioning is 'reservation'; fix: set the reservation name or use `provisioning: spot`")
+    expected = GPU_TYPES[cfg.cluster.gpu_type]["gpus_per_node"]
+    if cfg.cluster.gpus_per_node != expected:
+        add(("cluster.gpus_per_node", "cluster.gpu_type"),
+            f"cluster.gpus_per_node: {cfg.cluster.gpus_per_node} does not match {cfg.cluster.gpu_type} "
+            f"({cfg.cluster.machine_type} has {expected}); fix: set `cluster.gpus_per_node` to {expected}")
+    if cfg.cluster.worker_replicas < 1:
+        add(("cluster.worker_replicas",),
+            f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")
+    for key in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps"):
+        if getattr(cfg.grpo, key) < 1:
+            add((f"grpo.{key}",), f"grpo.{key}: {getattr(cfg.grpo, key)} must be >= 1; fix: use a positive integer")
+    if cfg.grpo.num_generations_per_prompt < 2 and cfg.grpo.use_leave_one_out_baseline:
+        add(("grpo.num_generations_per_prompt", "grpo.use_leave_one_out_baseline"),
+            "grpo.num_generations_per_prompt: GRPO needs a group of at least 2 for a leave-one-out baseline; fix: set it to 2 or more")
+    if not 0 <= cfg.grpo.kl_penalty:
+        add(("grpo.kl_penalty",), f"grpo.kl_penalty: {cfg.grpo.kl_penalty} must be >= 0; fix: e.g. 0.01")
+    _checkpoint_checks(cfg, add)
+    _secret_checks(cfg, add)
+    _trainer_checks(cfg, add)
+    _rehearsal_checks(cfg, add)
+    return p
+
+
+def _checkpoint_checks(cfg: Experiment, add) -> None:
+    c = cfg.checkpointing
+    mn = c.metric_name
+    if mn is not None and not re.match(r"^(val|train):\S+$", mn):
+        add(("checkpointing.metric_name",),
+            f"checkpointing.metric_name: {mn[:80]!r} must be `val:<name>` or `train:<name>` (NeMo-RL); fix: e.g. `val:accuracy`")
+    elif mn is not None and cfg.backend == "local" and c.enabled:
+        kind, _, name = mn.partition(":")
+        if name not in REHEARSAL_METRICS[kind]:
+            close = difflib.get_close_matches(name, REHEARSAL_METRICS[kind], n=1)
+            add(("backend", "checkpointing.metric_name", "checkpointing.enabled"),
+                f"checkpointing.metric_name: {mn[:80]!r} is not a {kind} metric the local rehearsal logs "
+                f"(it logs {', '.join(f'{kind}:{m}' for m in REHEARSAL_METRICS[kind])}); the first checkpoint save "
+                f"would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`")
+    if not c.dtensor_v2 and c.model_save_format is not None:
+        add(("checkpointing.dtensor_v2", "checkpointing.model_save_format"),
+            f"checkpointing.model_save_format: {c.model_save_format!r} is only valid with dtensor_v2: true; "
+            "fix: set `model_save_format: null` for the DTensor v1 layout")
+    if c.dtensor_v2 and c.model_save_format is None:
+        add(("checkpointing.dtensor_v2", "checkpointing.model_save_format"),
+            "checkpointing.model_save_format: null needs dtensor_v2: false; allowed with v2: 'safetensors' | 'torch_save'; fix: pick one")
+
+
+def _secret_checks(cfg: Experiment, add) -> None:
+    """``secrets.*`` hold NAMES (an env var, a Kubernetes Secret, a key in it); no value is ever shown."""
+    for sname, env_name in (("hf_token", "HF_TOKEN"), ("wandb_api_key", "WANDB_API_KEY")):
+        ref = getattr(cfg.secrets, sname)
+        if ref is None:
+            continue
+        where = f"secrets.{sname}"
+        if not ref.env and not ref.k8s_secret:
+            add((where,), f"{where}: names neither `env` nor `k8s_secret`; fix: e.g. `{sname}: {{env: {env_name}}}`")
+        if ref.env and (kind := token_kind(ref.env)):
+            add((f"{where}.env",),
+                f"{where}.env: {redact(ref.env)} looks like {kind}, i.e. the secret itself, not the NAME of an environment "
+                f"variable; it would be written in clear into manifests and plan scripts; fix: put the NAME of the env var "
+                f"here (`env: {env_name}`) and export the value in your shell (`export {env_name}=...`), then revoke the "
+                "pasted token if this file was shared")
+        elif ref.env and not _ENV_NAME.match(ref.env):
+            add((f"{where}.env",),
+                f"{where}.env: {redact(ref.env)} must be the NAME of an environment variable (letters, digits, '_'), not "
+                f"its value; fix: `env: {env_name}` and export the value in your shell (`export {env_name}=...`)")
+        if ref.k8s_secret and (kind := token_kind(ref.k8s_secret)):
+            add((f"{where}.k8s_secret",),
+                f"{where}.k8s_secret: {redact(ref.k8s_secret)} looks like {kind}, not the NAME of a Kubernetes Secret; "
+                f"fix: put the Secret's NAME here (e.g. `k8s_secret: hf-token`) and the env var's NAME in `env` "
+                f"(`env: {env_name}`, exported in your shell): nbtools creates the Secret from it")
+        elif ref.k8s_secret and not re.match(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", ref.k8s_secret):
+            add((f"{where}.k8s_secret",),
+                f"{where}.k8s_secret: {redact(ref.k8s_secret)} is not a Kubernetes Secret name (lower-case letters, "
+                "digits, '-' and '.'); fix: e.g. `k8s_secret: hf-token`")
+        if ref.key and (kind := token_kind(ref.key)):
+            add((f"{where}.key",),
+                f"{where}.key: {redact(ref.key)} looks like {kind}, not the NAME of a key inside the Secret; "
+                f"fix: e.g. `key: token`, and put the env var's NAME in `env` (`env: {env_name}`, exported in your shell)")
+        if ref.k8s_secret and not ref.key:
+            add((f"{where}.key", f"{where}.k8s_secret"),
+                f"{where}.key: required with k8s_secret; fix: name the key inside the Secret, e.g. `key: token`")
+
+
+def _trainer_checks(cfg: Experiment, add) -> None:
+    t = cfg.trainer
+    if not t.colocated and (t.generation_nodes is None and t.generation_gpus_per_node is None):
+        add(("trainer.colocated", "trainer.generation_nodes", "trainer.generation_gpus_per_node"),
+            "trainer.generation_nodes: non-colocated generation needs its resources; fix: set `generation_nodes` "
+            "(multi-node) or `generation_gpus_per_node` (single node)")
+    for i, ov in enumerate(t.overrides):
+        if "=" not in ov and not ov.startswith("~"):
+            add((f"trainer.overrides[{i}]",),
+                f"trainer.overrides[{i}]: {_show('trainer.overrides', ov)} is not a Hydra override; fix: write `key=value` "
+                "(`+key=value` to add a key)")
+        elif (kind := token_kind(ov.partition("=")[2], names=False)):
+            add((f"trainer.overrides[{i}]",),
+                f"trainer.overrides[{i}]: the value {redact(ov.partition('=')[2])} looks like {kind}; overrides are "
+                "shown in the job's entrypoint on the Ray dashboard; fix: reference secrets in `secrets:` by NAME")
+    for name, value in t.env_vars.items():
+        key = f"trainer.env_vars.{_part(name)}"
+        secret_field = "wandb_api_key" if name == "WANDB_API_KEY" else "hf_token"
+        if name in SECRET_ENV_VARS:
+            add((key,), f"{key}: secrets must not be job env vars (the Ray dashboard shows every job's env_vars); "
+                f"fix: remove it and set `secrets.{secret_field}: {{env: {name if name != 'HUGGING_FACE_HUB_TOKEN' else 'HF_TOKEN'}}}` "
+                "(the value stays in your shell)")
+        elif token_kind(name):
+            add((key,), f"{key}: the variable's name looks like a token; fix: use a NAME such as `MY_SETTING`, and put "
+                "secrets in `secrets:` by NAME")
+        elif (kind := token_kind(value, names=False)):
+            add((key,), f"{key}: the value {redact(value)} looks like {kind}; job env vars are shown on the Ray "
+                "dashboard; fix: remove it, export the value in your shell and reference it by NAME under `secrets:` "
+                "(`hf_token: {env: HF_TOKEN}` / `wandb_api_key: {env: WANDB_API_KEY}`)")
+
+
+def _rehearsal_checks(cfg: Experiment, add) -> None:
+    r = cfg.rehearsal
+    if r.ranks < 1:
+        add(("rehearsal.ranks",), f"rehearsal.ranks: {r.ranks} must be >= 1; fix: 2 runs FSDP2 on two CPU processes")
+    if cfg.backend != "local":
+        return
+    if r.num_heads and r.hidden_size % r.num_heads:
+        add(("backend", "rehearsal.hidden_size", "rehearsal.num_heads"),
+            f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads")
+    n = cfg.grpo.num_prompts_per_step
+    if r.ranks >= 1 and n >= 1 and n % r.ranks:
+        up = -(-n // r.ranks) * r.ranks
+        add(("backend", "grpo.num_prompts_per_step", "rehearsal.ranks"),
+            f"grpo.num_prompts_per_step: {n} is not divisible by rehearsal.ranks {r.ranks} (each rank rolls out the "
+            f"same number of prompts); the job would stop at start-up; fix: e.g. `num_prompts_per_step: {up}`")

@@ -1,0 +1,156 @@
+"""Read an experiment YAML safely: duplicate keys refused, alias expansion bounded, errors without file content.
+
+Why: PyYAML's ``safe_load`` keeps the last of two equal keys (a silently lost setting) and shares aliased nodes,
+which the config's hash, ``dump`` and ``dataclasses.asdict`` then expand: a 393-byte "billion laughs" file took
+33 s and 277 MB. The node graph is measured before anything is constructed, so such a file fails in
+milliseconds. Error texts give line and column but never the offending line itself, which may hold a token.
+
+Example:
+    >>> load_yaml("name: x\\ngrpo: {seed: 1}\\n")
+    {'name': 'x', 'grpo': {'seed': 1}}
+    >>> load_yaml("name: x\\nname: y\\n")  # ConfigError: line 2, column 1: duplicate key 'name' (first at line 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from nbtools.errors import ConfigError
+
+__all__ = ["MAX_NODES", "load_yaml", "expanded_size"]
+
+MAX_NODES = 100_000  # values after alias expansion; a real experiment has a few hundred
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _Cycle(Exception):
+    pass
+
+
+def _duplicate_keys(loader: yaml.SafeLoader, root: Node) -> None:
+    """Refuse a key written twice in one mapping (keys compared as YAML resolves them: ``1`` and ``01`` are equal).
+
+    Checked on the node graph before anything is constructed, so merge keys (``<<: *base``), which PyYAML
+    flattens in place during construction, never look like duplicates.
+    """
+    stack, visited = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                stack += [key_node, value_node]
+                if key_node.tag == _MERGE or not isinstance(key_node, ScalarNode):
+                    continue
+                key = loader.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    shown = str(key)[:80]
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {shown!r} (first at line {seen[key]}); fix: keep one `{shown}:` line",
+                        key_node.start_mark)
+                seen[key] = line
+        elif isinstance(node, SequenceNode):
+            stack += node.value
+
+
+def expanded_size(root: Any, limit: int = MAX_NODES) -> int:
+    """How many values ``root`` holds once every alias (shared node or object) is expanded.
+
+    Works on a YAML node graph or on plain data; linear in the distinct nodes, because each node's size is
+    memoised by identity. Raises ``_TooBig`` above ``limit`` and ``_Cycle`` for a recursive alias.
+    """
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def children(x: Any) -> list:
+        if isinstance(x, MappingNode):
+            return [n for pair in x.value for n in pair]
+        if isinstance(x, SequenceNode):
+            return list(x.value)
+        if isinstance(x, dict):
+            return [n for pair in x.items() for n in pair]
+        if isinstance(x, (list, tuple, set, frozenset)):
+            return list(x)
+        return []
+
+    def size(x: Any) -> int:
+        kids = children(x)
+        if not kids:
+            return 1
+        i = id(x)
+        if i in memo:
+            return memo[i]
+        if i in active:
+            raise _Cycle
+        active.add(i)
+        total = 1
+        for k in kids:
+            total += size(k)
+            if total > limit:
+                raise _TooBig
+        active.discard(i)
+        memo[i] = total
+        return total
+
+    return size(root)
+
+
+def _where(e: yaml.YAMLError) -> str:
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        return where + "; ".join(x for x in (e.context, e.problem) if x)
+    return str(e).split("\n")[0]
+
+
+def size_problem(data: Any, what: str = "the config") -> str | None:
+    """A problem text when plain data is recursive or expands beyond ``MAX_NODES`` values, else None."""
+    try:
+        expanded_size(data)
+    except _TooBig:
+        return (f"{what} expands to more than {MAX_NODES:,} values (YAML anchors/aliases repeated inside each "
+                "other?); fix: write the values out, without nested aliases")
+    except _Cycle:
+        return f"{what} refers to itself (a recursive YAML alias); fix: remove the alias that points at its own parent"
+    except RecursionError:
+        return f"{what} is nested too deeply; fix: flatten it (an experiment is a few levels deep)"
+    return None
+
+
+def load_yaml(text: str, source: str | None = None) -> Any:
+    """Parse one YAML document with the rules above; ``ConfigError`` (line and column, never content) on failure."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = size_problem(node, "the file")
+        if problem:
+            raise ConfigError(problem, source=source)
+        _duplicate_keys(loader, node)
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        what = _where(e)
+        fix = "" if "fix:" in what else "; fix: correct the file at that line (brackets, quotes, indentation, `key: value`)"
+        raise ConfigError(f"not valid YAML: {what}{fix}", source=source) from None
+    except RecursionError:
+        raise ConfigError("nested too deeply to read; fix: flatten it (an experiment is a few levels deep)",
+                          source=source) from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PyYAML's constructors crash on some tagged scalars (`!!int ` -> IndexError)
+        raise ConfigError(f"not valid YAML: a value cannot be read ({type(e).__name__}); fix: check the explicit "
+                          "tags (`!!int`, `!!binary`, ...) and their values", source=source) from None
+    finally:
+        loader.dispose()
