@@ -66,7 +66,7 @@ def get(cfg: Any, **options: Any) -> Backend:
 
 def checks(cfg: Any) -> list[str]:
     """The configuration problems this experiment's backend cares about (part of ``config.load``'s report)."""
-    return list(backend_class(cfg.backend).check(cfg))
+    return [text for _, text in backend_class(cfg.backend).check(cfg)]
 
 
 def gke_view(cfg: Any) -> Any:

@@ -84,5 +84,6 @@ class Backend(Protocol):
         """The teardown of what :meth:`provision_plan` creates (empty where nothing was provisioned)."""
 
     @classmethod
-    def check(cls, cfg: Any) -> list[str]:
-        """Configuration problems specific to this backend, each naming key, value and fix."""
+    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+        """Configuration problems specific to this backend: (the keys each reads, the message naming key, value
+        and fix); ``config.load`` reports them with everything else."""

@@ -327,20 +327,27 @@ class GkeBackend:
         return gke.destroy_plan(self.cfg)
 
     @classmethod
-    def check(cls, cfg: Any) -> list[str]:
+    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+        """What GKE needs named: the project, a zone in the region, the bucket (or Lustre instance), a valid name."""
         import re
 
-        p = []
+        p: list[tuple[tuple[str, ...], str]] = []
         if not cfg.gcp.project:
-            p.append("gcp.project: missing for backend 'gke'; fix: set `gcp.project: <your-project-id>` (see `gcloud projects list`)")
+            p.append((("gcp.project",), "gcp.project: missing for backend 'gke'; fix: set `gcp.project: <your-project-id>` "
+                      "(see `gcloud projects list`)"))
         if not cfg.gcp.zone.startswith(cfg.gcp.region):
-            p.append(f"gcp.zone: {cfg.gcp.zone!r} is not in region {cfg.gcp.region!r}; fix: pick a zone like `{cfg.gcp.region}-b`")
+            p.append((("gcp.zone", "gcp.region"),
+                      f"gcp.zone: {cfg.gcp.zone!r} is not in region {cfg.gcp.region!r}; fix: pick a zone like `{cfg.gcp.region}-b`"))
         if cfg.storage.kind == "gcsfuse" and not cfg.storage.bucket:
-            p.append("storage.bucket: missing for gcsfuse storage on gke; fix: set `storage.bucket: <bucket-name>` (no gs:// prefix)")
+            p.append((("storage.kind", "storage.bucket"),
+                      "storage.bucket: missing for gcsfuse storage on gke; fix: set `storage.bucket: <bucket-name>` (no gs:// prefix)"))
         if cfg.storage.kind == "lustre" and not (cfg.storage.lustre and cfg.storage.lustre.instance and cfg.storage.lustre.ip):
-            p.append("storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` and `storage.lustre.ip`")
+            p.append((("storage.kind", "storage.lustre"),
+                      "storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` "
+                      "and `storage.lustre.ip`"))
         if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", cfg.cluster.name):
-            p.append(f"cluster.name: {cfg.cluster.name!r} is not a valid GKE/Kubernetes name; fix: lower-case letters, digits and '-'")
+            p.append((("cluster.name",),
+                      f"cluster.name: {cfg.cluster.name!r} is not a valid GKE/Kubernetes name; fix: lower-case letters, digits and '-'"))
         return p
 
     def __repr__(self) -> str:

@@ -6,7 +6,6 @@ default) is skipped, because its verdict would be about the default rather than 
 
 from __future__ import annotations
 
-import difflib
 import re
 
 from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
@@ -46,8 +45,6 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
         add(("name",),
             f"name: {cfg.name[:80]!r} is not usable as a job id / Kubernetes name; allowed: lower-case letters, digits and '-', "
             f"at most 40 characters; fix: e.g. `name: {re.sub('[^a-z0-9-]+', '-', cfg.name.lower()).strip('-')[:40] or 'my-experiment'}`")
-    if cfg.backend == "ray" and not cfg.ray.address:
-        add(("backend", "ray.address"), "ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` (the Ray dashboard URL)")
     if cfg.ray.address and not re.match(r"^(https?)://", cfg.ray.address):
         add(("ray.address",), f"ray.address: {_show('ray.address', cfg.ray.address)} is not a dashboard URL; allowed: http(s)://host:port; "
             "fix: use the dashboard address (port 8265), not ray://")
@@ -55,21 +52,11 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
         v = getattr(cfg.ray, key)
         if not 1 <= v <= 65535:
             add((f"ray.{key}",), f"ray.{key}: {v} is not a TCP port; allowed: 1..65535; fix: e.g. 8265 for the dashboard, 6379 for the head")
-    if cfg.backend == "gke":
-        if not cfg.gcp.project:
-            add(("backend", "gcp.project"), "gcp.project: missing for backend 'gke'; fix: set `gcp.project: <your-project-id>` (see `gcloud projects list`)")
-        if not cfg.gcp.zone.startswith(cfg.gcp.region):
-            add(("backend", "gcp.zone", "gcp.region"),
-                f"gcp.zone: {cfg.gcp.zone!r} is not in region {cfg.gcp.region!r}; fix: pick a zone like `{cfg.gcp.region}-b`")
-        if cfg.storage.kind == "gcsfuse" and not cfg.storage.bucket:
-            add(("backend", "storage.kind", "storage.bucket"),
-                "storage.bucket: missing for gcsfuse storage on gke; fix: set `storage.bucket: <bucket-name>` (no gs:// prefix)")
-        if cfg.storage.kind == "lustre" and not (cfg.storage.lustre and cfg.storage.lustre.instance and cfg.storage.lustre.ip):
-            add(("backend", "storage.kind", "storage.lustre"),
-                "storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` and `storage.lustre.ip`")
-        if not _K8S_NAME.match(cfg.cluster.name):
-            add(("backend", "cluster.name"),
-                f"cluster.name: {cfg.cluster.name!r} is not a valid GKE/Kubernetes name; fix: lower-case letters, digits and '-'")
+    from nbtools import backends  # what only one backend needs is its own rule (the registry picks it)
+
+    if cfg.backend in backends.REGISTRY:
+        for deps, text in backends.backend_class(cfg.backend).check(cfg):
+            add(("backend", *deps), text)
     if cfg.storage.bucket and cfg.storage.bucket.startswith("gs://"):
         add(("storage.bucket",), f"storage.bucket: {cfg.storage.bucket!r} includes the gs:// scheme; fix: `bucket: {cfg.storage.bucket[5:]}`")
     if not cfg.storage.mount_path.startswith("/"):
@@ -106,14 +93,6 @@ def _checkpoint_checks(cfg: Experiment, add) -> None:
     if mn is not None and not re.match(r"^(val|train):\S+$", mn):
         add(("checkpointing.metric_name",),
             f"checkpointing.metric_name: {mn[:80]!r} must be `val:<name>` or `train:<name>` (NeMo-RL); fix: e.g. `val:accuracy`")
-    elif mn is not None and cfg.backend == "local" and c.enabled:
-        kind, _, name = mn.partition(":")
-        if name not in REHEARSAL_METRICS[kind]:
-            close = difflib.get_close_matches(name, REHEARSAL_METRICS[kind], n=1)
-            add(("backend", "checkpointing.metric_name", "checkpointing.enabled"),
-                f"checkpointing.metric_name: {mn[:80]!r} is not a {kind} metric the local rehearsal logs "
-                f"(it logs {', '.join(f'{kind}:{m}' for m in REHEARSAL_METRICS[kind])}); the first checkpoint save "
-                f"would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`")
     if not c.dtensor_v2 and c.model_save_format is not None:
         add(("checkpointing.dtensor_v2", "checkpointing.model_save_format"),
             f"checkpointing.model_save_format: {c.model_save_format!r} is only valid with dtensor_v2: true; "
@@ -195,14 +174,4 @@ def _rehearsal_checks(cfg: Experiment, add) -> None:
     r = cfg.rehearsal
     if r.ranks < 1:
         add(("rehearsal.ranks",), f"rehearsal.ranks: {r.ranks} must be >= 1; fix: 2 runs FSDP2 on two CPU processes")
-    if cfg.backend != "local":
-        return
-    if r.num_heads and r.hidden_size % r.num_heads:
-        add(("backend", "rehearsal.hidden_size", "rehearsal.num_heads"),
-            f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads")
-    n = cfg.grpo.num_prompts_per_step
-    if r.ranks >= 1 and n >= 1 and n % r.ranks:
-        up = -(-n // r.ranks) * r.ranks
-        add(("backend", "grpo.num_prompts_per_step", "rehearsal.ranks"),
-            f"grpo.num_prompts_per_step: {n} is not divisible by rehearsal.ranks {r.ranks} (each rank rolls out the "
-            f"same number of prompts); the job would stop at start-up; fix: e.g. `num_prompts_per_step: {up}`")
+
