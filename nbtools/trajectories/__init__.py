@@ -18,6 +18,11 @@ generation_logprobs, prev_logprobs as numpy arrays).
 Live-safe: only complete lines are read; bytes after the last newline are reported as pending
 (``run.pending``); malformed lines are skipped, counted (``run.skipped``) and listed with file and line number
 (``run.problems``) and a warning; non-UTF-8 bytes are replaced and listed. Gaps in step numbers are fine.
+Odd records are coerced, not fatal (see ``_coerce``): message content as a list of parts, fields wrapped once
+more or once less than NeMo-RL writes them, ``NaN``/``Infinity`` literals; a record whose ``idx`` does not fit
+in int64 is skipped and listed. A step file that cannot be opened (a dangling symlink) is listed in
+``run.problems`` and the other steps are read. ``read()``, ``read(arrays=True)`` and ``iter_records`` give the
+same rows: read + skipped = complete lines.
 
 Example:
     >>> run = nbtools.trajectories.open_run(cfg.log_dir)       # latest exp_NNN
@@ -27,29 +32,18 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from nbtools._layout import EXP_RE, exp_dirs
 from nbtools.errors import NotFoundError
-from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
-from nbtools.trajectories._index import FileIndex, build_index, load_index, save_index
-from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS, decode_record, project_record
-from nbtools.trajectories._read import ALL_COLUMNS, ReadOptions, arrays_frame_columns, read_many, schema_for
+from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
+from nbtools.trajectories._read import ALL_COLUMNS
+from nbtools.trajectories._run import FILE_RE, Run
 from nbtools.trajectories._summary import group_table, step_summary, verdict
 
 __all__ = ["open_run", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS"]
 
-_FILE_RE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")
-_PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
 
 
 def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", answer_tag: str = "answer",
@@ -90,7 +84,11 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
     exps = exp_dirs(p)
     if exp is not None:
-        want = int(str(exp).removeprefix("exp_"))
+        try:
+            want = int(str(exp).removeprefix("exp_"))
+        except ValueError:
+            raise NotFoundError(f"expected exp as a number or 'exp_NNN', got {exp!r}",
+                                fix="pass e.g. exp=3 or exp='exp_003', or exp=None for the latest") from None
         match = [d for n, d in exps if n == want]
         if not match:
             raise NotFoundError(f"expected exp_{want:03d} under {p}, found {[d.name for _, d in exps] or 'none'}",
@@ -106,287 +104,4 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
 
 def _has_dumps(p: Path) -> bool:
     with os.scandir(p) as it:
-        return any(_FILE_RE.match(e.name) for e in it)  # stops at the first dump
-
-
-class Run:
-    """One experiment dir of dumps; every method re-checks the files, so a live run shows new steps."""
-
-    def __init__(self, path: str | os.PathLike, *, think_tag: str = "think", answer_tag: str = "answer",
-                 cache: bool = True, cache_dir: str | os.PathLike | None = None):
-        self.path = Path(path)
-        self.think_tag, self.answer_tag = think_tag, answer_tag
-        self.cache = cache
-        if not cache:
-            self.cache_dir = None
-        elif cache_dir is not None:
-            self.cache_dir = Path(cache_dir)
-        else:
-            self.cache_dir = self.path / ".nbtools" if os.access(self.path, os.W_OK) else None
-        self._indexes: dict[Path, FileIndex] = {}
-        self._info: dict[str, dict[str, dict]] = {"train": {}, "val": {}}  # per file: size, mtime, problems...
-        self._mem: dict[str, tuple[dict, pa.Table]] = {}
-        key = f"{think_tag}|{answer_tag}|{','.join(ALL_COLUMNS)}"
-        self._key = hashlib.sha1(key.encode()).hexdigest()[:10]
-
-    # ---- listing -------------------------------------------------------------------------------------------
-    def files(self, kind: str = "train") -> dict[int, Path]:
-        """{step: path} of the dumps of this kind ("train" or "val"), sorted by step."""
-        found = {}
-        with os.scandir(self.path) as it:
-            for e in it:
-                m = _FILE_RE.match(e.name)
-                if m and m.group(1) == kind:
-                    found[int(m.group(2))] = Path(e.path)
-        return dict(sorted(found.items()))
-
-    @property
-    def steps(self) -> list[int]:
-        """Training steps with a dump (1-indexed, as NeMo-RL numbers them; gaps allowed)."""
-        return list(self.files("train"))
-
-    @property
-    def val_steps(self) -> list[int]:
-        """Steps with a validation dump (v0.6+; 0 = validation before training)."""
-        return list(self.files("val"))
-
-    @property
-    def gaps(self) -> list[int]:
-        """Step numbers missing between the first and the last training dump."""
-        s = self.steps
-        return sorted(set(range(s[0], s[-1] + 1)) - set(s)) if s else []
-
-    def _file(self, step: int, kind: str) -> Path:
-        direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
-        if direct.is_file():
-            return direct
-        files = self.files(kind)
-        if step not in files:
-            near = sorted(files, key=lambda s: abs(s - step))[:5]
-            raise NotFoundError(f"expected {kind}_data_step{step}.jsonl in {self.path}, found steps {sorted(near) or 'none'}",
-                                fix=f"use one of run.{'steps' if kind == 'train' else 'val_steps'} (a live run adds "
-                                    "a file at the end of each step)")
-        return files[step]
-
-    # ---- index and single records --------------------------------------------------------------------------
-    def index(self, step: int, *, kind: str = "train") -> FileIndex:
-        """The line index of one step file (cached; extended when the file grew; rebuilt when rewritten)."""
-        path = self._file(step, kind)
-        st = os.stat(path)
-        cur = self._indexes.get(path) or load_index(self.cache_dir, path)
-        if cur is not None and cur.fresh(st):
-            self._indexes[path] = cur
-            return cur
-        new = build_index(path, cur, st)
-        self._indexes[path] = new
-        save_index(self.cache_dir, new)
-        return new
-
-    def record(self, step: int, idx: int, *, kind: str = "train", arrays: bool = True) -> dict:
-        """One record as a dict: the table's columns plus (``arrays=True``) the per-token arrays as numpy.
-
-        Why: the replacement for ``tail -n 1 train_data_stepN.jsonl | jq`` — one ``pread``, any run size.
-
-        Example:
-            >>> rec = run.record(run.steps[-1], 0)
-            >>> rec["generation_length"], rec["token_loss_mask"].sum()
-        """
-        ix = self.index(step, kind=kind)
-        if not 0 <= idx < ix.n_lines:
-            raise NotFoundError(f"expected idx in 0..{ix.n_lines - 1} for step {step}, got {idx}"
-                                + (f" ({ix.pending} bytes of a line still being written)" if ix.pending else ""),
-                                fix="pick an idx below the record count (len(run.read(step)))")
-        off, n = ix.line_span(idx)
-        with open(ix.path, "rb") as f:
-            line = os.pread(f.fileno(), n, off)
-        return self._record_dict(step, idx, line, ix.path, arrays)
-
-    def _record_dict(self, step: int, k: int, line: bytes, path: Path, arrays: bool) -> dict:
-        import numpy as np
-
-        try:
-            rec, note = decode_record(line)
-            row = project_record(rec)
-        except ValueError as err:
-            raise NotFoundError(f"expected JSON at {path.name} line {k + 1}, got: {err}",
-                                fix="run.problems lists every malformed line; read another idx") from None
-        out = {"step": step, **row, "line": k + 1}
-        if out["idx"] is None:
-            out["idx"] = k
-        from nbtools.rewards import split_think_answer
-
-        out["think"], out["answer"] = (split_think_answer(row["response"], self.think_tag, self.answer_tag)
-                                       if isinstance(row["response"], str) else (None, None))
-        for key, v in rec.items():
-            if key in ("content", "idx", "rewards", "input_lengths") or (key in ARRAY_KEYS and not arrays):
-                continue
-            v = v[0] if isinstance(v, list) and len(v) == 1 else v
-            out[key] = np.asarray(v) if key in ARRAY_KEYS and isinstance(v, list) else v
-        if note:
-            out["problem"] = note
-        return out
-
-    def iter_records(self, step: int, *, kind: str = "train", arrays: bool = False) -> Iterator[dict]:
-        """Yield the records of one step file, including lines appended while iterating.
-
-        Example:
-            >>> for rec in run.iter_records(run.steps[-1]):
-            ...     print(rec["reward"])
-        """
-        k = 0
-        while True:
-            ix = self.index(step, kind=kind)
-            if k >= ix.n_lines:
-                return
-            with open(ix.path, "rb") as f:
-                for j in range(k, ix.n_lines):
-                    off, n = ix.line_span(j)
-                    try:
-                        yield self._record_dict(step, j, os.pread(f.fileno(), n, off), ix.path, arrays)
-                    except NotFoundError as err:
-                        self._note(kind, ix.path, j + 1, "malformed", str(err).splitlines()[0])
-            k = ix.n_lines
-
-    # ---- tables --------------------------------------------------------------------------------------------
-    def read(self, step: int | range | list[int] | None = None, *, arrays: bool = False, kind: str = "train",
-             columns: list[str] | None = None, workers: int | None = None,
-             progress: bool | None = None) -> pd.DataFrame:
-        """Records of one step, several steps (range/list) or all (None) as a DataFrame.
-
-        Why: the table behind the explorer, re-scoring and per-step summaries; a second read of unchanged
-        files comes from the column cache (Arrow IPC beside the index), and only new or grown files are parsed
-        again.
-
-        Args:
-            step: a step, a range/list of steps, or None for every step.
-            arrays: add the per-token arrays (slower: every number is decoded).
-            kind: "train" or "val".
-            columns: keep only these columns (with ``cache=False`` only these are computed).
-            workers: processes for large reads (default: all cores).
-            progress: show a progress bar (default: only for reads over 256 MB).
-
-        Returns:
-            DataFrame; ``df.attrs`` holds ``pending_bytes``, ``skipped``, ``missing_steps``.
-
-        Example:
-            >>> df = run.read(range(1, 11))
-            >>> df.groupby("step").reward.mean()
-        """
-        files = self.files(kind)
-        if step is None:
-            wanted = list(files)
-        elif isinstance(step, int):
-            self._file(step, kind)
-            wanted = [step]
-        else:
-            wanted = sorted(set(step))
-        sel = [s for s in wanted if s in files]
-        missing = [s for s in wanted if s not in files]
-        cols = tuple(columns) if columns else ALL_COLUMNS
-        bad = [c for c in cols if c not in ALL_COLUMNS]
-        if bad:
-            raise NotFoundError(f"expected columns from {list(ALL_COLUMNS)}, got {bad}", fix="drop the unknown names")
-        stats = {s: os.stat(files[s]) for s in sel}
-        if arrays or not self.cache:
-            opts = ReadOptions(columns=ALL_COLUMNS if arrays else cols, arrays=arrays,
-                               think_tag=self.think_tag, answer_tag=self.answer_tag)
-            results, table = read_many([(str(files[s]), s, stats[s].st_size) for s in sel], opts, workers=workers,
-                                       progress=progress)
-            self._remember(kind, results)
-            df = table.select(list(cols)).to_pandas()
-            if arrays:
-                for k, v in arrays_frame_columns(results).items():
-                    df[k] = v
-        else:
-            df = self._read_cached(kind, files, sel, stats, workers, progress).select(list(cols)).to_pandas()
-        names = {files[s].name for s in sel}
-        info = [v for n, v in self._info[kind].items() if n in names]
-        df.attrs.update(pending_bytes=sum(i["pending"] for i in info), skipped=sum(i["skipped"] for i in info),
-                        missing_steps=missing)
-        return df
-
-    def _read_cached(self, kind, files, sel, stats, workers, progress) -> pa.Table:
-        man, table = self._mem.get(kind) or load_cache(self.cache_dir, kind, self._key)
-        stale = [s for s in sel if (e := man.get(files[s].name)) is None
-                 or (e["size"], e["mtime_ns"]) != (stats[s].st_size, stats[s].st_mtime_ns)]
-        if table is None:
-            table, man = schema_for(ALL_COLUMNS).empty_table(), {}
-        self._info[kind].update(man)  # problems found when cached files were parsed are still reported
-        if stale:
-            opts = ReadOptions(think_tag=self.think_tag, answer_tag=self.answer_tag)
-            results, new = read_many([(str(files[s]), s, stats[s].st_size) for s in stale], opts, workers=workers,
-                                     progress=progress)
-            self._remember(kind, results)
-            live = {p.name for p in files.values()}
-            keep = [s for s in {e["step"] for n, e in man.items() if n in live} if s not in stale]
-            man = {n: e for n, e in man.items() if n in live and e["step"] in keep}
-            man.update({Path(r.path).name: self._info[kind][Path(r.path).name] for r in results})
-            table = pa.concat_tables([rows_for_steps(table, keep), new])
-            steps = table["step"]
-            if len(table) > 1 and not pc.all(pc.greater_equal(steps[1:], steps[:-1])).as_py():
-                table = table.take(pc.sort_indices(table, [("step", "ascending")]))  # stable: line order kept
-            save_cache(self.cache_dir, kind, self._key, man, table)
-        self._mem[kind] = (man, table)
-        return rows_for_steps(table, sel) if len(sel) != len(man) else table
-
-    def _remember(self, kind: str, results) -> None:
-        new_skips = []
-        for r in results:
-            name = Path(r.path).name
-            self._info[kind][name] = {"step": r.step, "size": r.size, "mtime_ns": r.mtime_ns, "pending": r.pending,
-                                      "skipped": r.skipped, "rows": r.n_rows,
-                                      "problems": [list(p) for p in r.problems]}
-            self._indexes[Path(r.path)] = r.index()
-            save_index(self.cache_dir, r.index())
-            if r.skipped:
-                new_skips.append(f"{name} ({r.skipped})")
-        if new_skips:
-            warnings.warn(f"malformed lines skipped in {', '.join(new_skips[:5])}"
-                          f"{' …' if len(new_skips) > 5 else ''}; see run.problems for file, line and error",
-                          stacklevel=3)
-
-    def _note(self, kind: str, path: Path, line: int, what: str, message: str) -> None:
-        entry = self._info[kind].setdefault(path.name, {"step": -1, "size": 0, "mtime_ns": 0, "pending": 0,
-                                                        "skipped": 0, "rows": 0, "problems": []})
-        if not any(p[0] == line and p[1] == what for p in entry["problems"]):
-            entry["problems"].append([line, what, message, ""])
-            entry["skipped"] += what == "malformed"
-
-    # ---- what went wrong -----------------------------------------------------------------------------------
-    @property
-    def problems(self) -> pd.DataFrame:
-        """Every problem seen so far: file, line (1-based), kind (malformed/non_utf8/empty), message, excerpt."""
-        rows = [(name, *p) for kind in self._info.values() for name, e in kind.items() for p in e["problems"]]
-        return pd.DataFrame(rows, columns=_PROBLEM_COLS)
-
-    @property
-    def skipped(self) -> int:
-        """Malformed lines skipped by the reads so far (each is listed in ``problems``)."""
-        return sum(e["skipped"] for kind in self._info.values() for e in kind.values())
-
-    @property
-    def pending(self) -> dict[str, int]:
-        """{file: bytes after its last newline} for files read so far that end mid-line (still being written)."""
-        return {n: e["pending"] for kind in self._info.values() for n, e in kind.items() if e["pending"]}
-
-    def summary(self, step: int | range | list[int] | None = None) -> pd.DataFrame:
-        """Per-step summary (see :func:`step_summary`) of the selected steps."""
-        return step_summary(self.read(step))
-
-    def __repr__(self) -> str:
-        s = self.steps
-        span = f"steps {s[0]}..{s[-1]} ({len(s)} files)" if s else "no steps yet"
-        return f"Run({str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
-
-    def _repr_html_(self) -> str:
-        import html
-
-        s = self.steps
-        size = sum(p.stat().st_size for p in self.files("train").values())
-        gaps = self.gaps
-        rows = [("exp dir", str(self.path)), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
-                ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
-                ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
-                       for k, v in rows)
-        return f"<table><caption>nbtools.trajectories.Run</caption>{body}</table>"
+        return any(FILE_RE.match(e.name) for e in it)  # stops at the first dump

@@ -2,14 +2,17 @@
 
 Why: opening record k of step N must cost one ``pread`` regardless of run size. The index is the start offset
 of every complete line plus the end of the last one; bytes after that end (a line still being written) are
-``pending``. It is keyed by (size, mtime_ns): a grown file is scanned only from the old end, a rewritten or
-shrunk file is rescanned. Cache files are written to a temp name and renamed, so a crash leaves no half index.
+``pending``. It is keyed by (size, mtime_ns, inode) and remembers a checksum of its first line and of its last
+line with the newline before it: a file that only grew (same inode, both lines unchanged where they were) is
+scanned from the old end; anything else (a restart that re-wrote step N, longer or not, in place or as a new
+file) is rescanned. Cache files are written to a temp name and renamed, so a crash leaves no half index.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +21,28 @@ import numpy as np
 __all__ = ["FileIndex", "scan_starts", "build_index", "load_index", "save_index", "read_all"]
 
 _MAGIC = 0x4E42_4958  # "NBIX"
-_VERSION = 1
+_VERSION = 2
+
+
+def inode(st: os.stat_result) -> int:
+    """st_ino as a signed int64 (inode numbers may use all 64 bits)."""
+    return st.st_ino - 2**64 if st.st_ino >= 2**63 else st.st_ino
+
+
+def edge_sum(read, starts) -> int:
+    """Checksum of the first complete line and of the last one with the newline before it.
+
+    An append leaves both where they were; a re-written file (new rollouts for step N) changes them. ``read``
+    is ``(offset, n) -> bytes``; ``starts`` the index's line starts.
+    """
+    if len(starts) < 2:
+        return 0
+    a = max(int(starts[-2]) - 1, 0)
+    return zlib.crc32(read(a, int(starts[-1]) - a), zlib.crc32(read(0, int(starts[1]))))
+
+
+def _pread(f):
+    return lambda off, n: os.pread(f.fileno(), n, off)
 
 
 @dataclass
@@ -29,6 +53,8 @@ class FileIndex:
     size: int
     mtime_ns: int
     starts: np.ndarray  # int64, len = complete lines + 1
+    ino: int = 0
+    sums: int = 0  # edge_sum of the file as indexed
 
     @property
     def n_lines(self) -> int:
@@ -49,7 +75,19 @@ class FileIndex:
         return a, b - a - 1
 
     def fresh(self, st: os.stat_result) -> bool:
-        return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
+        return st.st_size == self.size and st.st_mtime_ns == self.mtime_ns and inode(st) == self.ino
+
+    def appended(self, path: Path, st: os.stat_result) -> bool:
+        """True when the file now is this one plus appended bytes (so the old line starts still hold)."""
+        if inode(st) != self.ino or st.st_size <= self.size:
+            return False
+        if self.end == 0:
+            return True
+        try:
+            with open(path, "rb") as f:
+                return edge_sum(_pread(f), self.starts) == self.sums
+        except OSError:
+            return False
 
 
 def scan_starts(buf, begin: int = 0, end: int | None = None) -> list[int]:
@@ -67,15 +105,22 @@ def scan_starts(buf, begin: int = 0, end: int | None = None) -> list[int]:
 
 
 def build_index(path: Path, prev: FileIndex | None = None, st: os.stat_result | None = None) -> FileIndex:
-    """Index ``path``; reuse ``prev`` when the file only grew (append-only writer), else scan it all."""
+    """Index ``path``; reuse ``prev`` when the file only grew (append-only writer), else scan it all.
+
+    Raises:
+        OSError: the file cannot be opened (gone, a dangling symlink, no permission).
+    """
     st = st or os.stat(path)
     if prev is not None and prev.fresh(st):
         return prev
-    grow = prev is not None and st.st_size > prev.size
+    grow = prev is not None and prev.appended(path, st)
     begin = prev.end if grow else 0
     new, size = _scan_file(path, begin)
     starts = np.concatenate([prev.starts[:-1], np.asarray(new, dtype=np.int64)]) if grow else np.asarray(new, dtype=np.int64)
-    return FileIndex(path, size, st.st_mtime_ns if size == st.st_size else os.stat(path).st_mtime_ns, starts)
+    mtime = st.st_mtime_ns if size == st.st_size else os.stat(path).st_mtime_ns
+    with open(path, "rb") as f:
+        sums = edge_sum(_pread(f), starts)
+    return FileIndex(path, size, mtime, starts, inode(st), sums)
 
 
 _LOCAL = threading.local()
@@ -124,9 +169,9 @@ def load_index(cache_dir: Path | None, path: Path) -> FileIndex | None:
         raw = np.fromfile(_cache_file(cache_dir, path), dtype=np.int64)
     except OSError:
         return None
-    if len(raw) < 5 or raw[0] != _MAGIC or raw[1] != _VERSION:
+    if len(raw) < 7 or raw[0] != _MAGIC or raw[1] != _VERSION:
         return None
-    return FileIndex(path, int(raw[2]), int(raw[3]), raw[4:].copy())
+    return FileIndex(path, int(raw[2]), int(raw[3]), raw[6:].copy(), int(raw[4]), int(raw[5]))
 
 
 def save_index(cache_dir: Path | None, idx: FileIndex) -> bool:
@@ -137,7 +182,7 @@ def save_index(cache_dir: Path | None, idx: FileIndex) -> bool:
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        header = np.array([_MAGIC, _VERSION, idx.size, idx.mtime_ns], dtype=np.int64)
+        header = np.array([_MAGIC, _VERSION, idx.size, idx.mtime_ns, idx.ino, idx.sums], dtype=np.int64)
         np.concatenate([header, idx.starts.astype(np.int64)]).tofile(tmp)
         os.replace(tmp, target)
         return True

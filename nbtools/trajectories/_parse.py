@@ -6,7 +6,12 @@ with ``bytes.find`` (a JSON key such as ``"token_loss_mask"`` followed by ``:`` 
 string every quote is escaped), the span is replaced by ``null``, and msgspec decodes the small remainder.
 The generation length is ``bytes.count(b"1")`` over the mask span (values are 0/1), measured 30× faster than
 decoding the mask as a list. Lines that do not fit this fast path are decoded whole; lines that are not JSON
-are reported (file, line number, error), never dropped silently.
+are reported (file, line number, error), never dropped silently. Values of odd shapes are coerced in
+``_coerce`` (the same rules on every path).
+
+Which lines become rows is the same with and without the arrays: a line is a row when its small fields can be
+read (the fast projection) or the whole line decodes. When only the arrays are damaged, ``arrays=True`` (and
+``Run.record``) still give the row, with the arrays missing and an ``arrays`` problem listed.
 """
 
 from __future__ import annotations
@@ -18,7 +23,19 @@ from typing import Any
 import msgspec
 import numpy as np
 
-__all__ = ["ARRAY_KEYS", "COLUMNS", "Parsed", "parse_lines", "decode_record", "project_record"]
+from nbtools.trajectories._coerce import (
+    I64_MAX,
+    I64_MIN,
+    OutOfRange,
+    array,
+    decode_record,
+    idx_of,
+    num,
+    texts,
+)
+
+__all__ = ["ARRAY_KEYS", "COLUMNS", "Parsed", "parse_lines", "parse_line", "record_dict", "decode_record",
+           "project_record", "as_array", "is_blank"]
 
 ARRAY_KEYS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
 _PATTERNS = tuple(f'"{k}"'.encode() for k in ARRAY_KEYS)
@@ -37,7 +54,8 @@ class _Head(msgspec.Struct):
 
 
 _HEAD = msgspec.json.Decoder(_Head)
-_ANY = msgspec.json.Decoder()
+_HEAD_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+_BIG = 2.0**53
 
 
 @dataclass
@@ -47,42 +65,7 @@ class Parsed:
     rows: list[tuple] = field(default_factory=list)  # one tuple per record, in COLUMNS order
     arrays: dict[str, list] = field(default_factory=dict)
     problems: list[tuple[int, str, str, str]] = field(default_factory=list)  # (line, kind, message, excerpt)
-    skipped: int = 0
-
-
-def _first(v: Any) -> Any:
-    """NeMo-RL writes length-1 batch slices (`[1.0]`, `[[...]]`); take element 0 when it is a list."""
-    return v[0] if isinstance(v, list) and v else (None if isinstance(v, list) else v)
-
-
-_ROLE_SLOT = {"system": 0, "user": 0, "assistant": 1, "environment": 2, "tool": 2}
-
-
-def _texts(content: Any) -> tuple[Any, Any, Any]:
-    """(prompt, response, env_observation) from train (strings) or v0.6 val (chat messages) content."""
-    if type(content) is list and len(content) == 1:  # the common case, without per-item checks
-        c = content[0]
-        if type(c) is list and len(c) == 3 and type(c[0]) is str and type(c[1]) is str and type(c[2]) is str:
-            return c[0], c[1], c[2]
-    c = _first(content)
-    if not isinstance(c, list):
-        return (c if isinstance(c, str) else None), None, None
-    out: list[Any] = [None, None, None]
-    for i, m in enumerate(c):
-        if isinstance(m, dict):  # chat message: user/system -> prompt, assistant -> response, environment -> env
-            slot, text = _ROLE_SLOT.get(m.get("role"), min(i, 2)), m.get("content")
-            out[slot] = text if out[slot] is None else f"{out[slot]}\n{text}"
-        elif i < 3:
-            out[i] = m
-    return out[0], out[1], out[2]
-
-
-def _num(v: Any, cast=float) -> Any:
-    v = _first(v)
-    try:
-        return cast(v) if v is not None else _NAN
-    except (TypeError, ValueError):
-        return _NAN
+    skipped: int = 0  # lines that gave no row: malformed, blank, or an idx outside int64
 
 
 def _spans(buf: bytes, s: int, e: int) -> list[tuple[int, int, int]]:
@@ -117,43 +100,61 @@ def _spans(buf: bytes, s: int, e: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def project_record(rec: Any) -> dict:
-    """Columns of one fully decoded record (the slow, general path; also used by ``Run.record``)."""
-    if not isinstance(rec, dict):
+def _project(rec: Any) -> tuple:
+    """(idx, prompt, response, env, reward, gen_len, input_len, advantage) of a decoded record; idx unchecked."""
+    if type(rec) is not dict:
         raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
-    prompt, response, env = _texts(rec.get("content"))
-    mask = _first(rec.get("token_loss_mask"))
-    adv = _first(rec.get("advantages"))
+    prompt, response, env = texts(rec.get("content"))
     gen_len, advantage = _NAN, _NAN
-    if isinstance(mask, list):
+    mask = array(rec.get("token_loss_mask"))
+    if type(mask) is list:
         gen_len = float(sum(1 for m in mask if m))
         first = next((i for i, m in enumerate(mask) if m), None)
-        if isinstance(adv, list) and first is not None and first < len(adv):
-            advantage = float(adv[first])
-    return dict(zip(COLUMNS[1:], (rec.get("idx"), prompt, response, env, _num(rec.get("rewards")), gen_len,
-                                 _num(rec.get("input_lengths")), advantage), strict=True))
+        adv = array(rec.get("advantages"))
+        if type(adv) is list and first is not None and first < len(adv):
+            advantage = num(adv[first])
+    return (rec.get("idx"), prompt, response, env, num(rec.get("rewards")), gen_len, num(rec.get("input_lengths")),
+            advantage)
 
 
-def decode_record(line: bytes) -> tuple[Any, str | None]:
-    """Decode one whole line; non-UTF-8 bytes are replaced (U+FFFD) and reported as the second value."""
-    try:
-        return _ANY.decode(line), None
-    except (msgspec.DecodeError, UnicodeDecodeError) as err:
+def project_record(rec: Any) -> dict:
+    """Columns of one fully decoded record (the slow, general path; also used by ``Run.record``).
+
+    Raises:
+        ValueError: ``rec`` is not a JSON object.
+    """
+    return dict(zip(COLUMNS[1:], _project(rec), strict=True))
+
+
+def parse_line(buf, s: int, e: int, lineno: int, *, arrays: bool, advantage: bool = True,
+               row: tuple | None = None) -> tuple[tuple | None, Any, list[tuple[int, str, str, str]]]:
+    """The general path for one line: (row with a checked idx or None when skipped, decoded record, problems).
+
+    ``row`` is the fast projection when one was made. With ``arrays`` the whole line is decoded (the arrays are
+    needed); when that fails but the fast projection works, the row is kept without its arrays.
+    """
+    problems: list[tuple[int, str, str, str]] = []
+    rec = None
+    if row is None:
         try:
-            line.decode("utf-8")
-        except UnicodeDecodeError as uerr:
-            fixed = line.decode("utf-8", errors="replace").encode("utf-8")
-            return _ANY.decode(fixed), f"non-UTF-8 bytes at offset {uerr.start} replaced with U+FFFD"
-        raise err
-
-
-def _row(step: int, lineno: int, r: tuple) -> tuple:
-    """Normalise a projected tuple (idx, prompt, response, env, reward, gen_len, input_len, adv)."""
-    idx = r[0]
-    if not isinstance(idx, int) or isinstance(idx, bool):
-        idx = int(idx) if isinstance(idx, float) and idx == idx else lineno - 1
-    texts = tuple(v if v is None or isinstance(v, str) else str(v) for v in r[1:4])
-    return (step, idx, *texts, *r[4:])
+            rec, note = decode_record(buf[s:e])
+            row = _project(rec)
+            if note:
+                problems.append((lineno, "non_utf8", note, _excerpt(buf, s, e)))
+        except ValueError as err:
+            rec = None
+            row = _fast(buf, s, e, advantage) if arrays else None
+            if row is None:
+                problems.append((lineno, "malformed", str(err), _excerpt(buf, s, e)))
+                return None, None, problems
+            problems.append((lineno, "arrays", f"per-token arrays unreadable ({err}); the other columns were read",
+                             _excerpt(buf, s, e)))
+    try:
+        idx = idx_of(row[0], lineno)
+    except OutOfRange as err:
+        problems.append((lineno, "malformed", f"{err}; record skipped", _excerpt(buf, s, e)))
+        return None, None, problems
+    return (idx, *row[1:]), rec, problems
 
 
 def parse_lines(
@@ -176,32 +177,79 @@ def parse_lines(
         lineno = first_line + i
         if e > s and buf[e - 1 : e] == b"\r":
             e -= 1
-        if e <= s or (buf[s] in b" \t\r" and not buf[s:e].strip()):  # no copy of every line
+        if is_blank(buf, s, e):
             p.problems.append((lineno, "empty", "blank line", ""))
+            p.skipped += 1
             continue
         row = None
         if not arrays:
             row = _fast(buf, s, e, advantage)
-        if row is None:
-            try:
-                rec, note = decode_record(buf[s:e])
-                row = tuple(project_record(rec).values())
-                if note:
-                    p.problems.append((lineno, "non_utf8", note, _excerpt(buf, s, e)))
-                if arrays:
-                    for k in ARRAY_KEYS:
-                        v = _first(rec.get(k))
-                        p.arrays[k].append(np.asarray(v) if isinstance(v, list) else None)
-            except (msgspec.DecodeError, ValueError) as err:
-                p.problems.append((lineno, "malformed", str(err), _excerpt(buf, s, e)))
-                p.skipped += 1
+            if row is not None and type(row[0]) is int and I64_MIN <= row[0] <= I64_MAX:
+                rows.append((step, *row))
                 continue
-        rows.append((step, row[0], *row[1:]) if type(row[0]) is int else _row(step, lineno, row))
+        row, rec, problems = parse_line(buf, s, e, lineno, arrays=arrays, advantage=advantage, row=row)
+        if problems:
+            p.problems.extend(problems)
+        if row is None:
+            p.skipped += 1
+            continue
+        rows.append((step, *row))
+        if arrays:
+            for k in ARRAY_KEYS:
+                v = array(rec.get(k)) if rec is not None else None
+                p.arrays[k].append(as_array(v))
     return p
 
 
+def is_blank(buf, s: int, e: int) -> bool:
+    """Nothing but whitespace in buf[s:e] (checked without copying every line)."""
+    return e <= s or (buf[s] in b" \t\r" and not buf[s:e].strip())
+
+
+def record_dict(line: bytes, step: int, lineno: int, *, arrays: bool) -> tuple[dict | None, list]:
+    """One line (without its newline) as ``Run.record``'s dict, or None; plus the problems found.
+
+    The row is the one ``parse_lines`` makes for this line (same coercions, same skip rules); the dict adds
+    the record's other fields and, with ``arrays``, the per-token arrays as numpy.
+    """
+    e = len(line)
+    if e and line[e - 1 : e] == b"\r":
+        e -= 1
+    if is_blank(line, 0, e):
+        return None, [(lineno, "empty", "blank line", "")]
+    row, rec, problems = parse_line(line, 0, e, lineno, arrays=True)
+    if row is None:
+        return None, problems
+    out = {"step": step, **dict(zip(COLUMNS[1:], row, strict=True)), "line": lineno}
+    for key, v in (rec.items() if rec is not None else ()):
+        if key in ("content", "idx", "rewards", "input_lengths") or (key in ARRAY_KEYS and not arrays):
+            continue
+        out[key] = as_array(array(v)) if key in ARRAY_KEYS else (v[0] if type(v) is list and len(v) == 1 else v)
+    if problems:
+        out["problem"] = "; ".join(p[2] for p in problems)
+    return out, problems
+
+
+def as_array(v: Any) -> np.ndarray | None:
+    """A numpy array of a per-token list; None when absent or not array-shaped (ragged)."""
+    if type(v) is not list:
+        return None
+    try:
+        return np.asarray(v)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        return None
+
+
 def _fast(buf: bytes, s: int, e: int, advantage: bool) -> tuple | None:
-    """The projection without decoding the arrays; None when the line needs the general path.
+    """The projection without decoding the arrays; None when the line needs the general path."""
+    try:
+        return _fast_unchecked(buf, s, e, advantage)
+    except (IndexError, ValueError, TypeError, OverflowError, RecursionError):
+        return None
+
+
+def _fast_unchecked(buf: bytes, s: int, e: int, advantage: bool) -> tuple | None:
+    """The projection of one line; reads only ``buf[s:e]``, so a line alone gives what it gives in its file.
 
     Fast path for NeMo-RL's key order (content, rewards, input_lengths before the arrays, idx last); any other
     order goes through ``_spans`` (order-free), anything else through a whole-line decode.
@@ -212,35 +260,42 @@ def _fast(buf: bytes, s: int, e: int, advantage: bool) -> tuple | None:
         if k0 < 0:
             return None
     t = buf.rfind(b'"idx"', max(k0, e - 48), e)
+    if t < 0:  # not NeMo-RL's layout (or a line cut short): the order-free path checks the whole line
+        return _fast_any_order(buf, s, e, advantage)
     try:
-        head = _HEAD.decode(buf[s:k0] + (buf[t:e] if t >= 0 else b'"_": 0}'))
-    except (msgspec.DecodeError, UnicodeDecodeError):
+        head = _HEAD.decode(buf[s:k0] + buf[t:e])
+    except _HEAD_ERRORS:
         head = None
     if head is None or head.content is None or head.rewards is None:
         return _fast_any_order(buf, s, e, advantage)
     gen_len, adv = _NAN, _NAN
     # keys are found by hopping over arrays with memchr-fast "]" searches, then a short bounded key search
     tv = buf.find(b"]", k0, e)
-    m = buf.find(b'"token_loss_mask"', tv, tv + 64)
+    m = buf.find(b'"token_loss_mask"', tv, min(tv + 64, e)) if tv >= 0 else -1
     if m < 0:
         m = buf.find(b'"token_loss_mask"', s, e)
     if m >= 0:
         mv = buf.find(b"[", m + 17, e)
-        mend = buf.find(b"]", mv, e)
-        inner = mv + 1
-        while buf[inner] == 91:  # "["
-            inner += 1
-        gen_len, k = _ones(buf, inner, mend)
-        if advantage and k >= 0:
-            a = buf.find(b'"advantages"', mend, mend + 128)
-            if a < 0:
-                a = buf.find(b'"advantages"', s, e)
-            if a >= 0:
-                adv = _nth(buf, buf.find(b"[", a + 12, e), e, k)
-    prompt, response, env = _texts(head.content)
+        if mv >= 0 and not buf[m + 17 : mv].strip(b" :"):  # the mask is an array (else: NaN, as decoded)
+            mend = buf.find(b"]", mv, e)
+            if mend < 0:
+                return None
+            inner = mv + 1
+            while inner < mend and buf[inner] == 91:  # "["
+                inner += 1
+            gen_len, k = _ones(buf, inner, mend)
+            if advantage and k >= 0:
+                a = buf.find(b'"advantages"', mend, min(mend + 128, e))
+                if a < 0:
+                    a = buf.find(b'"advantages"', s, e)
+                if a >= 0:
+                    av = buf.find(b"[", a + 12, e)
+                    if av >= 0 and not buf[a + 12 : av].strip(b" :"):
+                        adv = _nth(buf, av, e, k)
+    prompt, response, env = texts(head.content)
     r, n = head.rewards, head.input_lengths
-    reward = float(r[0]) if type(r) is list and len(r) == 1 and type(r[0]) in (float, int) else _num(r)
-    in_len = float(n[0]) if type(n) is list and len(n) == 1 and type(n[0]) is int else _num(n)
+    reward = r[0] if type(r) is list and len(r) == 1 and type(r[0]) is float else num(r)
+    in_len = float(n[0]) if type(n) is list and len(n) == 1 and type(n[0]) is int and -_BIG < n[0] < _BIG else num(n)
     return (head.idx, prompt, response, env, reward, gen_len, in_len, adv)
 
 
@@ -268,12 +323,15 @@ def _nth(buf: bytes, av: int, e: int, k: int) -> float:
     if av < 0:
         return _NAN
     ai = av + 1
-    while buf[ai] == 91:
+    while ai < e and buf[ai] == 91:
         ai += 1
-    c1 = buf.find(b",", ai, e)
+    close = buf.find(b"]", ai, e)
+    if close < 0:
+        return _NAN
+    c1 = buf.find(b",", ai, close)
     try:
-        if c1 < 0 or buf.find(b"]", ai, c1) >= 0:  # a one-element array
-            return float(buf[ai : buf.find(b"]", ai, e)]) if k == 0 else _NAN
+        if c1 < 0:  # a one-element array
+            return float(buf[ai:close]) if k == 0 else _NAN
         a0 = buf[ai:c1].strip()
         if k == 0:
             return float(a0)
@@ -281,7 +339,7 @@ def _nth(buf: bytes, av: int, e: int, k: int) -> float:
         rep = (a0 + sep) * k + a0
         if buf[ai : ai + len(rep)] == rep:  # NeMo-RL broadcasts the sample's advantage
             return float(a0)
-        parts = buf[ai : buf.find(b"]", ai, e)].split(b",", k + 1)
+        parts = buf[ai:close].split(b",", k + 1)
         return float(parts[k]) if k < len(parts) else _NAN
     except ValueError:
         return _NAN
@@ -297,21 +355,21 @@ def _fast_any_order(buf: bytes, s: int, e: int, advantage: bool) -> tuple | None
     pieces.append(buf[pos:e])
     try:
         head = _HEAD.decode(b"".join(pieces))
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except _HEAD_ERRORS:
         return None  # malformed or non-UTF-8: the general path reports it precisely
-    prompt, response, env = _texts(head.content)
+    prompt, response, env = texts(head.content)
     gen_len, adv = _NAN, _NAN
     mask = next((t for t in spans if t[0] == 1), None)
     if mask is not None:
         _, v, end = mask
         inner = v + 1
-        while buf[inner] == 91:
+        while inner < end and buf[inner] == 91:
             inner += 1
         gen_len, k = _ones(buf, inner, buf.find(b"]", inner, end))
         aspan = next((t for t in spans if t[0] == 2), None)
         if advantage and aspan is not None and k >= 0:
             adv = _nth(buf, aspan[1], aspan[2], k)
-    return (head.idx, prompt, response, env, _num(head.rewards), gen_len, _num(head.input_lengths), adv)
+    return (head.idx, prompt, response, env, num(head.rewards), gen_len, num(head.input_lengths), adv)
 
 
 def _excerpt(buf: bytes, s: int, e: int, n: int = 80) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from nbtools.rewards import split_think_answer  # imported here so forked workers inherit it
-from nbtools.trajectories._index import FileIndex, read_all, scan_starts
+from nbtools.trajectories._index import FileIndex, edge_sum, inode, read_all, scan_starts
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS, parse_lines
 
 __all__ = ["ALL_COLUMNS", "FileResult", "ReadOptions", "read_file", "read_many", "schema_for"]
@@ -54,6 +54,9 @@ class FileResult:
     problems: list[tuple[int, str, str, str]] = field(default_factory=list)  # (line, kind, message, excerpt)
     skipped: int = 0
     arrays: dict[str, list] | None = None
+    ino: int = 0
+    sums: int = 0
+    unreadable: bool = False
 
     @property
     def pending(self) -> int:
@@ -64,7 +67,7 @@ class FileResult:
         return self.starts.size - 1 - self.skipped
 
     def index(self) -> FileIndex:
-        return FileIndex(Path(self.path), self.size, self.mtime_ns, self.starts)
+        return FileIndex(Path(self.path), self.size, self.mtime_ns, self.starts, self.ino, self.sums)
 
 
 def schema_for(columns: tuple[str, ...]) -> pa.Schema:
@@ -72,15 +75,36 @@ def schema_for(columns: tuple[str, ...]) -> pa.Schema:
 
 
 def read_file(path: str, step: int, opts: ReadOptions) -> FileResult:
-    """Parse one file's complete lines (snapshot of its size now); the partial tail stays pending."""
-    with open(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        buf, size = read_all(f, st.st_size)  # a reused buffer: no 1 GB of fresh allocations per run
+    """Parse one file's complete lines (snapshot of its size now); the partial tail stays pending.
+
+    A file that cannot be read (gone, a dangling symlink, no permission) gives no rows and one ``unreadable``
+    problem (line 0), so the other steps are still read.
+    """
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            buf, size = read_all(f, st.st_size)  # a reused buffer: no 1 GB of fresh allocations per run
+    except OSError as err:
+        return unreadable(path, step, err, arrays=opts.arrays)
     starts = scan_starts(buf, 0, size)
     parsed = parse_lines(buf, starts, step=step, arrays=opts.arrays, advantage="advantage" in opts.columns)
     mtime = st.st_mtime_ns if size == st.st_size else 0  # changed meanwhile: re-read next time
     return FileResult(path, step, size, mtime, np.asarray(starts, dtype=np.int64), parsed.rows,
-                      parsed.problems, parsed.skipped, parsed.arrays or None)
+                      parsed.problems, parsed.skipped, parsed.arrays or None, inode(st),
+                      edge_sum(lambda off, n: buf[off : off + n], starts))
+
+
+def unreadable(path: str, step: int, err: OSError, *, arrays: bool = False) -> FileResult:
+    """The result for a step file that cannot be opened: no rows, one problem saying why."""
+    what = err.strerror or type(err).__name__
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            what = f"a dangling symlink to {os.readlink(path)}"
+    except OSError:
+        pass
+    return FileResult(path, step, 0, 0, np.zeros(1, dtype=np.int64), [],
+                      [(0, "unreadable", f"cannot read the file: {what}; the other steps were read", "")],
+                      arrays={k: [] for k in ARRAY_KEYS} if arrays else None, unreadable=True)
 
 
 def to_table(rows: list[tuple], opts: ReadOptions) -> pa.Table:

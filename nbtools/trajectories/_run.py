@@ -1,0 +1,357 @@
+"""The ``Run`` object: one exp dir of trajectory dumps (see the package docstring for the columns and rules)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nbtools.errors import NotFoundError
+from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
+from nbtools.trajectories._index import FileIndex, build_index, inode, load_index, save_index
+from nbtools.trajectories._parse import record_dict
+from nbtools.trajectories._read import (
+    ALL_COLUMNS,
+    ReadOptions,
+    arrays_frame_columns,
+    read_many,
+    schema_for,
+    unreadable,
+)
+from nbtools.trajectories._summary import step_summary
+
+__all__ = ["Run", "FILE_RE"]
+
+FILE_RE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")
+_PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
+
+
+class Run:
+    """One experiment dir of dumps; every method re-checks the files, so a live run shows new steps."""
+
+    def __init__(self, path: str | os.PathLike, *, think_tag: str = "think", answer_tag: str = "answer",
+                 cache: bool = True, cache_dir: str | os.PathLike | None = None):
+        self.path = Path(path)
+        self.think_tag, self.answer_tag = think_tag, answer_tag
+        self.cache = cache
+        if not cache:
+            self.cache_dir = None
+        elif cache_dir is not None:
+            self.cache_dir = Path(cache_dir)
+        else:
+            self.cache_dir = self.path / ".nbtools" if os.access(self.path, os.W_OK) else None
+        self._indexes: dict[Path, FileIndex] = {}
+        self._info: dict[str, dict[str, dict]] = {"train": {}, "val": {}}  # per file: size, mtime, problems...
+        self._mem: dict[str, tuple[dict, pa.Table]] = {}
+        key = f"{think_tag}|{answer_tag}|{','.join(ALL_COLUMNS)}"
+        self._key = hashlib.sha1(key.encode()).hexdigest()[:10]
+
+    # ---- listing -------------------------------------------------------------------------------------------
+    def files(self, kind: str = "train") -> dict[int, Path]:
+        """{step: path} of the dumps of this kind ("train" or "val"), sorted by step."""
+        found = {}
+        with os.scandir(self.path) as it:
+            for e in it:
+                m = FILE_RE.match(e.name)
+                if m and m.group(1) == kind:
+                    found[int(m.group(2))] = Path(e.path)
+        return dict(sorted(found.items()))
+
+    @property
+    def steps(self) -> list[int]:
+        """Training steps with a dump (1-indexed, as NeMo-RL numbers them; gaps allowed)."""
+        return list(self.files("train"))
+
+    @property
+    def val_steps(self) -> list[int]:
+        """Steps with a validation dump (v0.6+; 0 = validation before training)."""
+        return list(self.files("val"))
+
+    @property
+    def gaps(self) -> list[int]:
+        """Step numbers missing between the first and the last training dump."""
+        s = self.steps
+        return sorted(set(range(s[0], s[-1] + 1)) - set(s)) if s else []
+
+    def _file(self, step: int, kind: str) -> Path:
+        direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
+        if direct.is_file():
+            return direct
+        files = self.files(kind)
+        if step not in files:
+            near = sorted(files, key=lambda s: abs(s - step))[:5]
+            raise NotFoundError(f"expected {kind}_data_step{step}.jsonl in {self.path}, found steps {sorted(near) or 'none'}",
+                                fix=f"use one of run.{'steps' if kind == 'train' else 'val_steps'} (a live run adds "
+                                    "a file at the end of each step)")
+        return files[step]
+
+    # ---- index and single records --------------------------------------------------------------------------
+    def index(self, step: int, *, kind: str = "train") -> FileIndex:
+        """The line index of one step file (cached; extended when the file grew; rebuilt when rewritten).
+
+        Raises:
+            NotFoundError: no such step, or its file cannot be read (e.g. a dangling symlink).
+        """
+        path = self._file(step, kind)
+        try:
+            st = os.stat(path)
+            cur = self._indexes.get(path) or load_index(self.cache_dir, path)
+            if cur is not None and cur.fresh(st):
+                self._indexes[path] = cur
+                return cur
+            new = build_index(path, cur, st)
+        except OSError as err:
+            why = unreadable(str(path), step, err).problems[0][2].split(";")[0]
+            raise NotFoundError(f"expected a readable {path.name}, got: {why}",
+                                fix="restore the file (or remove the broken link); the other steps read as usual"
+                                ) from None
+        self._indexes[path] = new
+        save_index(self.cache_dir, new)
+        return new
+
+    def record(self, step: int, idx: int, *, kind: str = "train", arrays: bool = True) -> dict:
+        """One record as a dict: the table's columns plus (``arrays=True``) the per-token arrays as numpy.
+
+        Why: the replacement for ``tail -n 1 train_data_stepN.jsonl | jq`` — one ``pread``, any run size.
+
+        ``idx`` counts lines (0-based). The row is the one ``read()`` gives for that line; a record whose arrays
+        cannot be decoded comes without them and with a ``problem`` entry.
+
+        Raises:
+            NotFoundError: no such line, a line that ``read()`` skips too (malformed, blank, idx outside
+                int64; see ``run.problems``), or a step file that cannot be read.
+
+        Example:
+            >>> rec = run.record(run.steps[-1], 0)
+            >>> rec["generation_length"], rec["token_loss_mask"].sum()
+        """
+        ix = self.index(step, kind=kind)
+        if not 0 <= idx < ix.n_lines:
+            raise NotFoundError(f"expected idx in 0..{ix.n_lines - 1} for step {step}, got {idx}"
+                                + (f" ({ix.pending} bytes of a line still being written)" if ix.pending else ""),
+                                fix="pick an idx below the record count (len(run.read(step)))")
+        off, n = ix.line_span(idx)
+        try:
+            with open(ix.path, "rb") as f:
+                line = os.pread(f.fileno(), n, off)
+        except OSError as err:
+            raise NotFoundError(f"expected a readable {ix.path.name}, got: {err.strerror or err}",
+                                fix="restore the file; the other steps read as usual") from None
+        rec, problems = self._record_dict(step, idx, line, ix.path, arrays, kind)
+        if rec is None:
+            raise NotFoundError(f"expected a record at {ix.path.name} line {idx + 1}, got: {problems[0][2]}",
+                                fix="run.problems lists every skipped line; read another idx") from None
+        return rec
+
+    def _record_dict(self, step: int, k: int, line: bytes, path: Path, arrays: bool, kind: str):
+        """(the record's dict or None when the line is skipped, its problems), noted in ``run.problems``."""
+        out, problems = record_dict(line, step, k + 1, arrays=arrays)
+        for p in problems:
+            self._note(kind, path, *p[:3])
+        if out is not None:
+            from nbtools.rewards import split_think_answer
+
+            r = out["response"]
+            out["think"], out["answer"] = (split_think_answer(r, self.think_tag, self.answer_tag)
+                                           if isinstance(r, str) else (None, None))
+        return out, problems
+
+    def iter_records(self, step: int, *, kind: str = "train", arrays: bool = False) -> Iterator[dict]:
+        """Yield the records of one step file, including lines appended while iterating.
+
+        Example:
+            >>> for rec in run.iter_records(run.steps[-1]):
+            ...     print(rec["reward"])
+        """
+        k = 0
+        while True:
+            ix = self.index(step, kind=kind)
+            if k >= ix.n_lines:
+                return
+            try:
+                f = open(ix.path, "rb")  # closed by the with below
+            except OSError as err:
+                raise NotFoundError(f"expected a readable {ix.path.name}, got: {err.strerror or err}",
+                                    fix="restore the file; the other steps read as usual") from None
+            with f:
+                for j in range(k, ix.n_lines):
+                    off, n = ix.line_span(j)
+                    rec, _ = self._record_dict(step, j, os.pread(f.fileno(), n, off), ix.path, arrays, kind)
+                    if rec is not None:
+                        yield rec
+            k = ix.n_lines
+
+    # ---- tables --------------------------------------------------------------------------------------------
+    def read(self, step: int | range | list[int] | None = None, *, arrays: bool = False, kind: str = "train",
+             columns: list[str] | None = None, workers: int | None = None,
+             progress: bool | None = None) -> pd.DataFrame:
+        """Records of one step, several steps (range/list) or all (None) as a DataFrame.
+
+        Why: the table behind the explorer, re-scoring and per-step summaries; a second read of unchanged
+        files comes from the column cache (Arrow IPC beside the index), and only new or grown files are parsed
+        again.
+
+        Args:
+            step: a step, a range/list of steps, or None for every step.
+            arrays: add the per-token arrays (slower: every number is decoded).
+            kind: "train" or "val".
+            columns: keep only these columns (with ``cache=False`` only these are computed).
+            workers: processes for large reads (default: all cores).
+            progress: show a progress bar (default: only for reads over 256 MB).
+
+        Returns:
+            DataFrame; ``df.attrs`` holds ``pending_bytes``, ``skipped``, ``missing_steps`` and
+            ``unreadable_steps`` (files that could not be opened; listed in ``run.problems``).
+
+        Example:
+            >>> df = run.read(range(1, 11))
+            >>> df.groupby("step").reward.mean()
+        """
+        files = self.files(kind)
+        if step is None:
+            wanted = list(files)
+        elif isinstance(step, int):
+            self._file(step, kind)
+            wanted = [step]
+        else:
+            wanted = sorted(set(step))
+        sel = [s for s in wanted if s in files]
+        missing = [s for s in wanted if s not in files]
+        cols = tuple(columns) if columns else ALL_COLUMNS
+        bad = [c for c in cols if c not in ALL_COLUMNS]
+        if bad:
+            raise NotFoundError(f"expected columns from {list(ALL_COLUMNS)}, got {bad}", fix="drop the unknown names")
+        stats, broken = {}, []
+        for s in sel:
+            try:
+                stats[s] = os.stat(files[s])
+            except OSError as err:  # e.g. a dangling symlink: report it, read the other steps
+                broken.append(unreadable(str(files[s]), s, err, arrays=arrays))
+        sel = [s for s in sel if s in stats]
+        if arrays or not self.cache:
+            opts = ReadOptions(columns=ALL_COLUMNS if arrays else cols, arrays=arrays,
+                               think_tag=self.think_tag, answer_tag=self.answer_tag)
+            results, table = read_many([(str(files[s]), s, stats[s].st_size) for s in sel], opts, workers=workers,
+                                       progress=progress)
+            self._remember(kind, results)
+            df = table.select(list(cols)).to_pandas()
+            if arrays:
+                for k, v in arrays_frame_columns(results).items():
+                    df[k] = v
+        else:
+            df = self._read_cached(kind, files, sel, stats, workers, progress).select(list(cols)).to_pandas()
+        if broken:  # after the cache: its manifest may still describe the file as it was
+            self._remember(kind, broken)
+        names = {files[s].name for s in wanted if s in files}
+        info = [v for n, v in self._info[kind].items() if n in names]
+        df.attrs.update(pending_bytes=sum(i["pending"] for i in info), skipped=sum(i["skipped"] for i in info),
+                        missing_steps=missing,
+                        unreadable_steps=sorted(i["step"] for i in info if any(p[1] == "unreadable"
+                                                                               for p in i["problems"])))
+        return df
+
+    def _read_cached(self, kind, files, sel, stats, workers, progress) -> pa.Table:
+        man, table = self._mem.get(kind) or load_cache(self.cache_dir, kind, self._key)
+        stale = [s for s in sel if (e := man.get(files[s].name)) is None
+                 or (e["size"], e["mtime_ns"], e.get("ino")) != (stats[s].st_size, stats[s].st_mtime_ns,
+                                                                 inode(stats[s]))]
+        if table is None:
+            table, man = schema_for(ALL_COLUMNS).empty_table(), {}
+        self._info[kind].update(man)  # problems found when cached files were parsed are still reported
+        if stale:
+            opts = ReadOptions(think_tag=self.think_tag, answer_tag=self.answer_tag)
+            results, new = read_many([(str(files[s]), s, stats[s].st_size) for s in stale], opts, workers=workers,
+                                     progress=progress)
+            self._remember(kind, results)
+            live = {p.name for p in files.values()}
+            keep = [s for s in {e["step"] for n, e in man.items() if n in live} if s not in stale]
+            man = {n: e for n, e in man.items() if n in live and e["step"] in keep}
+            man.update({Path(r.path).name: self._info[kind][Path(r.path).name] for r in results if not r.unreadable})
+            table = pa.concat_tables([rows_for_steps(table, keep), new])
+            steps = table["step"]
+            if len(table) > 1 and not pc.all(pc.greater_equal(steps[1:], steps[:-1])).as_py():
+                table = table.take(pc.sort_indices(table, [("step", "ascending")]))  # stable: line order kept
+            save_cache(self.cache_dir, kind, self._key, man, table)
+        self._mem[kind] = (man, table)
+        return table if set(sel) == {e["step"] for e in man.values()} else rows_for_steps(table, sel)
+
+    def _remember(self, kind: str, results) -> None:
+        new_skips, broken = [], []
+        for r in results:
+            name = Path(r.path).name
+            self._info[kind][name] = {"step": r.step, "size": r.size, "mtime_ns": r.mtime_ns, "ino": r.ino,
+                                      "pending": r.pending, "skipped": r.skipped, "rows": r.n_rows,
+                                      "problems": [list(p) for p in r.problems]}
+            if r.unreadable:
+                self._indexes.pop(Path(r.path), None)
+                broken.append(f"{name} ({r.problems[0][2].split(';')[0].removeprefix('cannot read the file: ')})")
+                continue
+            self._indexes[Path(r.path)] = r.index()
+            save_index(self.cache_dir, r.index())
+            if r.skipped:
+                new_skips.append(f"{name} ({r.skipped})")
+        if new_skips:
+            warnings.warn(f"malformed lines skipped in {', '.join(new_skips[:5])}"
+                          f"{' …' if len(new_skips) > 5 else ''}; see run.problems for file, line and error",
+                          stacklevel=3)
+        if broken:
+            warnings.warn(f"cannot read {', '.join(broken[:5])}{' …' if len(broken) > 5 else ''}; the other steps "
+                          "were read; see run.problems", stacklevel=3)
+
+    def _note(self, kind: str, path: Path, line: int, what: str, message: str) -> None:
+        entry = self._info[kind].setdefault(path.name, {"step": -1, "size": 0, "mtime_ns": 0, "pending": 0,
+                                                        "skipped": 0, "rows": 0, "problems": []})
+        if not any(p[0] == line and p[1] == what for p in entry["problems"]):
+            entry["problems"].append([line, what, message, ""])
+            entry["skipped"] += what in ("malformed", "empty")
+
+    # ---- what went wrong -----------------------------------------------------------------------------------
+    @property
+    def problems(self) -> pd.DataFrame:
+        """Every problem seen so far: file, line (1-based; 0 = the whole file), kind, message, excerpt.
+
+        Kinds: ``malformed`` and ``empty`` (the line was skipped), ``non_utf8`` (bytes replaced, row read),
+        ``arrays`` (per-token arrays unreadable, the other columns read), ``unreadable`` (the file could not be
+        opened, e.g. a dangling symlink).
+        """
+        rows = [(name, *p) for kind in self._info.values() for name, e in kind.items() for p in e["problems"]]
+        return pd.DataFrame(rows, columns=_PROBLEM_COLS)
+
+    @property
+    def skipped(self) -> int:
+        """Lines skipped by the reads so far: malformed, blank, idx outside int64 (each listed in ``problems``)."""
+        return sum(e["skipped"] for kind in self._info.values() for e in kind.values())
+
+    @property
+    def pending(self) -> dict[str, int]:
+        """{file: bytes after its last newline} for files read so far that end mid-line (still being written)."""
+        return {n: e["pending"] for kind in self._info.values() for n, e in kind.items() if e["pending"]}
+
+    def summary(self, step: int | range | list[int] | None = None) -> pd.DataFrame:
+        """Per-step summary (see :func:`step_summary`) of the selected steps."""
+        return step_summary(self.read(step))
+
+    def __repr__(self) -> str:
+        s = self.steps
+        span = f"steps {s[0]}..{s[-1]} ({len(s)} files)" if s else "no steps yet"
+        return f"Run({str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        s = self.steps
+        size = sum(p.stat().st_size for p in self.files("train").values() if p.exists())
+        gaps = self.gaps
+        rows = [("exp dir", str(self.path)), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
+                ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
+                ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+                       for k, v in rows)
+        return f"<table><caption>nbtools.trajectories.Run</caption>{body}</table>"
