@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from nbtools import storage
 from nbtools._layout import EXP_RE, exp_dirs
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
@@ -53,7 +54,8 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
     Why: users know the log_dir (or just the experiment config), not which exp_NNN the last launch created.
 
     Args:
-        path: exp dir, log_dir, a path on the bucket mount, or an ``Experiment`` (its ``log_dir`` is used).
+        path: exp dir or log_dir — a local path or a URL (``gs://…``: read through a local copy kept per object
+            generation) — or an ``Experiment`` (its ``logs_url`` is used).
         exp: pick ``exp_NNN`` in a log_dir (``3`` or ``"exp_003"``) instead of the latest.
         think_tag / answer_tag: tags split out of the response into ``think`` / ``answer``.
         cache: keep the line index and a Parquet cache of the columns beside the data (``<exp>/.nbtools``) or,
@@ -64,22 +66,19 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         NotFoundError: the path does not exist, or holds neither dumps nor ``exp_*`` dirs.
 
     Example:
-        >>> run = nbtools.trajectories.open_run(cfg)         # = open_run(cfg.log_dir)
+        >>> run = nbtools.trajectories.open_run(cfg.logs_url)   # a local path, or gs://… on GKE
         >>> run.steps[-5:]
     """
-    if hasattr(path, "log_dir") and not isinstance(path, (str, os.PathLike)):
-        path = path.log_dir
+    if hasattr(path, "logs_url") and not isinstance(path, (str, os.PathLike)):
+        path = path.logs_url
     text = os.fspath(path)
-    if text.startswith("gs://"):
-        raise NotFoundError(f"expected a local path, got the bucket URL {text!r}",
-                            fix="read it through the gcsfuse mount (storage.mount_path, e.g. /data/...) or copy "
-                                "the exp_NNN dir locally (gcloud storage cp -r), then open that path")
+    if storage.is_remote(text):
+        return _open_remote(text, exp, think_tag=think_tag, answer_tag=answer_tag, cache=cache)
     p = Path(text).expanduser()
     if not p.is_dir():
         raise NotFoundError(f"expected a run directory at {p}, found nothing there",
-                            fix="check cfg.log_dir; the job creates <log_dir>/exp_NNN when it starts (notebook 03); "
-                                "for a gke/ray run the log_dir is on the bucket: mount it here (gcsfuse) or copy "
-                                "the exp_NNN dir locally")
+                            fix="pass cfg.logs_url (a gke run's logs are in its bucket: gs://…); the job creates "
+                                "<log_dir>/exp_NNN when it starts (notebook 03)")
     if exp is None and EXP_RE.match(p.name):  # an exp dir: no listing, so opening is O(1) in the run size
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
     exps = exp_dirs(p)
@@ -100,6 +99,33 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(os.listdir(p))[:8]}",
                             fix="pass the NeMo-RL logger.log_dir (cfg.log_dir) or one exp_NNN dir inside it")
     return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
+
+
+def _open_remote(url: str, exp, **kw) -> Run:
+    """A run in a bucket: pick the exp dir from one listing, then read through the local mirror."""
+    url = url.rstrip("/")
+    if exp is None and EXP_RE.match(storage.name_of(url)):
+        return Run(None, remote=url, **kw)
+    entries = storage.ls(url)
+    exps = sorted((int(m.group(1)), e.url) for e in entries if e.is_dir and (m := EXP_RE.match(e.name)))
+    has_dumps = any(FILE_RE.match(e.name) for e in entries)
+    if exp is not None:
+        try:
+            want = int(str(exp).removeprefix("exp_"))
+        except ValueError:
+            raise NotFoundError(f"expected exp as a number or 'exp_NNN', got {exp!r}",
+                                fix="pass e.g. exp=3 or exp='exp_003', or exp=None for the latest") from None
+        match = [u for n, u in exps if n == want]
+        if not match:
+            raise NotFoundError(f"expected exp_{want:03d} under {url}, found {[storage.name_of(u) for _, u in exps] or 'none'}",
+                                fix="pass one of the listed exp numbers, or exp=None for the latest")
+        return Run(None, remote=match[0], **kw)
+    if exps and not has_dumps:
+        return Run(None, remote=exps[-1][1], **kw)
+    if not has_dumps and not any(e.name == "tensorboard" for e in entries):
+        raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
+                            f"{[e.name for e in entries][:8]}", fix="pass the run's log URL (cfg.logs_url) or one exp_NNN inside it")
+    return Run(None, remote=url, **kw)
 
 
 def _has_dumps(p: Path) -> bool:

@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbtools import storage
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
 from nbtools.trajectories._index import FileIndex, build_index, inode, load_index, save_index
@@ -34,10 +35,20 @@ _PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
 
 
 class Run:
-    """One experiment dir of dumps; every method re-checks the files, so a live run shows new steps."""
+    """One experiment dir of dumps; every method re-checks the files, so a live run shows new steps.
 
-    def __init__(self, path: str | os.PathLike, *, think_tag: str = "think", answer_tag: str = "answer",
-                 cache: bool = True, cache_dir: str | os.PathLike | None = None):
+    A remote run (``remote="gs://…/exp_001"``) is read through a local mirror (``nbtools.storage``): each step file
+    is copied once per object generation and then read with the same code as a local one; ``record`` fetches one
+    line by byte range when the file's index is known but its copy is not (``nbtools.storage.evict``).
+    """
+
+    def __init__(self, path: str | os.PathLike | None, *, think_tag: str = "think", answer_tag: str = "answer",
+                 cache: bool = True, cache_dir: str | os.PathLike | None = None, remote: str | None = None):
+        self.remote = remote.rstrip("/") if remote else None
+        self._entries: dict[str, storage.Entry] = {}
+        if self.remote:
+            path = storage.cache_path(self.remote)
+            Path(path).mkdir(parents=True, exist_ok=True)
         self.path = Path(path)
         self.think_tag, self.answer_tag = think_tag, answer_tag
         self.cache = cache
@@ -55,8 +66,16 @@ class Run:
 
     # ---- listing -------------------------------------------------------------------------------------------
     def files(self, kind: str = "train") -> dict[int, Path]:
-        """{step: path} of the dumps of this kind ("train" or "val"), sorted by step."""
+        """{step: path} of the dumps of this kind ("train" or "val"), sorted by step (local copies' paths for a
+        remote run: they exist once read)."""
         found = {}
+        if self.remote:
+            self._entries.update({e.name: e for e in storage.ls(self.remote) if not e.is_dir})
+            for name in self._entries:
+                m = FILE_RE.match(name)
+                if m and m.group(1) == kind:
+                    found[int(m.group(2))] = self.path / name
+            return dict(sorted(found.items()))
         with os.scandir(self.path) as it:
             for e in it:
                 m = FILE_RE.match(e.name)
@@ -82,7 +101,7 @@ class Run:
 
     def _file(self, step: int, kind: str) -> Path:
         direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
-        if direct.is_file():
+        if not self.remote and direct.is_file():
             return direct
         files = self.files(kind)
         if step not in files:
@@ -100,6 +119,7 @@ class Run:
             NotFoundError: no such step, or its file cannot be read (e.g. a dangling symlink).
         """
         path = self._file(step, kind)
+        self._ensure([path])
         try:
             st = os.stat(path)
             cur = self._indexes.get(path) or load_index(self.cache_dir, path)
@@ -114,7 +134,50 @@ class Run:
                                 ) from None
         self._indexes[path] = new
         save_index(self.cache_dir, new)
+        self._mark_version(path)
         return new
+
+    # ---- remote runs ---------------------------------------------------------------------------------------
+    def _url(self, path: Path) -> str:
+        return storage.join(self.remote, path.name)
+
+    def _ensure(self, paths: list[Path]) -> None:
+        """Remote run: local copies of these files at their current generation (downloaded only when stale)."""
+        if not self.remote:
+            return
+        missing = [p for p in paths if p.name not in self._entries]
+        if missing:
+            self.files("train"), self.files("val")
+        storage.fetch_many([(self._url(p), self._entries[p.name]) for p in paths if p.name in self._entries])
+
+    def _version_file(self, path: Path) -> Path | None:
+        return self.cache_dir / "index" / (path.name + ".version") if self.cache_dir else None
+
+    def _mark_version(self, path: Path) -> None:
+        """Remote run: remember which object generation the saved index describes."""
+        vf = self._version_file(path)
+        entry = self._entries.get(path.name)
+        if self.remote and vf is not None and entry is not None:
+            from nbtools._atomic import write_text
+
+            write_text(vf, entry.version)
+
+    def _ranged_line(self, step: int, idx: int, kind: str) -> bytes | None:
+        """Remote run: line ``idx`` by one ranged GET when the index of the object's current generation is known
+        and its local copy is not; None otherwise (the caller reads the local copy)."""
+        path = self._file(step, kind)
+        entry = storage.info(self._url(path))
+        if entry is None:
+            return None
+        self._entries[path.name] = entry
+        vf = self._version_file(path)
+        if storage.is_cached(self._url(path), entry) or vf is None or not vf.is_file() or vf.read_text() != entry.version:
+            return None
+        ix = self._indexes.get(path) or load_index(self.cache_dir, path)
+        if ix is None or not 0 <= idx < ix.n_lines:
+            return None
+        off, n = ix.line_span(idx)
+        return storage.read_bytes(self._url(path), off, off + n)
 
     def record(self, step: int, idx: int, *, kind: str = "train", arrays: bool = True) -> dict:
         """One record as a dict: the table's columns plus (``arrays=True``) the per-token arrays as numpy.
@@ -132,6 +195,13 @@ class Run:
             >>> rec = run.record(run.steps[-1], 0)
             >>> rec["generation_length"], rec["token_loss_mask"].sum()
         """
+        if self.remote and (line := self._ranged_line(step, idx, kind)) is not None:
+            path = self._file(step, kind)
+            rec, problems = self._record_dict(step, idx, line, path, arrays, kind)
+            if rec is None:
+                raise NotFoundError(f"expected a record at {path.name} line {idx + 1}, got: {problems[0][2]}",
+                                    fix="run.problems lists every skipped line; read another idx") from None
+            return rec
         ix = self.index(step, kind=kind)
         if not 0 <= idx < ix.n_lines:
             raise NotFoundError(f"expected idx in 0..{ix.n_lines - 1} for step {step}, got {idx}"
@@ -228,6 +298,7 @@ class Run:
         bad = [c for c in cols if c not in ALL_COLUMNS]
         if bad:
             raise NotFoundError(f"expected columns from {list(ALL_COLUMNS)}, got {bad}", fix="drop the unknown names")
+        self._ensure([files[s] for s in sel])
         stats, broken = {}, []
         for s in sel:
             try:
@@ -295,6 +366,7 @@ class Run:
                 continue
             self._indexes[Path(r.path)] = r.index()
             save_index(self.cache_dir, r.index())
+            self._mark_version(Path(r.path))
             if r.skipped:
                 new_skips.append(f"{name} ({r.skipped})")
         if new_skips:
@@ -341,15 +413,16 @@ class Run:
     def __repr__(self) -> str:
         s = self.steps
         span = f"steps {s[0]}..{s[-1]} ({len(s)} files)" if s else "no steps yet"
-        return f"Run({str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
+        return f"Run({self.remote or str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
 
     def _repr_html_(self) -> str:
         import html
 
         s = self.steps
-        size = sum(p.stat().st_size for p in self.files("train").values() if p.exists())
+        size = (sum(self._entries[p.name].size for p in self.files("train").values()) if self.remote
+                else sum(p.stat().st_size for p in self.files("train").values() if p.exists()))
         gaps = self.gaps
-        rows = [("exp dir", str(self.path)), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
+        rows = [("exp dir", self.remote or str(self.path)), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
                 ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
                 ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
