@@ -140,7 +140,8 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
     Why: NeMo-RL logs train/*, validation/*, timing/* and performance/* scalars to TensorBoard only.
 
     Args:
-        path: an exp dir, its ``tensorboard/`` dir, one event file, or a log_dir (its latest exp_NNN).
+        path: an exp dir, its ``tensorboard/`` dir, one event file, or a log_dir (its latest exp_NNN) — a local
+            path or a URL (``gs://…``: the event files are copied here once per object generation).
         run: the run label (default: the exp dir name, e.g. ``exp_001``).
 
     Returns:
@@ -152,10 +153,20 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
         NotFoundError: ``path`` does not exist.
 
     Example:
-        >>> df = nbtools.metrics.read_tensorboard(cfg.log_dir)
+        >>> df = nbtools.metrics.read_tensorboard(cfg.logs_url)
         >>> sorted(df.tag.unique())[:5]
     """
-    p = Path(path)
+    from nbtools import storage
+
+    if storage.is_remote(path):
+        text = str(path).rstrip("/")
+        found = storage.info(text)
+        if found is None:
+            raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
+                                fix="pass cfg.logs_url (or an exp_NNN URL); the job creates it when it starts")
+        p = storage.fetch(text) if not found.is_dir else storage.mirror(text, include=lambda rel: "tfevents" in rel)
+    else:
+        p = Path(path)
     if not p.exists():
         raise NotFoundError(f"expected TensorBoard event files under {p}, found no such path",
                             fix="pass cfg.log_dir (or an exp_NNN dir); the job creates it when it starts")

@@ -177,44 +177,58 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
         job = _find_job(cfg)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        df = _read(cfg)
+        df = _read(cfg, job)
         fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}")
         handle = _show(fig, handle)
         if job is None or (deadline is not None and time.monotonic() >= deadline):
             return fig
         wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
         if _job_done(job, wait):
-            df = _read(cfg)
+            df = _read(cfg, job)
             fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}")
             _show(fig, handle)
             return fig
 
 
-def _read(cfg) -> pd.DataFrame:
-    if Path(cfg.log_dir).exists():
-        return _metrics.read_tensorboard(cfg.log_dir)
-    return pd.DataFrame(columns=_metrics.COLUMNS)
+def _read(cfg, job) -> pd.DataFrame:
+    """The run's scalars from where it logs (a local path or gs://); empty only while its job has not logged yet."""
+    from nbtools import storage
+    from nbtools.errors import NotFoundError
+
+    if storage.exists(cfg.logs_url):
+        return _metrics.read_tensorboard(cfg.logs_url)
+    if job is not None:  # the job runs but has not created its log_dir yet
+        return pd.DataFrame(columns=_metrics.COLUMNS)
+    raise NotFoundError(f"expected the run's TensorBoard logs at {cfg.logs_url}, found nothing there, and no running "
+                        f"job {cfg.submission_id!r} that could write them",
+                        fix="launch the run first (notebook 03), or check logging.log_dir / storage in the experiment")
 
 
 def _find_job(cfg):
-    """The run's Ray job, or None when it cannot be reached (nothing to wait for)."""
-    try:
-        from nbtools import jobs
+    """The run's Ray job while it runs; None when it ended, was never submitted here, or the cluster is gone
+    (then the curves are drawn once from the files)."""
+    from nbtools import jobs
+    from nbtools.errors import NotFoundError, NotReadyError
 
+    try:
         job = jobs.attach(cfg.dashboard_url, cfg.submission_id)
         return None if job.status().is_terminal() else job
-    except Exception:  # no cluster, no job, jobs module absent: draw from the files only
+    except (NotFoundError, NotReadyError):
         return None
 
 
 def _job_done(job, seconds: float) -> bool:
+    """True when the job ended — or can no longer be asked (the cluster went away): draw the final curves then."""
+    from nbtools.errors import NbtoolsError
+
     try:
         job.wait(timeout=max(seconds, 0.1), raise_on_failure=False)
         return True
     except TimeoutError:
-        return False
-    except Exception:
-        return True
+        try:
+            return job.status().is_terminal()  # still running: keep watching
+        except NbtoolsError:
+            return True
 
 
 def _show(fig, handle):

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from nbtools import plots, trajectories, widgets
+from nbtools.errors import NotFoundError
 
 matplotlib.use("Agg")
 
@@ -53,7 +54,7 @@ def test_watch_redraws_until_the_job_ends(tmp_path, monkeypatch):
     """The Ray job is a test double (a `wait` that times out once, then returns): the loop itself is real."""
     exp = tmp_path / "logs" / "exp_001"
     gen.generate(tmp_path / "logs", steps=2, records=4, seq_len=32, tensorboard=True)
-    cfg = SimpleNamespace(name="demo", log_dir=str(tmp_path / "logs"), run_dir=tmp_path, dashboard_url="",
+    cfg = SimpleNamespace(name="demo", logs_url=str(tmp_path / "logs"), run_dir=tmp_path, dashboard_url="",
                           submission_id="x")
 
     class FakeJob:
@@ -64,6 +65,9 @@ def test_watch_redraws_until_the_job_ends(tmp_path, monkeypatch):
             if FakeJob.waits == 1:
                 raise TimeoutError("still running")
             return "SUCCEEDED"
+
+        def status(self):
+            return SimpleNamespace(is_terminal=lambda: False)
 
     draws = []
     real = plots.training_curves
@@ -76,6 +80,9 @@ def test_watch_redraws_until_the_job_ends(tmp_path, monkeypatch):
     draws.clear()
     plots.watch(cfg)
     assert len(draws) == 1
+    gone = SimpleNamespace(**{**vars(cfg), "logs_url": str(tmp_path / "no-logs")})
+    with pytest.raises(NotFoundError, match="no running job"):  # nothing to draw: an error, never blank curves
+        plots.watch(gone)
 
 
 def test_explorer_driven_programmatically(tmp_path):

@@ -99,3 +99,19 @@ def test_missing_bucket_paths_name_the_fix(gcs):
 
     with pytest.raises(NotFoundError, match="found nothing there"):
         trajectories.open_run(f"gs://{BUCKET}/no/such/logs")
+
+
+def test_tensorboard_scalars_from_a_bucket_equal_the_local_ones(gcs, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from nbtools import metrics
+
+    logs = tmp_path / "tb" / "logs"
+    w = SummaryWriter(str(logs / "exp_001" / "tensorboard"))
+    for i in range(20):
+        w.add_scalar("train/reward", i / 20, i)
+    w.close()
+    url = _upload(gcs, logs, "run4/logs")
+    remote, local = metrics.read_tensorboard(url), metrics.read_tensorboard(logs)
+    pd.testing.assert_frame_equal(remote, local)
+    assert len(metrics.select(remote, "reward")) == 20
