@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -25,15 +26,52 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     return step_dirs(d)  # tmp_step_N (being written) and old_step_N (being replaced) never match
 
 
-def read_training_info(step_dir: str | Path) -> dict:
-    """``training_info.json`` of one checkpoint ({} when absent: NeMo-RL writes it first, so that means damage)."""
+_INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
+_DAMAGED = "the checkpoint is damaged or incomplete; pick another step (or re-copy this one from where training wrote it)"
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _load_info(step_dir: str | Path) -> tuple[dict, str | None]:
+    """(fields, problem) of ``training_info.json``; fields are {} when it cannot be used at all."""
     p = Path(step_dir) / "training_info.json"
     if not p.is_file():
-        return {}
+        what = "is a dangling symlink" if p.is_symlink() else "is missing"
+        return {}, f"training_info.json {what} (NeMo-RL writes it first)"
     try:
-        return json.loads(p.read_text())
+        info = json.loads(p.read_bytes())
+    except (OSError, UnicodeDecodeError) as e:
+        return {}, f"training_info.json cannot be read ({type(e).__name__}: {e})"
     except json.JSONDecodeError as e:
-        raise CheckpointError(f"{p} is not valid JSON ({e})", fix="the checkpoint is damaged; pick another step") from None
+        return {}, f"training_info.json is not valid JSON, truncated? ({e})"
+    if not isinstance(info, dict):
+        return {}, f"training_info.json holds a JSON {type(info).__name__}, not an object"
+    bad = [f"{k}={v!r}" for k, v in info.items()
+           if (k in _INT_FIELDS and not (isinstance(v, int) and not isinstance(v, bool)))
+           or isinstance(v, dict | list)
+           or ((":" in k or k.startswith("val")) and v is not None and not _is_number(v))]
+    if bad:
+        shown = ", ".join(b if len(b) < 60 else b[:57] + "..." for b in bad[:4])
+        return info, f"training_info.json has values of the wrong type: {shown}"
+    return info, None
+
+
+def read_training_info(step_dir: str | Path) -> dict:
+    """``training_info.json`` of one checkpoint ({} when absent: NeMo-RL writes it first, so that means damage).
+
+    Raises:
+        CheckpointError: the file is not a JSON object (names the problem); listings report it per step instead.
+
+    Example:
+        >>> nbtools.checkpoints.read_training_info(step)["current_step"]
+        100
+    """
+    info, problem = _load_info(step_dir)
+    if problem and not info and "missing" not in problem:
+        raise CheckpointError(f"{Path(step_dir) / 'training_info.json'}: {problem}", fix=_DAMAGED)
+    return info
 
 
 def weights_dir(step_dir: str | Path) -> Path:
@@ -86,6 +124,9 @@ def detect_layout(step_dir: str | Path) -> str:
 def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
     """Every finished ``step_N`` with its layout and ``training_info.json`` fields, oldest first.
 
+    A step whose ``training_info.json`` is missing, not JSON, truncated or of the wrong shape is still listed,
+    with the reason in the ``problem`` column (None when fine), so one damaged step never hides the others.
+
     Example:
         >>> nbtools.checkpoints.list_checkpoints(cfg.checkpoint_dir)[["step", "layout", "val:accuracy"]]
     """
@@ -95,8 +136,13 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
             layout = detect_layout(path)
         except NotFoundError:
             layout = "missing"
-        rows.append({"step": step, "path": str(path), "layout": layout, **read_training_info(path)})
-    df = pd.DataFrame(rows, columns=None if rows else ["step", "path", "layout"])
+        except OSError:
+            layout = "unreadable"
+        info, problem = _load_info(path)
+        reserved = {"step", "path", "layout", "problem"}
+        rows.append({"step": step, "path": str(path), "layout": layout, "problem": problem,
+                     **{k: v for k, v in info.items() if k not in reserved}})
+    df = pd.DataFrame(rows, columns=None if rows else ["step", "path", "layout", "problem"])
     return df.reset_index(drop=True)
 
 
@@ -119,6 +165,8 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
 
     Sorted by the metric (descending when ``higher_is_better``); ties go to the higher step; a checkpoint
     without the metric ranks worst; ``metric=None`` means the latest (NeMo-RL's ``metric_name: null``).
+    A step whose ``training_info.json`` is damaged (see :func:`list_checkpoints`' ``problem``) ranks below
+    every healthy step, with a warning naming it; it is returned only when no step is healthy.
 
     Example:
         >>> nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
@@ -128,13 +176,21 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
     if not steps:
         raise NotFoundError(f"no step_N checkpoints in {checkpoint_dir}",
                             fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
-    if metric is None:
-        return steps[-1][1]
     worst = -math.inf if higher_is_better else math.inf
-
-    def key(item: tuple[int, Path]) -> tuple[float, int]:
-        value = read_training_info(item[1]).get(metric)
-        v = float(value) if isinstance(value, int | float) and not math.isnan(float(value)) else worst
-        return (v if higher_is_better else -v, item[0])
-
-    return max(steps, key=key)[1]
+    ranked, damaged = [], []
+    for n, path in steps:
+        info, problem = _load_info(path)
+        value = info.get(metric) if metric is not None else None
+        if problem is None and metric is not None and value is not None and not _is_number(value):
+            problem = f"{metric}={value!r} is not a number"
+        if problem:
+            damaged.append(f"{path.name}: {problem}")
+        v = float(value) if _is_number(value) and not math.isnan(float(value)) else worst
+        ranked.append(((problem is None, (v if higher_is_better else -v) if metric is not None else 0.0, n), path))
+    chosen = max(ranked, key=lambda r: r[0])
+    if damaged:
+        note = ("every step is damaged; returning the best of them" if not chosen[0][0]
+                else "ranked below every healthy step")
+        warnings.warn(f"{len(damaged)} checkpoint(s) in {checkpoint_dir} {note}: " + "; ".join(damaged),
+                      stacklevel=2)
+    return chosen[1]

@@ -7,7 +7,6 @@ import errno
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools.checkpoints._listing import detect_layout, weights_dir
+from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
 from nbtools.checkpoints._verify import (
     MANIFEST,
@@ -141,15 +141,6 @@ def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult 
                         fix="pass overwrite=True to replace it, or choose another out_dir")
 
 
-def _clean_stale(out: Path) -> None:
-    prefix = f".{out.name}.partial-"
-    for p in out.parent.glob(f"{prefix}*"):
-        pid = p.name[len(prefix):].split("-")[0]
-        alive = pid.isdigit() and Path(f"/proc/{pid}").exists() and int(pid) != os.getpid()
-        if not alive:
-            shutil.rmtree(p, ignore_errors=True)
-
-
 def _tqdm(total: int, desc: str, enabled: bool):
     from tqdm.auto import tqdm
 
@@ -179,13 +170,15 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
 
     Raises:
         CheckpointError: missing/truncated shard, wrong config, NaN/Inf, full disk (names the shard/key and fix).
-        ConflictError: ``out_dir`` exists and is not this checkpoint's verified merge.
+        ConflictError: ``out_dir`` exists and is not this checkpoint's verified merge, or it is, contains or
+            lies inside the checkpoint (even with ``overwrite``).
 
     Example:
         >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir)
         >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     """
     t0 = time.perf_counter()
+    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser())
     step = Path(step_dir).expanduser().resolve()
     out = Path(out_dir).expanduser().resolve()
     if step.name.startswith(("tmp_step_", "old_step_")):
@@ -220,9 +213,9 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
     total = sum(t.nbytes for t in tensors)
     files = plan_files(tensors, parse_size(max_shard_size))
     out.parent.mkdir(parents=True, exist_ok=True)
-    _clean_stale(out)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
-    tmp.mkdir(mode=0o755)
+    clean_stale(out)
+    tmp = temp_dir(out)
+    tmp.mkdir()  # mode 0777 & ~umask, like every file in it
     try:
         with _tqdm(total, f"merge {step.name}", progress) as bar:
             write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update)
@@ -235,9 +228,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
                     "files": {k: {"sha256": v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
-        for p in tmp.iterdir():
-            p.chmod(0o644)  # safetensors' save_file makes 0600; shared storage needs readable files
-        _install(tmp, out, overwrite)
+        install(tmp, out, overwrite)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
@@ -275,20 +266,3 @@ def _check_written(tmp: Path, files) -> None:
         want = {t.name: list(t.shape) for t in f.tensors}
         if {k: v["shape"] for k, v in header.items()} != want or (tmp / f.name).stat().st_size != start + f.data_bytes:
             raise CheckpointError(f"{f.name} did not read back as written", fix="check the disk, then merge again")
-
-
-def _install(tmp: Path, out: Path, overwrite: bool) -> None:
-    if out.exists():
-        if not overwrite:
-            raise ConflictError(f"{out} appeared while merging", fix="pass overwrite=True or choose another out_dir")
-        old = out.parent / f".{out.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
-    fd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

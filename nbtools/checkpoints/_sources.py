@@ -13,12 +13,12 @@ import math
 import pickle
 import struct
 import zipfile
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from nbtools.checkpoints._unpickle import ForbiddenGlobal, load_dcp_metadata, load_tensor_record
 from nbtools.errors import CheckpointError
 
 __all__ = ["Chunk", "SourceTensor", "read_sources", "read_safetensors_header", "ST_DTYPES"]
@@ -99,30 +99,13 @@ class _Window(io.RawIOBase):
         return got
 
 
-class _TensorPickle(pickle.Unpickler):
-    """Reads only the shape/stride/offset of a torch.save'd tensor; refuses anything else (no code runs)."""
-
-    def find_class(self, module, name):
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return lambda storage, offset, size, stride, *rest: {"storage": storage, "offset": offset,
-                                                                 "size": tuple(size), "stride": tuple(stride)}
-        if (module, name) == ("collections", "OrderedDict"):
-            return OrderedDict
-        if module == "torch" and name.endswith("Storage"):
-            return name
-        raise pickle.UnpicklingError(f"unexpected {module}.{name}")
-
-    def persistent_load(self, pid):
-        return {"key": pid[2], "numel": pid[4]}
-
-
 def _raw_span(fh, path: Path, base: int, length: int, sizes: tuple[int, ...], itemsize: int) -> tuple[int, int]:
     """Byte span of the raw data of the torch.save zip at [base, base+length); (-1, n) when not plain."""
     n = math.prod(sizes) * itemsize
     try:
         z = zipfile.ZipFile(_Window(fh, base, length))
         pkl = next(i for i in z.namelist() if i.endswith("/data.pkl"))
-        meta = _TensorPickle(io.BytesIO(z.read(pkl))).load()
+        meta = load_tensor_record(z.read(pkl))
         member = z.getinfo(f"{pkl[: -len('data.pkl')]}data/{meta['storage']['key']}")
         contiguous = tuple(torch.empty(sizes, device="meta").stride()) == meta["stride"] or n == 0
         if (member.compress_type != zipfile.ZIP_STORED or meta["offset"] != 0 or meta["size"] != sizes
@@ -134,7 +117,12 @@ def _raw_span(fh, path: Path, base: int, length: int, sizes: tuple[int, ...], it
             return -1, n
         name_len, extra_len = struct.unpack("<HH", head[26:30])
         return base + member.header_offset + 30 + name_len + extra_len, n
-    except (zipfile.BadZipFile, pickle.UnpicklingError, StopIteration, KeyError, struct.error, EOFError) as e:
+    except ForbiddenGlobal as e:
+        raise CheckpointError(f"{path}: the chunk at bytes {base}..{base + length} asks to import {e.qualname}, which "
+                              f"a saved tensor never contains; it was not loaded (it could run code)",
+                              fix="do not use this checkpoint; " + _RESYNC) from None
+    except (zipfile.BadZipFile, pickle.UnpicklingError, StopIteration, KeyError, struct.error, EOFError, TypeError,
+            IndexError) as e:
         raise CheckpointError(f"{path}: the chunk at bytes {base}..{base + length} is not a readable torch.save "
                               f"record ({type(e).__name__}: {e})", fix=_RESYNC) from None
 
@@ -148,13 +136,9 @@ def _check_file(path: Path, end: int, what: str) -> None:
 
 
 def _read_dcp(d: Path, strip_prefix: str) -> dict[str, SourceTensor]:
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
 
-    try:
-        md = FileSystemReader(str(d)).read_metadata()
-    except Exception as e:  # noqa: BLE001 - any unpickling problem means a damaged .metadata
-        raise CheckpointError(f"{d / '.metadata'} cannot be read ({type(e).__name__}: {e})", fix=_RESYNC) from None
+    md = load_dcp_metadata(d / ".metadata")  # allow-listed unpickling: a crafted file cannot run code
     out: dict[str, SourceTensor] = {}
     handles: dict[Path, object] = {}
     try:
@@ -162,12 +146,14 @@ def _read_dcp(d: Path, strip_prefix: str) -> dict[str, SourceTensor]:
             if not isinstance(tmd, TensorStorageMetadata):
                 continue  # non-tensor (bytes) entries are not model weights
             name = fqn[len(strip_prefix):] if strip_prefix and fqn.startswith(strip_prefix) else fqn
+            _check_entry(d, fqn, tmd)
             st = SourceTensor(name, tmd.properties.dtype, tuple(tmd.size))
             for c in tmd.chunks:
                 info = md.storage_data.get(MetadataIndex(fqn, c.offsets))
                 if info is None:
                     raise CheckpointError(f"{d / '.metadata'} lists chunk {tuple(c.offsets)} of {fqn} without storage",
                                           fix=_RESYNC)
+                _check_storage(d, fqn, info)
                 if getattr(info, "transform_descriptors", None):
                     raise CheckpointError(f"{fqn}: chunk stored with transforms {info.transform_descriptors}",
                                           fix="save without DCP storage extensions (compression), then merge")
@@ -183,6 +169,33 @@ def _read_dcp(d: Path, strip_prefix: str) -> dict[str, SourceTensor]:
         for fh in handles.values():
             fh.close()
     return out
+
+
+def _is_ints(x, n: int | None = None) -> bool:
+    return (isinstance(x, tuple | list) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x)
+            and (n is None or len(x) == n))
+
+
+def _check_entry(d: Path, fqn: str, tmd) -> None:
+    """Types and ranks of one tensor's entry: a damaged or crafted .metadata fails here, by name, not deep inside."""
+    props, size = getattr(tmd, "properties", None), getattr(tmd, "size", None)
+    chunks = getattr(tmd, "chunks", None)
+    ok = (isinstance(fqn, str) and isinstance(getattr(props, "dtype", None), torch.dtype) and _is_ints(size)
+          and isinstance(chunks, list)
+          and all(_is_ints(getattr(c, "offsets", None), len(size)) and _is_ints(getattr(c, "sizes", None), len(size))
+                  and all(o + s <= n for o, s, n in zip(c.offsets, c.sizes, size, strict=True)) for c in chunks))
+    if not ok:
+        raise CheckpointError(f"{d / '.metadata'}: the entry of {fqn!r} is malformed (dtype, size or chunk offsets/sizes "
+                              f"of the wrong type or out of range)", fix=_RESYNC)
+
+
+def _check_storage(d: Path, fqn: str, info) -> None:
+    rel = getattr(info, "relative_path", None)
+    if not (isinstance(rel, str) and rel and "/" not in rel and "\\" not in rel and rel not in (".", "..")
+            and isinstance(getattr(info, "offset", None), int) and isinstance(getattr(info, "length", None), int)
+            and info.offset >= 0 and info.length >= 0):
+        raise CheckpointError(f"{d / '.metadata'}: {fqn} is stored at {rel!r}, which is not a shard file in {d} "
+                              f"(DCP writes flat __R_N.distcp names), or has a bad offset/length", fix=_RESYNC)
 
 
 def _read_safetensors(files: list[Path], sharded: bool) -> dict[str, SourceTensor]:

@@ -262,7 +262,7 @@ def _write_one(path: Path, f: OutFile, band_bytes: int, progress, stop: threadin
     tmp: torch.Tensor | None = None
     h = hashlib.sha256()
     head = header_bytes(f.tensors)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)  # & ~umask, as open() does
     sink = None
     try:
         allocate(fd, len(head) + f.data_bytes)
