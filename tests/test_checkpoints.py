@@ -129,7 +129,8 @@ def test_multi_file_output_and_cli_reuse(ckpts, tmp_path):
     before = (r.out / weights[0]).stat().st_mtime_ns
     p = subprocess.run([*cmd.split(), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout.strip().splitlines()[-1])["reused"] is True
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("NBTOOLS_RESULT ") and json.loads(last.removeprefix("NBTOOLS_RESULT "))["reused"] is True
     assert (r.out / weights[0]).stat().st_mtime_ns == before
 
 
@@ -357,3 +358,26 @@ def test_listing_latest_best_with_nemo_rl_ranking(tmp_path):
         ck.list_checkpoints(tmp_path / "nope")
     with pytest.raises(NotFoundError, match=r"(?s)no model weights.*fix: pass a complete step_N"):
         ck.detect_layout(d / "step_1")
+
+
+@pytest.mark.ray
+def test_merge_in_cluster_runs_as_a_ray_job_carrying_nbtools(ckpts, tmp_path, ray_head, ray_cfg, monkeypatch):
+    """The same merge as a job on a REAL local Ray head, shipped with runtime_env py_modules (what GKE runs)."""
+    import nbtools
+    from nbtools.jobs._carry import package_dir
+
+    root, models = ckpts
+    step = root / "v2st-fsdp4-tied" / "step_1"
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = ray_cfg(nbtools.config.load(Path(__file__).resolve().parent.parent / "experiments" / "local.yaml",
+                                      overrides={"checkpointing.checkpoint_dir": str(root / "v2st-fsdp4-tied")}))
+    merged = ck.merge_in_cluster(cfg, str(step), out=str(tmp_path / "merged_hf"), progress=False)
+    assert merged.verified and merged.tensors > 0 and merged.url == str(tmp_path / "merged_hf")
+    assert ck.verify_against(Path(merged.url), models[True], input_ids=IDS).ok
+    job_id = merged.notes[-1].removeprefix("merged by Ray job ")
+    assert job_id.startswith(f"{cfg.name}-merge-step-1-")
+    info = nbtools.jobs.attach(ray_head.dashboard_url, job_id).info()
+    assert info.runtime_env["py_modules"] and info.runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")
+    assert str(package_dir()) not in info.entrypoint  # nbtools travels as a package, not by a path on this machine
+    again = ck.merge_in_cluster(cfg, str(step), out=str(tmp_path / "merged_hf"), progress=False)
+    assert again.notes[-1] == merged.notes[-1]  # the re-run re-attaches to the same job

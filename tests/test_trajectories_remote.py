@@ -115,3 +115,23 @@ def test_tensorboard_scalars_from_a_bucket_equal_the_local_ones(gcs, tmp_path):
     remote, local = metrics.read_tensorboard(url), metrics.read_tensorboard(logs)
     pd.testing.assert_frame_equal(remote, local)
     assert len(metrics.select(remote, "reward")) == 20
+
+
+def test_checkpoints_are_listed_and_ranked_in_a_bucket_without_reading_weights(gcs, tmp_path, monkeypatch):
+    from nbtools import checkpoints
+
+    root = tmp_path / "ck" / "checkpoints"
+    for step, acc in ((10, 0.5), (20, 0.9), (30, 0.7)):
+        d = root / f"step_{step}" / "policy" / "weights" / "model"
+        d.mkdir(parents=True)
+        (d / "shard-00001-model-00001-of-00001.safetensors").write_bytes(b"\0" * 1024)
+        (root / f"step_{step}" / "training_info.json").write_text(json.dumps({"step": step, "val:accuracy": acc}))
+    (root / "tmp_step_40").mkdir()
+    url = _upload(gcs, root, "run5/checkpoints")
+    fetched = []
+    real = storage.read_bytes
+    monkeypatch.setattr(storage, "read_bytes", lambda u, *a: fetched.append(u) or real(u, *a))
+    df = checkpoints.list_checkpoints(url)
+    assert list(df.step) == [10, 20, 30] and set(df.layout) == {"v2_safetensors"} and df.problem.isna().all()
+    assert checkpoints.best(url, "val:accuracy") == f"{url}/step_20" and checkpoints.latest(url) == f"{url}/step_30"
+    assert fetched and all(u.endswith("training_info.json") for u in fetched)  # never a weight file

@@ -1,4 +1,8 @@
-"""List a checkpoint_dir's ``step_N`` directories, pick latest/best the way NeMo-RL ranks them, detect layouts."""
+"""List a checkpoint_dir's ``step_N`` directories, pick latest/best the way NeMo-RL ranks them, detect layouts.
+
+The checkpoint_dir may be a local path or a URL (``gs://…`` on GKE): only directory listings and the small
+``training_info.json`` files are read, never the weights. Local paths come back as ``Path``, URLs as ``str``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools._layout import step_dirs
+from nbtools import storage
+from nbtools._layout import STEP_RE, step_dirs
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "latest", "best", "detect_layout", "read_training_info", "weights_dir"]
@@ -17,6 +22,13 @@ __all__ = ["LAYOUTS", "list_checkpoints", "latest", "best", "detect_layout", "re
 LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
 
 def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
+    if storage.is_remote(checkpoint_dir):
+        url = str(checkpoint_dir).rstrip("/")
+        if storage.info(url) is None:
+            raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
+                                fix="check checkpointing.checkpoint_dir (cfg.checkpoints_url), or wait until the run "
+                                "saved its first checkpoint")
+        return sorted((int(m.group(1)), e.url) for e in storage.ls(url) if e.is_dir and (m := STEP_RE.match(e.name)))
     d = Path(checkpoint_dir).expanduser()
     if not d.is_dir():
         raise NotFoundError(
@@ -36,12 +48,18 @@ def _is_number(v) -> bool:
 
 def _load_info(step_dir: str | Path) -> tuple[dict, str | None]:
     """(fields, problem) of ``training_info.json``; fields are {} when it cannot be used at all."""
-    p = Path(step_dir) / "training_info.json"
-    if not p.is_file():
-        what = "is a dangling symlink" if p.is_symlink() else "is missing"
-        return {}, f"training_info.json {what} (NeMo-RL writes it first)"
+    if storage.is_remote(step_dir):
+        try:
+            raw = storage.read_bytes(storage.join(str(step_dir), "training_info.json"))
+        except NotFoundError:
+            return {}, "training_info.json is missing (NeMo-RL writes it first)"
+    else:
+        p = Path(step_dir) / "training_info.json"
+        if not p.is_file():
+            what = "is a dangling symlink" if p.is_symlink() else "is missing"
+            return {}, f"training_info.json {what} (NeMo-RL writes it first)"
     try:
-        info = json.loads(p.read_bytes())
+        info = json.loads(raw if storage.is_remote(step_dir) else p.read_bytes())
     except (OSError, UnicodeDecodeError) as e:
         return {}, f"training_info.json cannot be read ({type(e).__name__}: {e})"
     except json.JSONDecodeError as e:
@@ -100,6 +118,8 @@ def detect_layout(step_dir: str | Path) -> str:
         >>> nbtools.checkpoints.detect_layout("runs/local-rehearsal/checkpoints/step_100")
         'v2_safetensors'
     """
+    if storage.is_remote(step_dir):
+        return _remote_layout(str(step_dir).rstrip("/"))
     w = weights_dir(step_dir)
     if (w / ".metadata").is_file():
         return "dtensor_v1"
@@ -119,6 +139,34 @@ def detect_layout(step_dir: str | Path) -> str:
         f"(Megatron); saw {seen}",
         fix="pass a complete step_N directory (not tmp_step_N); if it was copied, copy policy/weights again",
     )
+
+
+def _remote_layout(step: str) -> str:
+    """detect_layout from listings alone (a bucket): the same rules, the same order."""
+    def names(url: str) -> dict[str, storage.Entry]:
+        try:
+            return {e.name: e for e in storage.ls(url)}
+        except NotFoundError:
+            return {}
+
+    w = storage.join(step, "policy", "weights")
+    top = names(w)
+    if ".metadata" in top:
+        return "dtensor_v1"
+    model = names(storage.join(w, "model"))
+    if ".metadata" in model:
+        return "v2_torch_save"
+    if any(n.startswith("shard-") and n.endswith(".safetensors") for n in model):
+        return "v2_safetensors"
+    if any(n.endswith(".safetensors") for n in names(storage.join(w, "model", "consolidated"))):
+        return "consolidated"
+    if any(n.startswith("iter_") and e.is_dir for n, e in top.items()):
+        return "megatron"
+    raise NotFoundError(
+        f"no model weights found under {w}: expected policy/weights/.metadata (DTensor v1), policy/weights/model/"
+        f".metadata or shard-*.safetensors (DTensor v2), model/consolidated/ or iter_* (Megatron); saw "
+        f"{sorted(top)[:10] or 'nothing'}",
+        fix="pass a complete step_N directory (not tmp_step_N); the run may still be writing it")
 
 
 def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
@@ -184,7 +232,7 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
         if problem is None and metric is not None and value is not None and not _is_number(value):
             problem = f"{metric}={value!r} is not a number"
         if problem:
-            damaged.append(f"{path.name}: {problem}")
+            damaged.append(f"{storage.name_of(path)}: {problem}")
         v = float(value) if _is_number(value) and not math.isnan(float(value)) else worst
         ranked.append(((problem is None, (v if higher_is_better else -v) if metric is not None else 0.0, n), path))
     chosen = max(ranked, key=lambda r: r[0])
