@@ -85,10 +85,15 @@ def _versions() -> str:
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
 
 
-def _curves_png(frame: Any, title: str) -> bytes:
+def _curves_png(frame: Any, title: str, step: int | None) -> bytes:
     from nbtools import plots
 
     fig = plots.training_curves(frame, title=title)
+    for ax in fig.axes if step is not None else ():
+        if ax.get_visible():  # where the merged checkpoint sits on every curve
+            ax.axvline(step, color="0.35", ls=":", lw=1.2)
+            ax.annotate(f"merged step_{step}", (step, 1.0), xycoords=("data", "axes fraction"), fontsize=7,
+                        color="0.35", ha="right", va="top", rotation=90)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return buf.getvalue()
@@ -153,7 +158,9 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
     model_dir = Path(model_dir)
     if not _io.exists(model_dir / "config.json"):
         raise NotFoundError(f"expected a merged HuggingFace model (config.json) in {model_dir}, found none",
-                            fix="merge the checkpoint first: nbtools.checkpoints.merge(step, out) (notebook 06)")
+                            fix="merge the checkpoint first: nbtools.checkpoints.merge(step, out) (notebook 06); if it "
+                                "sits on the cluster's storage, run `nbtools card MODEL_DIR --experiment EXPERIMENT.yaml` "
+                                "where that directory is visible")
     facts = gather(cfg, model_dir, merge=merge)
     evals = comparisons_of(comparisons)
     ds = eval_dataset(cfg.backend, cfg.data.dataset, dataset)
@@ -169,7 +176,7 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
         f"# Config hash {cfg.config_hash()}. Load it: nbtools.config.load(\"{CONFIG}\")\n"
         + yaml.safe_dump(data, sort_keys=False))}
     if curves and not facts.training.frame.empty:
-        extra[CURVES] = _curves_png(facts.training.frame, f"{cfg.name}: training curves")
+        extra[CURVES] = _curves_png(facts.training.frame, f"{cfg.name}: training curves", facts.merged.step)
     card = _model_card(metadata(facts, results, cfg.name),
                        body(facts, section, model_dir.name, list(extra), versions=_versions()))
     text = _install(model_dir, card, extra, _guard.secret_values(data))
