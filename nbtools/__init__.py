@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = {
     "config", "errors", "gke", "manifests", "cluster", "jobs", "launch", "rehearsal", "trajectories",
-    "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "demo", "cli", "fit",
+    "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "demo", "cli", "fit", "card",
 }
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]
