@@ -162,9 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output directory (default runs/<timestamp>)")
     p.add_argument("--notebooks-dir", help="where the notebooks are (default: the project's notebooks/)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    from nbtools.cli._card import register_card
     from nbtools.cli._fit import register_fit
 
     register_fit(sub)
+    register_card(sub)
     return ap
 
 
