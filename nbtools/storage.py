@@ -31,7 +31,7 @@ from nbtools.errors import DependencyError, NotFoundError, NotReadyError
 
 __all__ = [
     "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
-    "exists", "read_bytes", "read_text", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
+    "exists", "read_bytes", "read_text", "write_bytes", "write_text", "glob", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
 ]
 
 _MANIFEST = ".nbtools-generations.json"
@@ -296,6 +296,34 @@ def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None
 def read_text(url: str | os.PathLike) -> str:
     """A whole (small) file as text (undecodable bytes replaced)."""
     return read_bytes(url).decode("utf-8", errors="replace")
+
+
+def write_bytes(url: str | os.PathLike, data: bytes) -> None:
+    """Replace a file with ``data`` so no reader sees it half-written: a temp file, fsync and rename locally; one
+    object upload remotely (GCS makes an object visible only once it is complete)."""
+    text = os.fspath(url)
+    if not is_remote(text):
+        from nbtools._atomic import write_bytes as atomic
+
+        atomic(local_path(text), data, fsync=True)
+        return
+    fs, path = filesystem(text)
+    _remote_call(text, lambda: fs.pipe_file(path, data))
+
+
+def write_text(url: str | os.PathLike, text: str) -> None:
+    """:func:`write_bytes` of UTF-8 text."""
+    write_bytes(url, text.encode("utf-8"))
+
+
+def glob(url: str | os.PathLike, pattern: str) -> list[str]:
+    """Sorted URLs (or paths) of the files directly under ``url`` whose names match ``pattern`` ([] when missing)."""
+    import fnmatch
+
+    try:
+        return sorted(e.url for e in ls(url) if fnmatch.fnmatch(e.name, pattern))
+    except NotFoundError:
+        return []
 
 
 def _load_manifest(d: Path) -> dict[str, str]:

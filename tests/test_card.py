@@ -141,11 +141,15 @@ def test_no_token_home_path_or_secret_value_reaches_the_card(run, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", wandb)
     monkeypatch.setenv("MY_API_TOKEN", other)
     secrets = {"secrets.hf_token": {"env": "HF_TOKEN", "k8s_secret": "hf-secret", "key": "hf_api_token"},
-               "secrets.wandb_api_key": {"env": "WANDB_API_KEY"}, "trainer.env_vars": {"MY_API_TOKEN": other},
-               "trainer.overrides": [f"logger.wandb.api_key={wandb}"], "model.name": str(home / "base-model")}
+               "secrets.wandb_api_key": {"env": "WANDB_API_KEY"}, "model.name": str(home / "base-model")}
     (home / "base-model").mkdir(exist_ok=True)  # a base model on disk under home, whose own card names its licence
     (home / "base-model" / "README.md").write_text("---\nlicense: mit\n---\n# base\n")
     cfg, result = run["cfg"].replace(**secrets), run["merge"]
+    # config.load refuses token-shaped env_vars and overrides; the card must still hold if one was built without it
+    import dataclasses
+
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, env_vars={"MY_API_TOKEN": other},
+                                                               overrides=[f"logger.wandb.api_key={wandb}"]))
     greedy = nbtools.evals.compare(_result(0.2, 1, 1), _result(0.8, 1, 2))
     card = nbtools.card.write(cfg, result.out, merge=result, comparisons={"greedy": greedy})
     texts = {p.name: p.read_bytes() for p in result.out.iterdir() if p.name in ("README.md", "experiment.yaml",
@@ -162,7 +166,7 @@ def test_no_token_home_path_or_secret_value_reaches_the_card(run, monkeypatch):
     assert exp["trainer"]["overrides"] == ["logger.wandb.api_key=<redacted: reference it under secrets: by name>"]
 
     before = (result.out / "README.md").read_text()
-    leaky = cfg.replace(**{"data.prompt_file": f"prompts/{sentinel}.txt"})  # a field no redaction knows about
+    leaky = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prompt_file=f"prompts/{sentinel}.txt"))  # no redaction knows it
     with pytest.raises(ConfigError, match=r"\$HF_TOKEN.*nothing was written.*fix: remove that value") as e:
         nbtools.card.write(leaky, result.out, merge=result)
     assert sentinel not in str(e.value) and (result.out / "README.md").read_text() == before
@@ -248,3 +252,27 @@ def test_cli_card_writes_the_card_from_a_run_dir_with_saved_comparisons(run, cap
     assert "upload_folder(" in out["upload_call"]
     assert nbtools.cli.main(["card", str(run["root"])]) == 1
     assert "fix: pass the merged model directory" in capfd.readouterr().err
+
+
+def test_a_card_beside_a_model_in_a_bucket(run, tmp_path, monkeypatch):
+    """The merged model where a GKE cluster wrote it: gs:// on tests/gcs_emulator.py (fake-gcs-server, a GCS
+    STAND-IN). The card is built from a local copy of the small files (never the weights) and uploaded back."""
+    from gcs_emulator import GcsEmulator
+
+    from nbtools import storage
+
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    with GcsEmulator() as gcs:
+        gcs.create_bucket("card-bucket")
+        gcs.fs.put(str(run["out"]), "card-bucket/exp/merged_hf", recursive=True)
+        url = "gs://card-bucket/exp/merged_hf"
+        fetched = []
+        real = storage._download
+        monkeypatch.setattr(storage, "_download", lambda items: fetched.extend(u for u, _ in items) or real(items))
+        card = nbtools.card.write(run["cfg"], url, merge=run["merge"], comparisons={"greedy": run["greedy"]})
+        assert card.path == f"{url}/README.md" and card.evaluations == 1
+        assert storage.exists(f"{url}/experiment.yaml") and storage.exists(f"{url}/training_curves.png")
+        assert nbtools.card.read(url).data.eval_results[0].metric_value == run["greedy"].acc_b
+        assert fetched and not any(u.endswith(".safetensors") for u in fetched)  # the card never copies the weights
+        updated = nbtools.card.update_evaluation(url, {"greedy": run["greedy"], "again": run["greedy"]})
+        assert updated.evaluations == 2 and len(nbtools.card.read(url).data.eval_results) == 2

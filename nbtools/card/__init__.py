@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nbtools import storage
 from nbtools.card import _guard, _io
 from nbtools.card._facts import KNOWN_LICENSES, fingerprint, gather
 from nbtools.card._render import (
@@ -114,6 +115,27 @@ def _kept_evaluation(model_dir: Path, weights: str | None) -> tuple[str, list[An
     return m.group(0), list(old.eval_results or [])
 
 
+def _workdir(model_dir: str | os.PathLike) -> tuple[Path, str | None]:
+    """(a local directory holding the model dir's small files, the remote URL or None): a ``gs://`` model dir is
+    read through a local copy of everything but the weights, and the card's files are uploaded back after."""
+    text = os.fspath(model_dir)
+    if not storage.is_remote(text):
+        return Path(text), None
+    url = text.rstrip("/")
+    if storage.info(url) is None:
+        return storage.cache_path(url), url  # reported by the callers' "not found" checks
+    return storage.mirror(url, include=lambda rel: "/" not in rel and not rel.endswith(".safetensors")), url
+
+
+def _publish(local: Path, remote: str | None, names: list[str]) -> None:
+    """Upload the card's files to the remote model dir (the README last, so a reader never sees a card whose
+    files are missing)."""
+    if remote is None:
+        return
+    for name in sorted(names, key=lambda n: n == README):
+        storage.write_bytes(storage.join(remote, name), (local / name).read_bytes())
+
+
 def _install(model_dir: Path, card: Any, extra: dict[str, str | bytes], secrets: dict[str, str]) -> str:
     """Scan every text, then write the files beside the card and the card last (each one atomically)."""
     text = _guard.scrub_home(str(card))
@@ -155,12 +177,10 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
     """
     from nbtools.config import to_dict
 
-    model_dir = Path(model_dir)
+    model_dir, remote = _workdir(model_dir)
     if not _io.exists(model_dir / "config.json"):
-        raise NotFoundError(f"expected a merged HuggingFace model (config.json) in {model_dir}, found none",
-                            fix="merge the checkpoint first: nbtools.checkpoints.merge(step, out) (notebook 06); if it "
-                                "sits on the cluster's storage, run `nbtools card MODEL_DIR --experiment EXPERIMENT.yaml` "
-                                "where that directory is visible")
+        raise NotFoundError(f"expected a merged HuggingFace model (config.json) in {remote or model_dir}, found none",
+                            fix="merge the checkpoint first: nbtools.checkpoints.merge_in_cluster(cfg) (notebook 06)")
     facts = gather(cfg, model_dir, merge=merge)
     evals = comparisons_of(comparisons)
     ds = eval_dataset(cfg.backend, cfg.data.dataset, dataset)
@@ -180,7 +200,9 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
     card = _model_card(metadata(facts, results, cfg.name),
                        body(facts, section, model_dir.name, list(extra), versions=_versions()))
     text = _install(model_dir, card, extra, _guard.secret_values(data))
-    return Card(str(model_dir / README), card.data.to_dict(), text, tuple(extra), len(results),
+    _publish(model_dir, remote, [*extra, README])
+    where = remote or str(model_dir)
+    return Card(storage.join(where, README), card.data.to_dict(), text, tuple(extra), len(results),
                 upload_call(cfg.name, str(model_dir), facts.merged.step, cfg.config_hash()), tuple(facts.notes))
 
 
@@ -201,10 +223,10 @@ def update_evaluation(model_dir: str | os.PathLike, comparisons: Any, *, dataset
     """
     from huggingface_hub import ModelCard
 
-    model_dir = Path(model_dir)
+    model_dir, remote = _workdir(model_dir)
     text = _io.read_text(model_dir / README)
     if text is None:
-        raise NotFoundError(f"expected a model card at {model_dir / README}, found none",
+        raise NotFoundError(f"expected a model card at {storage.join(remote or str(model_dir), README)}, found none",
                             fix="write it first: nbtools.card.write(cfg, model_dir, merge=result) (notebook 06)")
     if not _SECTION.search(text):
         raise ConflictError(f"{model_dir / README} has no nbtools evaluation section (not written by nbtools.card)",
@@ -222,8 +244,9 @@ def update_evaluation(model_dir: str | os.PathLike, comparisons: Any, *, dataset
     card.data.eval_results, card.data.model_name, card.data.metrics = eval_results(evals, ds), name, ["accuracy"]
     card = ModelCard(str(card))  # re-parse: the new model-index must read back
     new = _install(model_dir, card, {}, _guard.secret_values(exp))
+    _publish(model_dir, remote, [README])
     step = re.search(r"Merged from \*\*step_(\d+)\*\*", new)
-    return Card(str(model_dir / README), card.data.to_dict(), new,
+    return Card(storage.join(remote or str(model_dir), README), card.data.to_dict(), new,
                 tuple(n for n in (CONFIG, CURVES) if _io.exists(model_dir / n)), len(evals),
                 upload_call(name, str(model_dir), int(step.group(1)) if step else None, _hash_of(new)), ())
 
@@ -239,9 +262,9 @@ def read(model_dir: str | os.PathLike):
     Example:
         >>> nbtools.card.read(out).data.eval_results[0].metric_value
     """
-    text = _io.read_text(Path(model_dir) / README)
+    text = _io.read_text(storage.join(str(model_dir), README))
     if text is None:
-        raise NotFoundError(f"expected a model card at {Path(model_dir) / README}, found none",
+        raise NotFoundError(f"expected a model card at {storage.join(str(model_dir), README)}, found none",
                             fix="write it: nbtools.card.write(cfg, model_dir) or `nbtools card RUN_DIR`")
     from huggingface_hub import ModelCard
 

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from nbtools import storage
 from nbtools.card import _io
 
 __all__ = ["Setup", "Training", "Merged", "Facts", "gather", "merged_from", "fingerprint", "KNOWN_LICENSES", "HUB_DATASETS", "hub_dataset"]
@@ -132,11 +133,24 @@ class Facts:
     notes: list[str]
 
 
-def _first_dir(candidates: list[Any]) -> Path | None:
+def _first_dir(candidates: list[Any]) -> str | None:
+    """The first candidate (a local path or a URL) that exists."""
     for c in candidates:
         if c and _io.exists(c):
-            return Path(c)
+            return str(c)
     return None
+
+
+def _here(cfg: Any, cluster_path: Any) -> str | None:
+    """Where this machine reads a path the cluster wrote (None when it cannot: outside the shared storage)."""
+    from nbtools.errors import NotFoundError
+
+    if not cluster_path:
+        return None
+    try:
+        return cfg.url(str(cluster_path))
+    except NotFoundError:
+        return None
 
 
 def _yaml(path: Path | None) -> dict[str, Any]:
@@ -209,7 +223,7 @@ def _training(log_dir: Path | None, gpus: int | None, notes: list[str]) -> Train
         return empty
     df = metrics.read_tensorboard(log_dir)
     if df.empty:
-        notes.append(f"no TensorBoard scalars under {log_dir.name}: steps, wall time and curves are left out")
+        notes.append(f"no TensorBoard scalars under {storage.name_of(log_dir)}: steps, wall time and curves are left out")
         return empty
     last = {r.metric: (int(r.step), float(r.value)) for r in metrics.latest(df, ("reward", "accuracy",
             "generation_length", "kl")).itertuples()}
@@ -250,11 +264,12 @@ def _merged(cfg: Any, model_dir: Path, merge: Any, notes: list[str]) -> tuple[Me
 
     manifest = _manifest(model_dir)
     source = getattr(merge, "source", None) or manifest.get("source")
-    name = Path(str(source)).name if source else None
+    name = storage.name_of(str(source)) if source else None
     m = re.fullmatch(r"step_(\d+)", name or "")
     step = int(m.group(1)) if m else None
-    ckpt_dir = _first_dir([Path(str(source)).parent if source else None, cfg.checkpoint_dir, model_dir.parent / "checkpoints"])
-    step_dir = _first_dir([source, ckpt_dir / name if ckpt_dir and name else None])
+    ckpt_dir = _first_dir([_here(cfg, storage.parent_of(str(source))) if source else None, cfg.checkpoints_url,
+                           storage.join(storage.parent_of(str(model_dir)), "checkpoints")])
+    step_dir = _first_dir([_here(cfg, source), storage.join(ckpt_dir, name) if ckpt_dir and name else None])
     c = cfg.checkpointing
     info = checkpoints.read_training_info(step_dir) if step_dir else {}
     kept, best_step = [], None
@@ -263,7 +278,7 @@ def _merged(cfg: Any, model_dir: Path, merge: Any, notes: list[str]) -> tuple[Me
         kept = [{"step": int(r["step"]), "value": _num(r.get(c.metric_name)) if c.metric_name else None}
                 for r in table.to_dict("records")]
         if kept:
-            best_step = int(Path(checkpoints.best(ckpt_dir, c.metric_name, c.higher_is_better)).name.split("_")[1])
+            best_step = int(storage.name_of(checkpoints.best(ckpt_dir, c.metric_name, c.higher_is_better)).split("_")[1])
     if step is None:
         notes.append("this directory has no merge manifest (checksums.json) naming its checkpoint: merged step unknown")
     elif not info:
@@ -303,9 +318,9 @@ def gather(cfg: Any, model_dir: str | Path, *, merge: Any = None) -> Facts:
     notes: list[str] = []
     setup = _setup(cfg)
     merged, step_dir = _merged(cfg, model_dir, merge, notes)
-    step_cfg = _yaml(step_dir / "config.yaml" if step_dir else None)
+    step_cfg = _yaml(storage.join(step_dir, "config.yaml") if step_dir else None)
     step_log = ((step_cfg.get("logger") or {}).get("log_dir")) if step_cfg else None
-    log_dir = _first_dir([cfg.log_dir, step_log, model_dir.parent / "logs"])
+    log_dir = _first_dir([cfg.logs_url, _here(cfg, step_log), storage.join(storage.parent_of(str(model_dir)), "logs")])
     training = _training(log_dir, setup.gpus, notes)
     if setup.gpus is None:
         notes.append("GPU-hours: not applicable (the local rehearsal trains on CPU ranks)")
