@@ -386,7 +386,16 @@ def fetch(url: str | os.PathLike, *, entry: Entry | None = None) -> Path:
 def fetch_many(items: list[tuple[str, Entry]]) -> list[Path]:
     """Local copies of many remote objects at once (only the ones whose generation is not cached are downloaded,
     concurrently); the paths come back in order."""
-    _download([(u, e) for u, e in items if _cached(u, e) is None])
+    manifests: dict[Path, dict[str, str]] = {}
+    stale = []
+    for u, e in items:
+        p = _cache_path(u)
+        man = manifests.get(p.parent)
+        if man is None:
+            man = manifests[p.parent] = _load_manifest(p.parent)
+        if man.get(p.name) != e.version or not p.is_file() or p.stat().st_size != e.size:
+            stale.append((u, e))
+    _download(stale)
     return [_cache_path(u) for u, _ in items]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from nbtools.trajectories._summary import step_summary
 __all__ = ["Run", "FILE_RE"]
 
 FILE_RE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")
+_FRESH_S = 5.0  # a remote run's listing younger than this is trusted for record() (no metadata request)
 _PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
 
 
@@ -46,6 +48,7 @@ class Run:
                  cache: bool = True, cache_dir: str | os.PathLike | None = None, remote: str | None = None):
         self.remote = remote.rstrip("/") if remote else None
         self._entries: dict[str, storage.Entry] = {}
+        self._listed_at = -1e9  # when the remote listing was last read (monotonic seconds)
         if self.remote:
             path = storage.cache_path(self.remote)
             Path(path).mkdir(parents=True, exist_ok=True)
@@ -71,6 +74,7 @@ class Run:
         found = {}
         if self.remote:
             self._entries.update({e.name: e for e in storage.ls(self.remote) if not e.is_dir})
+            self._listed_at = time.monotonic()
             for name in self._entries:
                 m = FILE_RE.match(name)
                 if m and m.group(1) == kind:
@@ -101,7 +105,7 @@ class Run:
 
     def _file(self, step: int, kind: str) -> Path:
         direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
-        if not self.remote and direct.is_file():
+        if (direct.name in self._entries) if self.remote else direct.is_file():
             return direct
         files = self.files(kind)
         if step not in files:
@@ -166,10 +170,12 @@ class Run:
         """Remote run: line ``idx`` by one ranged GET when the index of the object's current generation is known
         and its local copy is not; None otherwise (the caller reads the local copy)."""
         path = self._file(step, kind)
-        entry = storage.info(self._url(path))
-        if entry is None:
-            return None
-        self._entries[path.name] = entry
+        entry = self._entries.get(path.name)
+        if entry is None or time.monotonic() - self._listed_at > _FRESH_S:  # else the listing is seconds old
+            entry = storage.info(self._url(path))
+            if entry is None:
+                return None
+            self._entries[path.name] = entry
         vf = self._version_file(path)
         if storage.is_cached(self._url(path), entry) or vf is None or not vf.is_file() or vf.read_text() != entry.version:
             return None
