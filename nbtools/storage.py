@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtools._atomic import temp_name, write_text
+from nbtools._atomic import temp_name
+from nbtools._atomic import write_text as _write_local
 from nbtools.errors import DependencyError, NotFoundError, NotReadyError
 
 __all__ = [
@@ -354,7 +355,7 @@ def _record(paths: list[Path], versions: list[str]) -> None:
         for d, new in by_dir.items():
             man = _load_manifest(d)
             man.update(new)
-            write_text(d / _MANIFEST, json.dumps(man, sort_keys=True))
+            _write_local(d / _MANIFEST, json.dumps(man, sort_keys=True))
 
 
 def fetch(url: str | os.PathLike, *, entry: Entry | None = None) -> Path:
@@ -418,7 +419,7 @@ def evict(url: str | os.PathLike) -> int:
             p.unlink()
             man.pop(f)
         if gone:
-            write_text(Path(d) / _MANIFEST, json.dumps(man, sort_keys=True))
+            _write_local(Path(d) / _MANIFEST, json.dumps(man, sort_keys=True))
     return freed
 
 
@@ -481,5 +482,5 @@ def mirror(url: str | os.PathLike, *, include: Callable[[str], bool] | None = No
             Path(d, f).unlink(missing_ok=True)
             man.pop(f, None)
         if gone:
-            write_text(Path(d) / _MANIFEST, json.dumps(man, sort_keys=True))
+            _write_local(Path(d) / _MANIFEST, json.dumps(man, sort_keys=True))
     return root
