@@ -21,11 +21,14 @@ class Backend(Protocol):
         name: the registry name (``local`` / ``gke`` / ``ray``).
         cfg: the experiment it was built from.
         trainer: what ``launch`` runs there: ``rehearsal`` (the local miniature GRPO), ``nemo-rl`` or ``verl``.
+        secrets_from: where a job's secrets come from: ``kubernetes`` (Secrets the pods read), ``this-machine``
+            (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
     """
 
     name: str
     cfg: Experiment
     trainer: str
+    secrets_from: str
 
     @property
     def dashboard_url(self) -> str:
@@ -67,6 +70,9 @@ class Backend(Protocol):
 
     def gpus(self) -> int | None:
         """The GPUs jobs can use (None where no GPU count applies, e.g. the CPU rehearsal)."""
+
+    def describe(self) -> list[tuple[str, str]]:
+        """Rows that say where this experiment runs (shown with the config)."""
 
     def job_env(self) -> dict[str, str]:
         """Environment variables every job on this cluster needs (never secrets)."""

@@ -6,7 +6,7 @@ without a mount. Everything Kubernetes goes through ``nbtools.kube`` (the offici
 forwarded by a detached process owned by its pid (see ``nbtools.kube.forward`` for why not ``kubectl``).
 
 Example:
-    >>> cluster = nbtools.backends.get(cfg)       # cfg.backend == "gke"
+    >>> cluster = nbtools.backends.get(cfg)       # an experiment with `backend: gke`
     >>> head = cluster.up(timeout=1800)
     >>> cluster.storage.url(cluster.log_dir)
     'gs://my-bucket/nemo-rl/gemma3-1b-b200/logs'
@@ -44,6 +44,7 @@ class GkeBackend:
     """A RayCluster on GKE reached through the Kubernetes API of ``kubeconfig`` (default: $KUBECONFIG)."""
 
     name = "gke"
+    secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
 
     def __init__(self, cfg: Any, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg
@@ -257,6 +258,12 @@ class GkeBackend:
     def gpus(self) -> int | None:
         """The GPUs the config provisions (``cluster.worker_replicas`` × ``gpus_per_node``)."""
         return self.cfg.cluster.total_gpus
+
+    def describe(self) -> list[tuple[str, str]]:
+        c, g = self.cfg.cluster, self.cfg.gcp
+        return [("GCP", f"{g.project} / {g.zone}"),
+                ("cluster", f"{c.name} ({c.mode}), {c.worker_replicas} x {c.machine_type}"),
+                ("storage", self.storage.root)]
 
     def job_env(self) -> dict[str, str]:
         from nbtools.launch.runtime_env import gib_nccl_env

@@ -6,7 +6,7 @@ the miniature GRPO rehearsal (``nbtools.rehearsal``), which writes NeMo-RL's exa
 so every reader after the launch is the same code that reads a GKE run from its bucket.
 
 Example:
-    >>> cluster = nbtools.backends.get(cfg)       # cfg.backend == "local"
+    >>> cluster = nbtools.backends.get(cfg)       # an experiment with `backend: local`
     >>> cluster.up().dashboard_url
     'http://127.0.0.1:8265'
 """
@@ -48,6 +48,7 @@ class LocalBackend:
     """A Ray head on 127.0.0.1 started from this Python environment; the run's files under ``cfg.run_dir``."""
 
     name = "local"
+    secrets_from = "none"  # the rehearsal needs none
     trainer = "rehearsal"
 
     def __init__(self, cfg: Any):
@@ -124,6 +125,9 @@ class LocalBackend:
     def gpus(self) -> int | None:
         """None: the rehearsal trains on CPUs, so there is no GPU count to check."""
         return None
+
+    def describe(self) -> list[tuple[str, str]]:
+        return [("cluster", f"local Ray head on 127.0.0.1:{self.cfg.ray.dashboard_port}"), ("runs", str(self.cfg.run_dir))]
 
     def job_env(self) -> dict[str, str]:
         return {}

@@ -4,7 +4,7 @@ on-prem head). nbtools attaches and never starts or stops it; the run's files ar
 same filesystem.
 
 Example:
-    >>> cluster = nbtools.backends.get(cfg)       # cfg.backend == "ray", cfg.ray.address = "http://head:8265"
+    >>> cluster = nbtools.backends.get(cfg)       # `backend: ray`, `ray.address: http://head:8265`
     >>> cluster.up().started_by_us
     False
 """
@@ -33,6 +33,7 @@ class RayBackend:
     """An existing Ray cluster at ``ray.address``; attach only."""
 
     name = "ray"
+    secrets_from = "this-machine"  # read here, delivered in the job's working_dir
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -108,6 +109,9 @@ class RayBackend:
             return int(self.resources().gpus)
         except Exception:  # noqa: BLE001 - unknown means "not checked", which lint reports
             return None
+
+    def describe(self) -> list[tuple[str, str]]:
+        return [("address", self.dashboard_url), ("storage", self.storage.root)]
 
     def job_env(self) -> dict[str, str]:
         return {}

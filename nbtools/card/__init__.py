@@ -183,7 +183,7 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
                             fix="merge the checkpoint first: nbtools.checkpoints.merge_in_cluster(cfg) (notebook 06)")
     facts = gather(cfg, model_dir, merge=merge)
     evals = comparisons_of(comparisons)
-    ds = eval_dataset(cfg.backend, cfg.data.dataset, dataset)
+    ds = eval_dataset(facts.setup.rehearsal, cfg.data.dataset, dataset)
     kept = None if evals else _kept_evaluation(model_dir, facts.merged.fingerprint)
     if kept:
         section, results = kept
@@ -237,7 +237,8 @@ def update_evaluation(model_dir: str | os.PathLike, comparisons: Any, *, dataset
     exp = yaml.safe_load(_io.read_text(model_dir / CONFIG) or "") or {}
     name = exp.get("name") or model_dir.name
     base = (exp.get("model") or {}).get("name", "baseline")
-    ds = eval_dataset(exp.get("backend", "local"), (exp.get("data") or {}).get("dataset", "held-out"), dataset)
+    rehearsal = "nbtools-rehearsal" in (ModelCard(text, ignore_metadata_errors=True).data.tags or [])
+    ds = eval_dataset(rehearsal, (exp.get("data") or {}).get("dataset", "held-out"), dataset)
     section = evaluation_section(evals, ds, base, fingerprint(model_dir))
     card = ModelCard(text)
     card.text = _SECTION.sub(lambda _: section, card.text, count=1)

@@ -87,6 +87,7 @@ class Setup:
     rewards: list[dict[str, Any]]
     rewards_source: str
     example: tuple[str, int]  # a prompt for the loading snippet, and its max_new_tokens
+    rehearsal: bool = False  # trained by nbtools' local miniature GRPO (no image, no GPUs)
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,9 @@ def _yaml(path: Path | None) -> dict[str, Any]:
 
 
 def _setup(cfg: Any) -> Setup:
-    local = cfg.backend == "local"
+    from nbtools import backends
+
+    local = backends.get(cfg).trainer == "rehearsal"
     c = cfg.cluster
     if local:
         trainer, version = "nbtools rehearsal (NeMo-RL artifact layout)", _nbtools_version()
@@ -172,8 +175,7 @@ def _setup(cfg: Any) -> Setup:
         trainer = "NeMo-RL" if cfg.trainer.kind == "nemo-rl" else "verl"
         version = cfg.images.nemo_rl_version if cfg.trainer.kind == "nemo-rl" else "(from the image)"
         image, gpus = cfg.images.resolved_image, c.total_gpus
-        where = "GKE" if cfg.backend == "gke" else "Ray cluster"
-        cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type} ({c.machine_type}) on {where}"
+        cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type} ({c.machine_type}), backend `{cfg.backend}`"
         if not cfg.trainer.colocated:
             cluster += f"; generation on {cfg.trainer.generation_nodes} node(s), not colocated"
     g = cfg.grpo
@@ -184,7 +186,7 @@ def _setup(cfg: Any) -> Setup:
     example = (("max 3 0 6", cfg.rehearsal.max_new_tokens) if local else
                ("What is 12 * 13? Put the final answer in \\boxed{}.", g.max_new_tokens or 1024))
     return Setup(cfg.name, cfg.config_hash(), cfg.backend, trainer, version, image, cluster, gpus, cfg.model.name,
-                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, example)
+                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, example, local)
 
 
 def _nbtools_version() -> str:
@@ -195,7 +197,9 @@ def _nbtools_version() -> str:
 
 def _rewards(cfg: Any) -> tuple[list[dict[str, Any]], str]:
     """(name, weight, normalized, kwargs) per reward, and where the list came from."""
-    if cfg.backend == "local":
+    from nbtools import backends
+
+    if backends.get(cfg).trainer == "rehearsal":
         spec, source = [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
     elif cfg.trainer.kind == "verl":
         spec, source = [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], "verl"

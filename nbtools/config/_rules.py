@@ -54,9 +54,8 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
             add((f"ray.{key}",), f"ray.{key}: {v} is not a TCP port; allowed: 1..65535; fix: e.g. 8265 for the dashboard, 6379 for the head")
     from nbtools import backends  # what only one backend needs is its own rule (the registry picks it)
 
-    if cfg.backend in backends.REGISTRY:
-        for deps, text in backends.backend_class(cfg.backend).check(cfg):
-            add(("backend", *deps), text)
+    for deps, text in backends.backend_class(cfg.backend).check(cfg):
+        add(("backend", *deps), text)
     if cfg.storage.bucket and cfg.storage.bucket.startswith("gs://"):
         add(("storage.bucket",), f"storage.bucket: {cfg.storage.bucket!r} includes the gs:// scheme; fix: `bucket: {cfg.storage.bucket[5:]}`")
     if not cfg.storage.mount_path.startswith("/"):

@@ -381,23 +381,19 @@ class Experiment:
         return from_dict(data, source=self.source)
 
     def _repr_markdown_(self) -> str:
+        backend = self._backend()
+        trainer = backend.trainer
         rows = [
             ("name", self.name),
             ("backend", self.backend),
-            ("trainer", f"{self.trainer.kind} ({self.images.nemo_rl_version})" if self.trainer.kind == "nemo-rl" else self.trainer.kind),
+            *backend.describe(),
+            ("trainer", f"{trainer} ({self.images.nemo_rl_version})" if trainer == "nemo-rl" else trainer),
             ("model", self.model.name),
             ("dataset", self.data.dataset),
             ("GRPO", f"{self.grpo.num_prompts_per_step} prompts x {self.grpo.num_generations_per_prompt} generations, {self.grpo.max_num_steps} steps"),
-            ("log_dir", self.log_dir),
-            ("checkpoint_dir", self.checkpoint_dir),
+            ("logs", self.logs_url),
+            ("checkpoints", self.checkpoints_url),
         ]
-        if self.backend == "gke":
-            rows[3:3] = [
-                ("GCP", f"{self.gcp.project} / {self.gcp.zone}"),
-                ("cluster", f"{self.cluster.name} ({self.cluster.mode}), {self.cluster.worker_replicas} x {self.cluster.machine_type}"),
-            ]
-        if self.backend == "ray":
-            rows.insert(2, ("address", self.ray.address or ""))
         body = "\n".join(f"| {k} | `{v}` |" for k, v in rows)
         return f"**Experiment `{self.name}`** (hash `{self.config_hash()}`)\n\n| key | value |\n|---|---|\n{body}"
 

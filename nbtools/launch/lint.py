@@ -16,8 +16,10 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from nbtools import backends
 from nbtools._layout import step_dirs
 from nbtools.config import Experiment
+from nbtools.errors import NbtoolsError
 from nbtools.launch._findings import Finding, LintReport
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_nemo_rl import check_nemo_rl
@@ -28,7 +30,15 @@ StepsSource = Iterable[int] | Callable[[str], Iterable[int]] | None
 
 
 def existing_steps_in(checkpoint_dir: str | Path) -> list[int]:
-    """The ``step_N`` numbers in a checkpoint dir visible from here (``tmp_step_N`` is incomplete, not counted)."""
+    """The ``step_N`` numbers in a checkpoint dir — a local path or a URL such as the run's bucket (``tmp_step_N``
+    is incomplete, not counted); [] when it does not exist yet."""
+    from nbtools import storage
+    from nbtools._layout import STEP_RE
+
+    if storage.is_remote(checkpoint_dir):
+        if storage.info(str(checkpoint_dir)) is None:
+            return []
+        return sorted(int(m.group(1)) for e in storage.ls(checkpoint_dir) if e.is_dir and (m := STEP_RE.match(e.name)))
     return [n for n, _ in step_dirs(checkpoint_dir)]
 
 
@@ -93,7 +103,7 @@ def lint(
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
     _secrets(cfg, r)
-    if cfg.backend == "local":
+    if backends.get(cfg).trainer == "rehearsal":  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
         return r
     _dirs(cfg, r)
     _gpus(cfg, r, cluster_gpus)
@@ -119,15 +129,17 @@ def _checkpoints(cfg: Experiment, r: LintReport, source: StepsSource, resume: bo
         steps = sorted(source(ckpt))
     elif source is not None:
         steps = sorted(source)
-    elif cfg.backend == "local" or Path(ckpt).is_dir():
-        steps = existing_steps_in(ckpt)
     else:
-        r.findings.append(Finding(
-            "warning", "existing-checkpoints", "checkpointing.checkpoint_dir",
-            f"{ckpt} is not visible from here, so an old step_N (which NeMo-RL silently resumes from) was not checked",
-            "pass existing_steps=<callable listing step_N on the head> or mount the bucket locally",
-        ))
-        return
+        try:  # where the checkpoints live: the local dir, or the bucket the pods write to
+            steps = existing_steps_in(cfg.checkpoints_url)
+        except NbtoolsError as e:
+            r.findings.append(Finding(
+                "warning", "existing-checkpoints", "checkpointing.checkpoint_dir",
+                f"{ckpt} cannot be listed from here ({str(e).splitlines()[0]}), so an old step_N (which NeMo-RL "
+                "silently resumes from) was not checked",
+                "put checkpoint_dir on the shared storage (storage.mount_path) or pass existing_steps=<list of N>",
+            ))
+            return
     if not steps:
         return
     where = f"{ckpt} already holds step_{steps[-1]}" + (f" (and {len(steps) - 1} more)" if len(steps) > 1 else "")
@@ -200,8 +212,8 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
                     f"{t.generation_gpus_per_node} generation GPU(s) of {per} leaves none for training",
                     f"use at most {per - 1}",
                 ))
-    if cluster_gpus is None and cfg.backend == "gke":
-        cluster_gpus = cfg.cluster.total_gpus
+    if cluster_gpus is None:
+        cluster_gpus = backends.get(cfg).gpus()
     if cluster_gpus is None:
         r.findings.append(Finding(
             "warning", "gpus", "cluster.worker_replicas",
@@ -234,14 +246,15 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
         ref = getattr(cfg.secrets, name)
         env_name = ref.env if ref is not None and ref.env else ("HF_TOKEN" if name == "hf_token" else "WANDB_API_KEY")
         unset = ref is not None and bool(ref.env) and ref.value() is None
-        if cfg.backend == "gke":
+        delivery = backends.get(cfg).secrets_from
+        if delivery == "kubernetes":
             if (ref is None or not ref.k8s_secret) and (needed or name == "hf_token"):
                 r.findings.append(Finding(
                     "blocking" if needed else "warning", "secrets", f"secrets.{name}",
                     f"no Kubernetes Secret named, so the pods have no {env_name}",
                     f"set `secrets.{name}: {{env: {env_name}, k8s_secret: <name>, key: <key>}}` (notebook 01 creates it)",
                 ))
-        elif cfg.backend == "local":
+        elif delivery == "none":
             if unset:
                 r.findings.append(Finding(
                     "warning", "secrets", f"secrets.{name}.env",
