@@ -167,7 +167,10 @@ def _start(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress
             return _spawn(cfg, pf, timeout=max(deadline - time.monotonic(), 1.0), extra_args=extra_args, progress=progress)
         except NotReadyError as e:
             text = str(e)
-            busy = "exited during start" in text and ("timed out during startup" in text or "Timed out waiting for file" in text)
+            # Ray's own fixed start-up waits (raylet for the agent's port file, `ray start` for the dashboard) expire
+            # on a busy machine; the ports were checked free before, so a head that died starting is tried again.
+            busy = "exited during start" in text and any(
+                m in text for m in ("timed out during startup", "Timed out waiting for file", "dashboard.log", "timed out"))
             if not busy or attempt == 2 or deadline - time.monotonic() < 45:
                 err = e
                 break
