@@ -72,7 +72,7 @@ def test_overrides_are_accepted_after_flags(run):
 
 @pytest.mark.parametrize("args, code, needle", [
     (["plan", "no-such.yaml", "--json"], 1, "does not exist"),
-    (["plan", LOCAL, "--json"], 1, "gcp.project"),
+    (["plan", GKE, "gcp.project=", "--json"], 1, "gcp.project"),
     (["plan", GKE, "--json", "grpo.seeed=1", "grpo.max_num_steps=0"], 1, "grpo.seeed: unknown key"),
     (["plan", GKE, "--json", "not-an-override"], 2, "KEY=VALUE"),
     (["plan", "--json"], 2, "required"),
