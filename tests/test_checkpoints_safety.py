@@ -269,3 +269,41 @@ def test_every_step_damaged_still_answers_with_a_warning(tmp_path):
         assert ck.best(d).name == "step_3"
     with pytest.raises(CheckpointError, match=r"(?s)step_1/training_info\.json: .*not valid JSON.*fix: .*pick another"):
         ck.read_training_info(d / "step_1")
+
+
+# -- durability and parallel files (#19) -----------------------------------------------------------------------
+
+
+def test_durable_merge_fsyncs_every_file_before_the_rename(base, tmp_path, monkeypatch):
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    threads = torch.get_num_threads()
+    r = _merge(base / "st" / "step_1", tmp_path / "hf")
+    assert torch.get_num_threads() == threads  # the writer pins its own pool threads only
+    names = {Path(p).name for p in synced}
+    assert {p.name for p in r.out.iterdir()} <= names  # every file, synced while still in the .partial dir
+    assert all(".hf.partial-" in p for p in synced if Path(p).name != tmp_path.name)
+    assert str(tmp_path) in synced  # the parent, after the rename
+    synced.clear()
+    r = _merge(base / "ts" / "step_1", tmp_path / "fast", durable=False)
+    assert synced == [] and r.verified and ck.verify(r.out).ok
+
+
+def test_files_are_balanced_over_the_workers():
+    from nbtools.checkpoints._sources import SourceTensor
+    from nbtools.checkpoints._writer import plan_files
+
+    tensors = [SourceTensor(f"t{i}", torch.bfloat16, (1024, 1024)) for i in range(3000)]  # 3000 x 2 MiB = 6.3 GB
+    sizes = lambda files: [f.data_bytes for f in files]  # noqa: E731
+    assert len(plan_files(tensors, 2 * 10**9)) == 4  # ceil(6.3 / 2)
+    assert len(plan_files(tensors, 2 * 10**9, workers=2)) == 4
+    three = plan_files(tensors, 2 * 10**9, workers=3)
+    assert len(three) == 6 and max(sizes(three)) - min(sizes(three)) <= 2 << 20
+    assert len(plan_files(tensors[:200], 2 * 10**9, workers=2)) == 1  # 420 MB: one file (split only above 512 MB)
+    assert len(plan_files(tensors[:300], 2 * 10**9, workers=2)) == 2  # 630 MB: one per worker
