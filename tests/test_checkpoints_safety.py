@@ -307,3 +307,26 @@ def test_files_are_balanced_over_the_workers():
     assert len(three) == 6 and max(sizes(three)) - min(sizes(three)) <= 2 << 20
     assert len(plan_files(tensors[:200], 2 * 10**9, workers=2)) == 1  # 420 MB: one file (split only above 512 MB)
     assert len(plan_files(tensors[:300], 2 * 10**9, workers=2)) == 2  # 630 MB: one per worker
+
+
+def test_torch_save_records_are_read_with_and_without_the_short_path(tmp_path):
+    """The central directory is parsed with two preads; records it does not handle (here: a zip comment) go
+    through zipfile and give the same span."""
+    import io
+
+    from nbtools.checkpoints import _sources
+
+    t = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    blob = io.BytesIO()
+    torch.save(t, blob)
+    plain = blob.getvalue()
+    commented = plain[:-2] + (5).to_bytes(2, "little") + b"hello"  # EOCD comment length + comment
+    f = tmp_path / "records.bin"
+    f.write_bytes(b"x" * 100 + plain + commented)
+    with open(f, "rb") as fh:
+        a = _sources._raw_span(fh, f, 100, len(plain), (3, 4), 2)
+        assert _sources._zip_entries(fh.fileno(), 100 + len(plain), len(commented)) is None
+        b = _sources._raw_span(fh, f, 100 + len(plain), len(commented), (3, 4), 2)
+    data = f.read_bytes()
+    assert data[a[0]:a[0] + a[1]] == data[b[0]:b[0] + b[1]] == t.view(torch.uint8).numpy().tobytes()
+    assert b[0] - a[0] == len(plain)
