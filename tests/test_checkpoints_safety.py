@@ -293,6 +293,15 @@ def test_durable_merge_fsyncs_every_file_before_the_rename(base, tmp_path, monke
     synced.clear()
     r = _merge(base / "ts" / "step_1", tmp_path / "fast", durable=False)
     assert synced == [] and r.verified and ck.verify(r.out).ok
+    # as after a crash that lost data the rename kept: same sizes, other bytes. A durable merge is reused on its
+    # sizes; one made with durable=False is re-read in full before it is reused, and here it is refused
+    weights = next(r.out.glob("model-*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-2:] = b"\0\0"
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConflictError, match="not a verified merge"):
+        _merge(base / "ts" / "step_1", tmp_path / "fast", durable=False)
+    assert _merge(base / "st" / "step_1", tmp_path / "hf").reused
 
 
 def test_files_are_balanced_over_the_workers():

@@ -135,7 +135,8 @@ def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult 
     except (OSError, ValueError):
         manifest = {}  # damaged (e.g. a crash before it reached the disk): not a merge we can reuse
     if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == _fingerprint(step):
-        report = verify(out, checksums=False)
+        # sizes suffice for a durable merge; one written with durable=False may have met a crash: read it all
+        report = verify(out, checksums=manifest.get("durable") is False)
         if report.ok:
             files, alg = manifest["files"], manifest.get("algorithm", "sha256")
             return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()), time.perf_counter() - t0,
@@ -239,7 +240,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         checksums = {f.name: f.digest for f in files}
         checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
         manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": _fingerprint(step), "layout": layout,
-                    "tensors": len(tensors), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "tensors": len(tensors), "durable": durable, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         if checksum == "sha256":

@@ -7,8 +7,8 @@ for NaN/Inf, hashed (``checksums.json``'s algorithm) and copied file-to-file in 
 the shard; chunks that split other dims (tensor parallel) are assembled into a band buffer first, then hashed and
 written on a second thread. Memory is a few band-sized buffers per worker, whatever the model size.
 
-Where the time goes (2.5 GB bf16, 4-rank FSDP2; CPU seconds on this 2-core machine): the in-kernel copy ~1.2,
-sha256 ~1.7 (xxh3_128 ~0.2, hence the default), the NaN/Inf check ~0.3; output files are the unit of
+Where the time goes (2.5 GB bf16, 4-rank FSDP2; CPU seconds on the shared 2-core machine): the in-kernel copy 1.6-1.8,
+sha256 ~1.7 (xxh3_128 ~0.2, hence the default), the NaN/Inf check with its mmap faults ~0.45; output files are the unit of
 parallelism (writes into one file serialise on its inode lock), so ``workers`` files are written at once.
 With ``durable`` each band's writeback is started as soon as it is copied, so the final fsync waits only for
 the tail instead of the whole file.
