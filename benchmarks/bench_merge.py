@@ -10,8 +10,9 @@ method runs ``--repeat`` times, each time in its own process; its wall and CPU t
 are measured inside the process around the conversion call (interpreter start-up and imports excluded,
 including the transformers modeling module that merge's config check builds on the meta device; ``cp`` is
 timed as a whole, from outside); its peak RSS is the child's ``ru_maxrss`` from ``os.wait4``. Before each run dirty pages are flushed (``sync``) and the
-shards are read once (warm page cache); only one model is on disk at a time. The table shows the median of
-the repeats (and the fastest); on a shared machine the CPU seconds are the steadier figure.
+shards are read once (warm page cache); only one model is on disk at a time. Methods run round robin
+(``--repeat`` rounds), so a change of load on a shared machine hits all of them alike; the table shows the
+median of the repeats (and the fastest), and the CPU seconds are the steadier figure there.
 
 Methods:
   cp              ``cp -r`` of the shard files (the speed of light for moving the bytes into the page cache)
@@ -179,21 +180,22 @@ def bench_model(name: str, work: Path, methods: list[str], repeat: int, before: 
     generate(step, dims)
     weights = step / "policy" / "weights"
     nbytes = _size(weights)
-    rows = []
-    for m in methods:
-        runs = []
-        for _ in range(repeat):
+    runs: dict[str, list[tuple]] = {m: [] for m in methods}
+    for _ in range(repeat):  # round robin: a load change on the shared machine hits every method alike
+        for m in methods:
             out = work / f"out-{name}-{m}"
             shutil.rmtree(out, ignore_errors=True)
             os.sync()
             subprocess.run(f"cat {weights}/* > /dev/null", shell=True, check=True)  # same warm page cache for each
             load = os.getloadavg()[0]
-            runs.append((*_once(m, name, step, out, before), load))
+            runs[m].append((*_once(m, name, step, out, before), load))
             shutil.rmtree(out, ignore_errors=True)
-        secs = statistics.median(r[0] for r in runs)
-        row = {"model": name, "method": m, "seconds": secs, "best_s": min(r[0] for r in runs),
-               "GB/s": nbytes / 1e9 / secs, "cpu_s": statistics.median(r[1] for r in runs),
-               "peak_rss_mb": max(r[2] for r in runs), "load": statistics.median(r[3] for r in runs), "bytes": nbytes}
+    rows = []
+    for m, rs in runs.items():
+        secs = statistics.median(r[0] for r in rs)
+        row = {"model": name, "method": m, "seconds": secs, "best_s": min(r[0] for r in rs),
+               "GB/s": nbytes / 1e9 / secs, "cpu_s": statistics.median(r[1] for r in rs),
+               "peak_rss_mb": max(r[2] for r in rs), "load": statistics.median(r[3] for r in rs), "bytes": nbytes}
         rows.append(row)
         print(f"  {name} {m:16s} median {secs:6.2f} s (best {row['best_s']:6.2f})  {row['GB/s']:5.2f} GB/s  "
               f"CPU {row['cpu_s']:6.2f} s  peak RSS {row['peak_rss_mb']:6.0f} MB  [{_load()}]", flush=True)
