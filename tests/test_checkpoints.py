@@ -91,7 +91,7 @@ def test_merge_every_layout_gives_identical_logits(ckpts, tmp_path, name):
     assert r.verified and not r.reused and r.out == (tmp_path / "hf").resolve()
     files = sorted(p.name for p in r.out.iterdir())
     assert {"config.json", "generation_config.json", "model.safetensors.index.json", "model-00001-of-00001.safetensors",
-            "tokenizer.json", "checksums.json", "SHA256SUMS"} <= set(files)
+            "tokenizer.json", "checksums.json"} <= set(files) and "SHA256SUMS" not in files  # sha256 is opt-in
     index = json.loads((r.out / "model.safetensors.index.json").read_text())
     assert ("lm_head.weight" in index["weight_map"]) is (not tied)
     assert json.loads((r.out / "config.json").read_text())["dtype"] == "bfloat16"
@@ -313,18 +313,43 @@ def test_verify_detects_a_changed_file(ckpts, tmp_path):
     data[-1] ^= 0xFF
     f.write_bytes(bytes(data))
     report = ck.verify(r.out)
-    assert not report.ok and "sha256 differs" in report.problems[0]
+    assert not report.ok and "xxh3_128 differs" in report.problems[0]
+    assert ck.verify(r.out, checksums=False).ok  # same size: only the checksum sees it
+
+
+def test_sha256_checksums_for_sha256sum(ckpts, tmp_path):
+    root, _ = ckpts
+    r = _merge(root / "v2st-1rank" / "step_1", tmp_path / "hf", False, checksum="sha256")
+    assert r.algorithm == "sha256" and list(r.table().columns) == ["file", "bytes", "sha256"]
+    p = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=r.out, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ck.verify(r.out).ok and json.loads((r.out / "checksums.json").read_text())["algorithm"] == "sha256"
+    with pytest.raises(CheckpointError, match=r"checksum='md5' is not supported.*\n.*fix: use one of"):
+        _merge(root / "v2st-1rank" / "step_1", tmp_path / "other", False, checksum="md5")
 
 
 def test_copy_to_local_disk_command_runs(ckpts, tmp_path):
     root, _ = ckpts
     r = _merge(root / "v2st-1rank" / "step_1", tmp_path / "hf", False)
-    argv = ck.copy_to_local_disk_command(str(r.out), str(tmp_path / "local"))
-    first = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert first.returncode == 0 and "copied to" in first.stdout, first.stderr
-    assert ck.verify(tmp_path / "local").ok
-    second = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert "up to date" in second.stdout
+    no_site = tmp_path / "python-without-xxhash"  # an image without xxhash: the copy is compared byte for byte
+    no_site.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    no_site.chmod(0o755)
+    for python in (sys.executable, str(no_site)):
+        local = tmp_path / f"local-{Path(python).name}"
+        argv = ck.copy_to_local_disk_command(str(r.out), str(local), python=python)
+        first = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert first.returncode == 0 and "copied to" in first.stdout, first.stderr
+        assert ck.verify(local).ok
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert "up to date" in second.stdout
+    # a copy that comes out different (here: the manifest promises other bytes) is refused and leaves nothing
+    manifest = json.loads((r.out / "checksums.json").read_text())
+    manifest["files"]["config.json"]["xxh3_128"] = "0" * 32
+    (r.out / "checksums.json").write_text(json.dumps(manifest))
+    bad = subprocess.run(ck.copy_to_local_disk_command(str(r.out), str(tmp_path / "bad"), python=sys.executable),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "differs from checksums.json: config.json" in bad.stderr
+    assert not list(tmp_path.glob("bad*"))
 
 
 def test_megatron_is_refused_with_the_converter_command(tmp_path):

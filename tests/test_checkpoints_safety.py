@@ -269,3 +269,73 @@ def test_every_step_damaged_still_answers_with_a_warning(tmp_path):
         assert ck.best(d).name == "step_3"
     with pytest.raises(CheckpointError, match=r"(?s)step_1/training_info\.json: .*not valid JSON.*fix: .*pick another"):
         ck.read_training_info(d / "step_1")
+
+
+# -- durability and parallel files (#19) -----------------------------------------------------------------------
+
+
+def test_durable_merge_fsyncs_every_file_before_the_rename(base, tmp_path, monkeypatch):
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    threads = torch.get_num_threads()
+    r = _merge(base / "st" / "step_1", tmp_path / "hf")
+    assert torch.get_num_threads() == threads  # the writer pins its own pool threads only
+    names = {Path(p).name for p in synced}
+    assert {p.name for p in r.out.iterdir()} <= names  # every file, synced while still in the .partial dir
+    assert all(".hf.partial-" in p for p in synced if Path(p).name != tmp_path.name)
+    assert str(tmp_path) in synced  # the parent, after the rename
+    synced.clear()
+    r = _merge(base / "ts" / "step_1", tmp_path / "fast", durable=False)
+    assert synced == [] and r.verified and ck.verify(r.out).ok
+    # as after a crash that lost data the rename kept: same sizes, other bytes. A durable merge is reused on its
+    # sizes; one made with durable=False is re-read in full before it is reused, and here it is refused
+    weights = next(r.out.glob("model-*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-2:] = b"\0\0"
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ConflictError, match="not a verified merge"):
+        _merge(base / "ts" / "step_1", tmp_path / "fast", durable=False)
+    assert _merge(base / "st" / "step_1", tmp_path / "hf").reused
+
+
+def test_files_are_balanced_over_the_workers():
+    from nbtools.checkpoints._sources import SourceTensor
+    from nbtools.checkpoints._writer import plan_files
+
+    tensors = [SourceTensor(f"t{i}", torch.bfloat16, (1024, 1024)) for i in range(3000)]  # 3000 x 2 MiB = 6.3 GB
+    sizes = lambda files: [f.data_bytes for f in files]  # noqa: E731
+    assert len(plan_files(tensors, 2 * 10**9)) == 4  # ceil(6.3 / 2)
+    assert len(plan_files(tensors, 2 * 10**9, workers=2)) == 4
+    three = plan_files(tensors, 2 * 10**9, workers=3)
+    assert len(three) == 6 and max(sizes(three)) - min(sizes(three)) <= 2 << 20
+    assert len(plan_files(tensors[:200], 2 * 10**9, workers=2)) == 1  # 420 MB: one file (split only above 512 MB)
+    assert len(plan_files(tensors[:300], 2 * 10**9, workers=2)) == 2  # 630 MB: one per worker
+
+
+def test_torch_save_records_are_read_with_and_without_the_short_path(tmp_path):
+    """The central directory is parsed with two preads; records it does not handle (here: a zip comment) go
+    through zipfile and give the same span."""
+    import io
+
+    from nbtools.checkpoints import _sources
+
+    t = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    blob = io.BytesIO()
+    torch.save(t, blob)
+    plain = blob.getvalue()
+    commented = plain[:-2] + (5).to_bytes(2, "little") + b"hello"  # EOCD comment length + comment
+    f = tmp_path / "records.bin"
+    f.write_bytes(b"x" * 100 + plain + commented)
+    with open(f, "rb") as fh:
+        a = _sources._raw_span(fh, f, 100, len(plain), (3, 4), 2)
+        assert _sources._zip_entries(fh.fileno(), 100 + len(plain), len(commented)) is None
+        b = _sources._raw_span(fh, f, 100 + len(plain), len(commented), (3, 4), 2)
+    data = f.read_bytes()
+    assert data[a[0]:a[0] + a[1]] == data[b[0]:b[0] + b[1]] == t.view(torch.uint8).numpy().tobytes()
+    assert b[0] - a[0] == len(plain)

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--overwrite", action="store_true")
     m.add_argument("--max-shard-size", default="2GB")
     m.add_argument("--no-progress", action="store_true")
+    m.add_argument("--checksum", choices=["xxh3_128", "sha256"], default="xxh3_128",
+                   help="checksums.json algorithm; sha256 also writes SHA256SUMS (slower)")
     ls = sub.add_parser("list", help="list step_N checkpoints")
     ls.add_argument("checkpoint_dir")
     b = sub.add_parser("best", help="print the best checkpoint by a metric (NeMo-RL ranking)")
@@ -34,14 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "merge":
             r = checkpoints.merge(args.step_dir, args.out_dir, config=args.config, overwrite=args.overwrite,
-                                  max_shard_size=args.max_shard_size, progress=not args.no_progress)
+                                  max_shard_size=args.max_shard_size, progress=not args.no_progress,
+                                  checksum=args.checksum)
             state = "reused (already merged and verified)" if r.reused else f"merged in {r.seconds:.1f} s"
             print(f"{state}: {r.tensors} tensors, {r.bytes / 1e9:.3f} GB, layout {r.layout} -> {r.out}")
             from nbtools.jobs._carry import print_result
 
             print_result({"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds,
                           "layout": r.layout, "verified": r.verified, "reused": r.reused, "checksums": r.checksums,
-                          "source": str(r.source) if r.source else None, "notes": list(r.notes)})
+                          "source": str(r.source) if r.source else None, "notes": list(r.notes),
+                          "algorithm": r.algorithm})
         elif args.cmd == "list":
             print(checkpoints.list_checkpoints(args.checkpoint_dir).to_string(index=False))
         else:

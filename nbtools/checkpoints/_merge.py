@@ -19,11 +19,12 @@ from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
 from nbtools.checkpoints._verify import (
+    CHECKSUMS,
     MANIFEST,
     SUMS,
     check_against_config,
     expected_tensors,
-    sha256_file,
+    file_digest,
     verify,
 )
 from nbtools.checkpoints._writer import plan_files, write_files
@@ -47,10 +48,11 @@ class MergeResult:
     reused: bool = False
     notes: list[str] = field(default_factory=list)
     url: str | None = None  # where this machine reads ``out`` (a gs:// URL when the merge ran in the cluster)
+    algorithm: str = "xxh3_128"  # of ``checksums``
 
     def table(self) -> pd.DataFrame:
-        """One row per output file with its size and sha256."""
-        return pd.DataFrame([{"file": k, "bytes": (self.out / k).stat().st_size, "sha256": v}
+        """One row per output file with its size and checksum (column named by the algorithm)."""
+        return pd.DataFrame([{"file": k, "bytes": (self.out / k).stat().st_size, self.algorithm: v}
                              for k, v in sorted(self.checksums.items())])
 
     def _repr_html_(self) -> str:
@@ -128,14 +130,20 @@ def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult 
     if not out.exists() or overwrite:
         return None
     m = out / MANIFEST
-    manifest = json.loads(m.read_text()) if m.is_file() else {}
+    try:
+        manifest = json.loads(m.read_bytes()) if m.is_file() else {}
+        manifest = manifest if isinstance(manifest, dict) else {}
+    except (OSError, ValueError):
+        manifest = {}  # damaged (e.g. a crash before it reached the disk): not a merge we can reuse
     if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == _fingerprint(step):
-        report = verify(out, checksums=False)
+        # sizes suffice for a durable merge; one written with durable=False may have met a crash: read it all
+        report = verify(out, checksums=manifest.get("durable") is False)
         if report.ok:
-            files = manifest["files"]
+            files, alg = manifest["files"], manifest.get("algorithm", "sha256")
             return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()), time.perf_counter() - t0,
-                               manifest["layout"], True, {k: v["sha256"] for k, v in files.items()}, step, reused=True,
-                               notes=["output already merged from this checkpoint and verified; pass overwrite=True to redo"])
+                               manifest["layout"], True, {k: v[alg] for k, v in files.items()}, step, reused=True,
+                               notes=["output already merged from this checkpoint and verified; pass overwrite=True to redo"],
+                               algorithm=alg)
     what = f"a merge of {manifest.get('source')}" if manifest else "something else"
     raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
                         fix="pass overwrite=True to replace it, or choose another out_dir")
@@ -148,7 +156,8 @@ def _tqdm(total: int, desc: str, enabled: bool):
 
 
 def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
-          progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16) -> MergeResult:
+          progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
+          checksum: str = "xxh3_128", durable: bool = True) -> MergeResult:
     """Merge a NeMo-RL checkpoint into a HuggingFace model directory, verified, without holding the model in RAM.
 
     Reads chunk offsets from the checkpoint's own metadata (FSDP2 dim-0, TP dim-1, uneven, single rank),
@@ -165,8 +174,13 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         progress: show a tqdm bar by bytes.
         max_shard_size: largest output file; files are balanced, and several files are written and hashed in
             parallel (``workers``), which is why the default is 2 GB rather than transformers' 50 GB.
-        workers: output files written in parallel.
+        workers: output files written in parallel (above 512 MB the file count is a multiple of it).
         band_mb: rows assembled per write, per worker (bounds memory).
+        checksum: ``"xxh3_128"`` (default; ~10x cheaper than sha256) or ``"sha256"``, which also writes
+            ``SHA256SUMS`` for ``sha256sum -c``. Recorded in ``checksums.json``; :func:`verify` uses it.
+        durable: fsync every file and the directory before the rename, so that even after a power loss
+            ``out_dir`` is either complete or absent. ``False`` skips the wait for the disk (the rename is still
+            atomic for every other process; a crash may leave a damaged ``out_dir`` that :func:`verify` reports).
 
     Raises:
         CheckpointError: missing/truncated shard, wrong config, NaN/Inf, full disk (names the shard/key and fix).
@@ -191,17 +205,19 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         raise CheckpointError(f"{step} holds a Megatron (torch_dist) checkpoint, which nbtools does not merge",
                               fix="run NeMo-RL's converter (as a Ray job on the cluster): "
                                   + megatron_convert_entrypoint(step, out))
+    if checksum not in CHECKSUMS:
+        raise CheckpointError(f"checksum={checksum!r} is not supported", fix=f"use one of {list(CHECKSUMS)}")
     if (reused := _existing(out, step, overwrite, t0)) is not None:
         return reused
     sources = read_sources(step, layout)
     cfg, gen, cfg_src = _resolve_config(step, config)
     notes = [f"config from {cfg_src}"]
-    _, tied = expected_tensors(cfg)
+    expected, tied = expected_tensors(cfg)  # the model on the meta device, built once (~0.5 s)
     for target, src in tied.items():
         if target in sources and src in sources:
             del sources[target]
             notes.append(f"dropped {target}: tied to {src} (tie_word_embeddings); transformers re-ties it on load")
-    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg)
+    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg, expected=expected)
     if problems:
         raise CheckpointError(f"{step} does not match its model config ({cfg_src}):\n    " + "\n    ".join(problems),
                               fix="pass config= with the config of the model that was trained; if shapes are short, "
@@ -211,24 +227,28 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         cfg.dtype = str(next(iter(floats))).removeprefix("torch.")
     tensors = list(sources.values())
     total = sum(t.nbytes for t in tensors)
-    files = plan_files(tensors, parse_size(max_shard_size))
+    files = plan_files(tensors, parse_size(max_shard_size), workers)
     out.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     tmp = temp_dir(out)
     tmp.mkdir()  # mode 0777 & ~umask, like every file in it
     try:
         with _tqdm(total, f"merge {step.name}", progress) as bar:
-            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update)
+            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update,
+                        algorithm=checksum, durable=durable)
         _write_sidecars(tmp, step, files, cfg, gen)
         _check_written(tmp, files)
-        checksums = {f.name: f.sha256 for f in files}
-        checksums.update({p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.name not in checksums})
-        manifest = {"algorithm": "sha256", "source": str(step), "source_fingerprint": _fingerprint(step), "layout": layout,
-                    "tensors": len(tensors), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "files": {k: {"sha256": v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
+        checksums = {f.name: f.digest for f in files}
+        checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
+        manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": _fingerprint(step), "layout": layout,
+                    "tensors": len(tensors), "durable": durable, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
-        install(tmp, out, overwrite)
+        if checksum == "sha256":
+            (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
+        if durable:
+            _fsync_small_files(tmp, {f.name for f in files})
+        install(tmp, out, overwrite, durable=durable)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
@@ -240,8 +260,9 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    notes.append(f"{len(files)} safetensors file(s), sha256 in {MANIFEST} and {SUMS}")
-    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, layout, True, checksums, step, notes=notes)
+    notes.append(f"{len(files)} safetensors file(s), {checksum} in {MANIFEST}" + (f" and {SUMS}" if checksum == "sha256" else ""))
+    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, layout, True, checksums, step, notes=notes,
+                       algorithm=checksum)
 
 
 def _write_sidecars(tmp: Path, step: Path, files, cfg, gen) -> None:
@@ -256,6 +277,22 @@ def _write_sidecars(tmp: Path, step: Path, files, cfg, gen) -> None:
         for p in tok.iterdir():
             if p.is_file() and not (tmp / p.name).exists():
                 shutil.copyfile(p, tmp / p.name)
+
+
+def _fsync_small_files(tmp: Path, done: set[str]) -> None:
+    """fsync the sidecar files (the weights were synced as they were written) and the directory itself."""
+    for p in tmp.iterdir():
+        if p.name not in done:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_written(tmp: Path, files) -> None:

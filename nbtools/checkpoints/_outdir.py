@@ -118,8 +118,8 @@ def clean_stale(out: Path) -> list[Path]:
     return removed
 
 
-def install(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished ``tmp`` to ``out`` (replacing it only with ``overwrite``), then fsync the parent."""
+def install(tmp: Path, out: Path, overwrite: bool, *, durable: bool = True) -> None:
+    """Rename the finished ``tmp`` to ``out`` (replacing it only with ``overwrite``); ``durable``: fsync the parent."""
     if out.exists() or out.is_symlink():
         if not overwrite:
             raise ConflictError(f"{out} appeared while merging", fix="pass overwrite=True or choose another out_dir")
@@ -132,6 +132,8 @@ def install(tmp: Path, out: Path, overwrite: bool) -> None:
             shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out)
+    if not durable:
+        return
     fd = os.open(out.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

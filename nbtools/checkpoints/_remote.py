@@ -86,7 +86,8 @@ def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, ov
     return MergeResult(out=Path(data["out"]), tensors=data["tensors"], bytes=data["bytes"], seconds=data["seconds"],
                        layout=data["layout"], verified=data["verified"], checksums=data["checksums"],
                        source=Path(data["source"]) if data.get("source") else None, reused=data["reused"],
-                       notes=[*data.get("notes", []), f"merged by Ray job {job.id}"], url=b.storage.url(data["out"]))
+                       notes=[*data.get("notes", []), f"merged by Ray job {job.id}"], url=b.storage.url(data["out"]),
+                       algorithm=data.get("algorithm", "xxh3_128"))
 
 
 def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None = None,
@@ -107,11 +108,40 @@ def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None 
     return f"cd {shlex.quote(nemo_rl_dir)} && {shlex.join(argv)}"
 
 
-def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf") -> list[str]:
+_CHECK_COPY = r"""
+import filecmp, hashlib, json, os, sys
+copy, src = sys.argv[1:3]
+m = json.load(open(os.path.join(copy, "checksums.json")))
+alg = m.get("algorithm", "sha256")
+try:
+    import xxhash
+    new = {"sha256": hashlib.sha256, "xxh3_128": xxhash.xxh3_128}[alg]
+except ImportError:  # no xxhash in this image: compare bytes with the source instead
+    new = hashlib.sha256 if alg == "sha256" else None
+bad = []
+for name, meta in m["files"].items():
+    p = os.path.join(copy, name)
+    if not os.path.isfile(p) or os.path.getsize(p) != meta["bytes"]:
+        bad.append(name)
+    elif new is None:
+        bad += [] if filecmp.cmp(p, os.path.join(src, name), shallow=False) else [name]
+    else:
+        h = new()
+        with open(p, "rb") as f:
+            for b in iter(lambda: f.read(1 << 24), b""):
+                h.update(b)
+        bad += [] if h.hexdigest() == meta[alg] else [name]
+if bad:
+    sys.exit("the copy differs from checksums.json: " + ", ".join(bad))
+"""
+
+
+def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf", *, python: str = "python3") -> list[str]:
     """argv to run in every worker pod (gke helper's pod exec): copy the merged model to local disk, checked.
 
     Loading safetensors with mmap from gcsfuse can crawl or crash (vllm#23115, transformers#45547); a local
-    copy avoids it. The copy goes to a temp dir, is checked with ``sha256sum -c SHA256SUMS`` and renamed into
+    copy avoids it. The copy goes to a temp dir, is checked against ``checksums.json`` (sizes and the digests
+    it names, with ``xxhash`` when the image has it, else byte for byte against the source) and renamed into
     place; a pod that already has an identical copy is skipped, so re-running is cheap.
 
     Example:
@@ -120,9 +150,11 @@ def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf
     src, dst = shlex.quote(str(merged_dir)), shlex.quote(str(local_dir))
     script = (
         "set -euo pipefail; "
-        f"if [ -f {dst}/SHA256SUMS ] && cmp -s {src}/SHA256SUMS {dst}/SHA256SUMS; then echo {dst} up to date; exit 0; fi; "
-        f"tmp={dst}.partial-$$; rm -rf \"$tmp\"; mkdir -p \"$tmp\"; cp -r {src}/. \"$tmp\"/; "
-        "(cd \"$tmp\" && sha256sum --quiet -c SHA256SUMS); "
+        f"if [ -f {dst}/checksums.json ] && cmp -s {src}/checksums.json {dst}/checksums.json; then "
+        f"echo {dst} up to date; exit 0; fi; "
+        f"tmp={dst}.partial-$$; trap 'rm -rf \"$tmp\"' EXIT; rm -rf \"$tmp\"; mkdir -p \"$tmp\"; "
+        f"cp -r {src}/. \"$tmp\"/; "
+        f"{shlex.quote(python)} -c {shlex.quote(_CHECK_COPY)} \"$tmp\" {src}; "
         f"rm -rf {dst}; mv \"$tmp\" {dst}; echo copied to {dst}"
     )
     return ["bash", "-c", script]

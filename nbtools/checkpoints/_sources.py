@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import pickle
 import struct
 import zipfile
@@ -99,30 +100,79 @@ class _Window(io.RawIOBase):
         return got
 
 
+def _zip_entries(fd: int, base: int, length: int) -> dict[str, tuple[int, int, int]] | None:
+    """{name: (method, size, local header offset)} from a zip's central directory at the end of [base, base+length).
+
+    Two preads instead of zipfile's many small reads: merging a 4-rank 1.2 B model reads 804 records, and
+    zipfile took ~0.4 s of CPU there. ``None`` for what this short path does not read (zip64, a comment).
+    """
+    tail_len = min(length, 1 << 16)
+    tail = os.pread(fd, tail_len, base + length - tail_len)
+    if len(tail) != tail_len or tail[-22:-18] != b"PK\x05\x06":
+        return None
+    count, cd_size, cd_off = struct.unpack("<xxxxxxxxxxHII", tail[-22:-2])
+    start = cd_off - (length - tail_len)
+    if cd_off == 0xFFFFFFFF or start < 0 or start + cd_size > tail_len - 22:
+        return None
+    out, pos = {}, start
+    for _ in range(count):
+        if tail[pos:pos + 4] != b"PK\x01\x02":
+            return None
+        method, csize, usize, nlen, xlen, clen = struct.unpack("<10xH8xIIHHH", tail[pos:pos + 34])
+        (offset,) = struct.unpack("<I", tail[pos + 42:pos + 46])
+        if 0xFFFFFFFF in (csize, usize, offset):
+            return None
+        out[tail[pos + 46:pos + 46 + nlen].decode("utf-8", "replace")] = (method, usize if method == 0 else -1, offset)
+        pos += 46 + nlen + xlen + clen
+    return out
+
+
+def _member_data(fd: int, base: int, length: int, offset: int, size: int) -> int:
+    """Absolute start of a stored member's data (after its local header), checked to lie inside the record."""
+    head = os.pread(fd, 30, base + offset)
+    if head[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"no local header at {offset}")
+    nlen, xlen = struct.unpack("<HH", head[26:30])
+    start = base + offset + 30 + nlen + xlen
+    if start + size > base + length:
+        raise zipfile.BadZipFile(f"member at {offset} runs past the end of the record")
+    return start
+
+
+def _contiguous(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for n in reversed(sizes):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
 def _raw_span(fh, path: Path, base: int, length: int, sizes: tuple[int, ...], itemsize: int) -> tuple[int, int]:
     """Byte span of the raw data of the torch.save zip at [base, base+length); (-1, n) when not plain."""
     n = math.prod(sizes) * itemsize
+    fd = fh.fileno()
     try:
-        z = zipfile.ZipFile(_Window(fh, base, length))
-        pkl = next(i for i in z.namelist() if i.endswith("/data.pkl"))
-        meta = load_tensor_record(z.read(pkl))
-        member = z.getinfo(f"{pkl[: -len('data.pkl')]}data/{meta['storage']['key']}")
-        contiguous = tuple(torch.empty(sizes, device="meta").stride()) == meta["stride"] or n == 0
-        if (member.compress_type != zipfile.ZIP_STORED or meta["offset"] != 0 or meta["size"] != sizes
-                or not contiguous or member.file_size < n):
+        entries = _zip_entries(fd, base, length)
+        if entries is None:  # an unusual record: let zipfile read it
+            z = zipfile.ZipFile(_Window(fh, base, length))
+            entries = {i.filename: (i.compress_type, i.file_size if i.compress_type == 0 else -1, i.header_offset)
+                       for i in z.infolist()}
+        pkl = next(k for k in entries if k.endswith("/data.pkl"))
+        method, size, offset = entries[pkl]
+        if method != zipfile.ZIP_STORED:
             return -1, n
-        fh.seek(base + member.header_offset)
-        head = fh.read(30)
-        if head[:4] != b"PK\x03\x04":
+        meta = load_tensor_record(os.pread(fd, size, _member_data(fd, base, length, offset, size)))
+        method, size, offset = entries[f"{pkl[: -len('data.pkl')]}data/{meta['storage']['key']}"]
+        contiguous = _contiguous(sizes) == meta["stride"] or n == 0
+        if method != zipfile.ZIP_STORED or meta["offset"] != 0 or meta["size"] != sizes or not contiguous or size < n:
             return -1, n
-        name_len, extra_len = struct.unpack("<HH", head[26:30])
-        return base + member.header_offset + 30 + name_len + extra_len, n
+        return _member_data(fd, base, length, offset, n), n
     except ForbiddenGlobal as e:
         raise CheckpointError(f"{path}: the chunk at bytes {base}..{base + length} asks to import {e.qualname}, which "
                               f"a saved tensor never contains; it was not loaded (it could run code)",
                               fix="do not use this checkpoint; " + _RESYNC) from None
     except (zipfile.BadZipFile, pickle.UnpicklingError, StopIteration, KeyError, struct.error, EOFError, TypeError,
-            IndexError) as e:
+            IndexError, ValueError) as e:
         raise CheckpointError(f"{path}: the chunk at bytes {base}..{base + length} is not a readable torch.save "
                               f"record ({type(e).__name__}: {e})", fix=_RESYNC) from None
 
