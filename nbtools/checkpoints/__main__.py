@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--overwrite", action="store_true")
     m.add_argument("--max-shard-size", default="2GB")
     m.add_argument("--no-progress", action="store_true")
-    m.add_argument("--checksum", choices=["xxh3_128", "sha256"], default="xxh3_128",
-                   help="checksums.json algorithm; sha256 also writes SHA256SUMS (slower)")
+    m.add_argument("--checksum", choices=["auto", "xxh3_128", "sha256"], default="auto",
+                   help="checksums.json algorithm (auto: xxh3_128 where xxhash is installed, else sha256); sha256 also "
+                   "writes SHA256SUMS")
     ls = sub.add_parser("list", help="list step_N checkpoints")
     ls.add_argument("checkpoint_dir")
     b = sub.add_parser("best", help="print the best checkpoint by a metric (NeMo-RL ranking)")

@@ -157,7 +157,7 @@ def _tqdm(total: int, desc: str, enabled: bool):
 
 def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
           progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
-          checksum: str = "xxh3_128", durable: bool = True) -> MergeResult:
+          checksum: str = "auto", durable: bool = True) -> MergeResult:
     """Merge a NeMo-RL checkpoint into a HuggingFace model directory, verified, without holding the model in RAM.
 
     Reads chunk offsets from the checkpoint's own metadata (FSDP2 dim-0, TP dim-1, uneven, single rank),
@@ -176,7 +176,8 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
             parallel (``workers``), which is why the default is 2 GB rather than transformers' 50 GB.
         workers: output files written in parallel (above 512 MB the file count is a multiple of it).
         band_mb: rows assembled per write, per worker (bounds memory).
-        checksum: ``"xxh3_128"`` (default; ~10x cheaper than sha256) or ``"sha256"``, which also writes
+        checksum: ``"auto"`` (``"xxh3_128"``, ~10x cheaper than sha256, where the ``xxhash`` package is installed —
+            a cluster image may lack it —, else ``"sha256"``), ``"xxh3_128"`` or ``"sha256"``, which also writes
             ``SHA256SUMS`` for ``sha256sum -c``. Recorded in ``checksums.json``; :func:`verify` uses it.
         durable: fsync every file and the directory before the rename, so that even after a power loss
             ``out_dir`` is either complete or absent. ``False`` skips the wait for the disk (the rename is still
@@ -191,6 +192,10 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir)
         >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     """
+    if checksum == "auto":
+        from nbtools.checkpoints._verify import default_checksum
+
+        checksum = default_checksum()
     t0 = time.perf_counter()
     check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser())
     step = Path(step_dir).expanduser().resolve()
