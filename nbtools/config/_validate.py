@@ -162,6 +162,18 @@ def _semantic_checks(cfg: Experiment) -> list[str]:
             f"cluster.gpus_per_node: {cfg.cluster.gpus_per_node} does not match {cfg.cluster.gpu_type} "
             f"({cfg.cluster.machine_type} has {expected}); fix: set `cluster.gpus_per_node` to {expected}"
         )
+    c = cfg.cluster
+    if not 1300 <= c.gvnic_mtu <= 8896:
+        p.append(f"cluster.gvnic_mtu: {c.gvnic_mtu} is outside what a VPC accepts; allowed: 1300..8896 (gcloud compute "
+                 "networks create --help); fix: 8896, the value of Google's A4 / A3 Ultra guidance")
+    ref = c.nccl_installer_ref
+    if ref in ("master", "main", "HEAD", "") or not re.match(r"^[A-Za-z0-9._-]+$", ref):
+        p.append(f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
+                 "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
+                 "`2c776f7e9656a2b6476f19938b738b4186000ce3`")
+    if c.gpu_driver_version == "disabled" and cfg.backend == "gke" and c.mode == "standard":
+        p.append("cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "
+                 "none), so no pod gets a GPU; fix: `gpu_driver_version: latest` (or `default`)")
     if cfg.cluster.worker_replicas < 1:
         p.append(f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")
     for key in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps"):
