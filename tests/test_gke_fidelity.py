@@ -240,3 +240,32 @@ def test_provision_script_refreshes_secrets_only_with_a_value(cloud, tmp_path):
     assert r.returncode == 0 and "keep secret-hf-secret: $HF_TOKEN is not set" in r.stdout
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "HF_TOKEN": "hf_new"})
     assert r.returncode == 0 and cloud.state()["res"]["secrets:hf-secret"] == "hf_new"
+
+
+# -- item 12: the NCCL environment is set once, and LD_LIBRARY_PATH is appended to -----------------------------
+
+def test_nccl_env_is_set_once_in_the_job_and_keeps_the_images_library_path(monkeypatch):
+    # GKE's gIB guidance (the gIB image's /usr/local/gib/scripts/set_nccl_env.sh, as GKE's NeMo RL recipe and the
+    # container-engine-accelerators nccl-test-a4.yaml use it): NCCL_NET=gIB + RoCE classes + the tuner file; gIB's
+    # libraries in /usr/local/gib/lib64 and /usr/local/nvidia/lib64 (the installer copies them to both).
+    cfg = _cfg()
+    job = nbtools.launch.runtime_env.env_vars(cfg)
+    assert {k: job[k] for k in ("NCCL_NET", "NCCL_IB_TC", "NCCL_IB_FIFO_TC", "NCCL_CROSS_NIC")} == {
+        "NCCL_NET": "gIB", "NCCL_IB_TC": "52", "NCCL_IB_FIFO_TC": "84", "NCCL_CROSS_NIC": "0"}
+    assert "NCCL_NET_PLUGIN" not in job and "NCCL_IB_GID_INDEX" not in job and "NCCL_SOCKET_IFNAME" not in job
+    for spec in (nbtools.manifests.raycluster(cfg)["spec"]["headGroupSpec"],
+                 *nbtools.manifests.raycluster(cfg)["spec"]["workerGroupSpecs"]):
+        env = {e["name"] for c in spec["template"]["spec"]["containers"] for e in c.get("env", [])}
+        assert not {n for n in env if n.startswith("NCCL_") or n == "LD_LIBRARY_PATH"}, "set once: in the job env"
+    # Ray applies runtime_env env_vars with its own expansion of ${VAR} against the process's value (ray
+    # python/ray/_private/utils.py update_envs, ray-project/ray#36187): the image's paths stay, gIB's are appended
+    from ray._private.utils import update_envs
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/cuda/lib64:/opt/nemo_rl_venv/lib")
+    update_envs({"LD_LIBRARY_PATH": job["LD_LIBRARY_PATH"]})
+    import os
+
+    assert os.environ["LD_LIBRARY_PATH"].split(":") == [
+        "/usr/local/cuda/lib64", "/opt/nemo_rl_venv/lib", "/usr/local/gib/lib64", "/usr/local/nvidia/lib64"]
+    verl = nbtools.launch.runtime_env.env_vars(_cfg(**{"trainer.kind": "verl", "data.dataset": "gsm8k"}))
+    assert verl["LD_LIBRARY_PATH"] == job["LD_LIBRARY_PATH"], "verl no longer replaces the image's LD_LIBRARY_PATH"

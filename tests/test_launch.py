@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NEMO_RL_V050 = ROOT / "tests" / "assets" / "nemo-rl" / "v0.5.0"  # NeMo-RL's own config files (see its SOURCE.md)
 TOKEN = "hf_unit_test_token_0123456789abcdef"
 
+# GKE's gIB NCCL settings (the gIB image's set_nccl_env.sh as GKE's NCCL RDMA guidance applies it: NCCL_NET=gIB, RoCE
+# traffic classes, the A4 tuner), set once in the job env; LD_LIBRARY_PATH appended to through Ray's ${VAR} expansion.
 GIB_A4 = {
-    "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so", "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX",
+    "NCCL_NET": "gIB", "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX",
     "NCCL_P2P_NET_CHUNKSIZE": "131072", "NCCL_NVLS_CHUNKSIZE": "524288", "NCCL_IB_ADAPTIVE_ROUTING": "1",
     "NCCL_IB_QPS_PER_CONNECTION": "4", "NCCL_IB_TC": "52", "NCCL_IB_FIFO_TC": "84", "GLOO_SOCKET_IFNAME": "eth0",
+    "LD_LIBRARY_PATH": "${LD_LIBRARY_PATH}:/usr/local/gib/lib64:/usr/local/nvidia/lib64",
     "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a4.txtpb",
 }
 NEMO_GKE_ENV = {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
@@ -67,8 +70,7 @@ EXPECTED = {
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 "
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
         "actor_rollout_ref.actor.strategy=fsdp2 trainer.total_epochs=2",
-        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",
-         "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"},
+        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl"},
     ),
     "tutorial-003-qwen3-1.7b-deepscaler": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml cluster.num_nodes=2 "

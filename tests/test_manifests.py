@@ -115,8 +115,10 @@ def test_worker_env_image_version_and_mounts_follow_the_config(name, tuner):
     c = spec["containers"][0]
     assert c["image"] == cfg.images.resolved_image
     env = {e["name"]: e for e in c["env"]}
-    assert env["NCCL_TUNER_CONFIG_PATH"]["value"].endswith(tuner)
-    assert env["LD_LIBRARY_PATH"]["value"].split(":")[:2] == ["/usr/local/gib/lib64", "/usr/local/nvidia/lib64"]
+    # issue 14 item 12: NCCL/gIB variables live once, in the job's runtime_env (which appends to LD_LIBRARY_PATH);
+    # a pod-level LD_LIBRARY_PATH replaced the image's, dropping the paths NeMo-RL's image puts there
+    assert not [n for n in env if n.startswith(("NCCL_", "LD_LIBRARY_PATH"))]
+    assert nbtools.launch.runtime_env.env_vars(cfg)["NCCL_TUNER_CONFIG_PATH"].endswith(tuner)
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-secret", "key": "hf_api_token"}
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8" == c["resources"]["requests"]["nvidia.com/gpu"]
     assert spec["nodeSelector"]["cloud.google.com/gke-accelerator"] == cfg.cluster.gpu_type

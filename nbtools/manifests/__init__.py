@@ -29,12 +29,12 @@ from nbtools.manifests._infra import (
     service_account,
     storage_objects,
 )
-from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, gpu_env, raycluster
+from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, raycluster
 
 __all__ = [
     "raycluster", "all_objects", "workload_objects", "infra_objects", "to_yaml", "render", "write",
     "service_account", "secrets", "secret_specs", "storage_objects", "network_objects", "network_names",
-    "gpu_env", "nccl_installer_url", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
+    "nccl_installer_url", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
 ]
 
 
