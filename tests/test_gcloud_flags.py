@@ -69,7 +69,8 @@ def _fake_gcloud(root: Path, version: str, flags: list[str]) -> Path:
 
 
 def test_variants_span_the_config_axes(plans):
-    assert len(plans) == 2 * 2 * 2 * 3 * 2 * 2  # two GKE experiments x mode x kuberay x provisioning x storage x GSA
+    assert len(plans) == len(GEN.gke_experiments()) * 2 * 2 * 3 * 2 * 2  # experiments x mode x kuberay x provisioning x storage x GSA
+    assert len(GEN.gke_experiments()) >= 3 and any("verl" in f.name for f in GEN.gke_experiments())
     first = {s.command[:4] for ps in plans.values() for p in ps for s in p.steps if s.command[0] == "gcloud"}
     assert ("gcloud", "container", "clusters", "create-auto") in first and ("gcloud", "container", "clusters", "create") in first
     helm = [n for n, (p, *_) in plans.items() if "kuberay-operator" in [s.name for s in p.steps]]

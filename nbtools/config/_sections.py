@@ -154,6 +154,8 @@ class TrainerConfig:
     code_dir: str | None = None  # trainer checkout on the pods: NeMo-RL /opt/nemo-rl (image), verl <mount>/verl
     python: str | None = None  # interpreter on the pods: NeMo-RL `python` (image venv on PATH), verl `python3`
     env_vars: dict[str, str] = field(default_factory=dict)  # extra job env vars (never secrets: use `secrets:`)
+    verl_repo: str = VERL_REPO  # verl: the repository the provisioning plan copies to code_dir on the bucket
+    verl_ref: str = VERL_REF  # verl: its release tag (git clone --branch), pinned
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,10 @@ def _semantic_checks(cfg: Experiment) -> list[str]:
     if c.gpu_driver_version == "disabled" and cfg.backend == "gke" and c.mode == "standard":
         p.append("cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "
                  "none), so no pod gets a GPU; fix: `gpu_driver_version: latest` (or `default`)")
+    if cfg.trainer.kind == "verl" and (cfg.trainer.verl_ref in ("main", "master", "HEAD", "")
+                                       or not re.match(r"^[A-Za-z0-9._/-]+$", cfg.trainer.verl_ref)):
+        p.append(f"trainer.verl_ref: {cfg.trainer.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "
+                 f"tag of {cfg.trainer.verl_repo}, e.g. `verl_ref: v0.7.0`")
     if cfg.cluster.worker_replicas < 1:
         p.append(f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")
     for key in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps"):

@@ -26,7 +26,8 @@ def destroy_steps(cfg, provision: list[Step], *, delete_bucket: bool = False) ->
     P, loc, region, ctx = f"--project={g.project}", f"--location={g.region}", f"--region={g.region}", context_name(cfg)
     pre = c.networks
     kube = ("kubectl", f"--context={ctx}", f"--namespace={c.namespace}")
-    in_cluster = tuple(x.name for x in provision if x.command[0] in ("kubectl", "helm", "bash") or x.name == "gpu-pool")
+    in_cluster = tuple(x.name for x in provision
+                       if (x.command[0] in ("kubectl", "helm", "bash") or x.name == "gpu-pool") and not x.name.startswith("verl-"))
     steps = [_gone(
         "raycluster", f"RayCluster {c.name}: its pods go first, so nothing holds the data PVC or the GPUs",
         (*kube, "delete", f"rayclusters.ray.io/{c.name}", "--ignore-not-found", "--wait=true", "--timeout=10m"),

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import shlex
+
 from nbtools import manifests
 from nbtools.gke._plan import Step, _join
 from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
-__all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
+__all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
+           "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
 
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_NAMESPACE = "kuberay-system"
@@ -212,6 +216,7 @@ def build_steps(cfg) -> list[Step]:
     if s.kind != "none":
         steps.append(_kubectl_objects_steps(cfg, "storage", f"PV + PVC of the shared {s.mount_path} ({s.kind})",
                                             manifests.storage_objects(cfg), ctx))
+    steps += verl_source_steps(cfg)
     for env, name, key, var in manifests.secret_specs(cfg):
         placeholder = manifests.secrets(cfg)
         obj = next(o for o in placeholder if o["metadata"]["name"] == name)
@@ -232,6 +237,41 @@ def build_steps(cfg) -> list[Step]:
             undo=("kubectl", f"--context={ctx}", f"--namespace={c.namespace}", "delete", f"secrets/{name}", "--ignore-not-found"),
         ))
     return steps
+
+
+def verl_code_dir(cfg) -> str:
+    """Where verl's source sits on the pods (``trainer.code_dir``, default ``<mount>/verl``, tutorial 002's /data/verl)."""
+    return cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
+
+
+def verl_source_steps(cfg) -> list[Step]:
+    """Tutorial 002's "clone verl and upload it to the bucket", pinned: a release tag fetched here, synced to the bucket.
+
+    Both ``verl.trainer.main_ppo`` and the gsm8k preparation ``cd`` into the code dir, and nothing else puts verl
+    there (the image has no checkout). The synced tree carries a ``.nbtools-verl-ref`` marker, so the check reads which
+    release is on the bucket and a new ``trainer.verl_ref`` syncs again. Only for gcsfuse storage (the bucket is the
+    mount); with Lustre, ``nbtools.launch.lint`` asks to copy it there.
+    """
+    t, s = cfg.trainer, cfg.storage
+    mount = s.mount_path.rstrip("/") + "/"
+    code = verl_code_dir(cfg)
+    if t.kind != "verl" or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
+        return []
+    local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
+    tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"
+    dest = f"gs://{s.bucket}/{code[len(mount):].strip('/')}"
+    fetch = (f"set -euo pipefail; rm -rf {shlex.quote(tmp)}; git clone --quiet --depth=1 --branch={shlex.quote(t.verl_ref)} "
+             f"{shlex.quote(t.verl_repo)} {shlex.quote(tmp)}/verl; rm -rf {shlex.quote(tmp)}/verl/.git; "
+             f"printf %s {shlex.quote(t.verl_ref)} > {shlex.quote(tmp)}/verl/{marker}; rm -rf {shlex.quote(str(local))}; "
+             f"mv {shlex.quote(tmp)} {shlex.quote(str(local))}")
+    P = f"--project={cfg.gcp.project}"
+    return [
+        Step("verl-fetch", f"verl {t.verl_ref} from {t.verl_repo} into {local} (no .git)", ("bash", "-c", fetch),
+             check=("cat", f"{tree}/{marker}"), expect=(t.verl_ref,)),
+        Step("verl-source", f"verl {t.verl_ref} on the bucket at {dest} = {code} on the pods (cd there to train/prepare)",
+             ("gcloud", "storage", "rsync", "--recursive", "--delete-unmatched-destination-objects", tree, dest, P),
+             check=("gcloud", "storage", "cat", f"{dest}/{marker}", P), expect=(t.verl_ref,)),
+    ]
 
 
 def _nccl_installer(cfg, ctx: str) -> Step:
