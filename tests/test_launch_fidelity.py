@@ -123,3 +123,51 @@ def test_the_verl_experiment_is_first_class():
     assert [s.name for s in d.steps][:3] == ["raycluster", "gpu-pool", "cluster"]
     assert "verl-fetch" not in [s.name for s in d.steps], "the verl copy is data in the bucket: kept unless it goes"
     assert (ROOT / "manifests" / f"{cfg.name}.yaml").is_file(), "run `make manifests`"
+
+
+# -- item 10: sequence lengths --------------------------------------------------------------------------------
+
+def test_lint_relates_prompt_generation_total_and_model_len():
+    # NeMo-RL v0.7.0 (tests/assets/nemo-rl/v0.7.0, tag copies): grpo_math_1B.yaml sets max_new_tokens,
+    # data.max_input_seq_length and vllm_cfg.max_model_len to ${policy.max_total_sequence_length}, but the recipe
+    # recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml pins max_new_tokens: 512 and max_input_seq_length: 512.
+    b200 = _cfg("gke-b200-gemma3-1b.yaml")
+    assert b200.model.max_total_sequence_length == 2048 and b200.grpo.max_new_tokens == 1536, "the example is fixed"
+    assert not _findings(_rules(b200), "sequence-lengths")
+    raised_only = b200.replace(**{"grpo.max_new_tokens": None})  # the example before: total 2048, recipe's 512 kept
+    f = _findings(_rules(raised_only), "sequence-lengths")
+    assert [x.key for x in f] == ["grpo.max_new_tokens"] and "2048 is never reached" in f[0].message
+    assert f[0].fix == "set `grpo.max_new_tokens: 1536` (prompt + generation = 2048)"
+    too_long = b200.replace(**{"grpo.max_new_tokens": 4096})
+    f = _findings(_rules(too_long), "sequence-lengths")
+    assert any("exceeds vLLM's max_model_len 2048" in x.message and "1536" in x.fix for x in f)
+    cut = b200.replace(**{"trainer.vllm_cfg": {"max_model_len": 1024}, "grpo.max_new_tokens": 512})
+    assert {x.key for x in _findings(_rules(cut), "sequence-lengths")} >= {"trainer.vllm_cfg.max_model_len"}
+
+
+def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monkeypatch):
+    from nbtools.evals import flow
+    from nbtools.evals.parse import ScoreBlock
+
+    cfg = _cfg("gke-b200-gemma3-1b.yaml")
+    seen = {}
+
+    def jobs(cfg, **kw):  # stops evaluate() before it submits: only the wiring is under test here
+        seen.update(kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flow, "eval_jobs", jobs)
+    with pytest.raises(KeyboardInterrupt):
+        flow.evaluate(cfg, "baseline", max_model_len=8192)
+    assert seen["max_model_len"] == 8192
+    assert "generation.vllm_cfg.max_model_len=8192" in nbtools.evals.eval_jobs(cfg, max_model_len=8192)[1].entrypoint
+
+    def block(name, tokens, score):  # sunbc0120's MATH-500 blocks: 0.4020 and 0.4640 at max_new_tokens=8192
+        return ScoreBlock(model_name=name, dataset_name="math500", max_new_tokens=tokens, temperature=0.0, top_p=1.0,
+                          top_k=-1, seed=42, metric="pass@1", num_tests_per_prompt=1, score=score,
+                          numerator=score * 500, denominator=500)
+
+    same = nbtools.evals.compare(block("gemma-3-1b-it", 8192, 0.402), block("merged", 8192, 0.464))
+    assert not [n for n in same.notes if "equal settings" in n]
+    unequal = nbtools.evals.compare(block("gemma-3-1b-it", 2048, 0.402), block("merged", 8192, 0.464))
+    assert any("comparable only at equal settings" in n and "max_new_tokens 2048 vs 8192" in n for n in unequal.notes)

@@ -148,6 +148,24 @@ def as_result(x: Any) -> EvalResult:
                       f"saved results directory or (successes, total)")
 
 
+# What NeMo-RL prints about how a score was produced; two scores compare only when these agree (a MATH-500 score at
+# max_model_len 2048 is not the tutorial's at 8192: long solutions are cut, and cut answers are wrong).
+_SETTINGS = ("dataset_name", "max_new_tokens", "temperature", "top_p", "top_k", "num_tests_per_prompt", "metric")
+
+
+def _settings(ra: EvalResult, rb: EvalResult) -> list[str]:
+    """A note per generation setting that differs between two printed NeMo-RL score blocks."""
+    a, b = ra.score_block, rb.score_block
+    if a is None or b is None or not (a.dataset_name and b.dataset_name):  # totals-only inputs carry no settings
+        return []
+    diff = [f"{k} {getattr(a, k)!r} vs {getattr(b, k)!r}" for k in _SETTINGS if getattr(a, k) != getattr(b, k)]
+    if not diff:
+        return []
+    return ["scores are comparable only at equal settings, and these differ: " + "; ".join(diff)
+            + " (max_new_tokens is run_eval.py's generation.vllm_cfg.max_model_len: pass the same max_model_len "
+            "to both evaluations)"]
+
+
 def _paired(ra: EvalResult, rb: EvalResult, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     if not (ra.has_samples and rb.has_samples):
         return None
@@ -197,7 +215,7 @@ def compare(
     ra, rb = as_result(a), as_result(b)
     if not (ra.num_problems and rb.num_problems):
         raise ConfigError(f"both evaluations need at least one problem; got {ra.num_problems} and {rb.num_problems}")
-    notes: list[str] = []
+    notes: list[str] = _settings(ra, rb)
     pair = _paired(ra, rb, notes)
     flips = pass_k = None
     if pair is not None:

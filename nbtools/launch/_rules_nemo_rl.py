@@ -154,3 +154,25 @@ def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
             "generations are cut at the shorter length",
             f"set `trainer.vllm_cfg: {{max_model_len: {total}}}`",
         ))
+    # NeMo-RL: prompts longer than data.max_input_seq_length are masked out of training, generations stop at
+    # policy.generation.max_new_tokens (and at vLLM's max_model_len for prompt + generation); both default to
+    # ${policy.max_total_sequence_length} in grpo_math_1B.yaml, but recipes pin them (gemma3-1b: 512 and 512).
+    prompt = _resolved(cfg, tree, "data.max_input_seq_length")
+    new = _resolved(cfg, tree, "policy.generation.max_new_tokens")
+    if not all(isinstance(v, int) for v in (total, prompt, new)):
+        return
+    if prompt + new < total:
+        r.findings.append(Finding(
+            "warning", "sequence-lengths", "grpo.max_new_tokens",
+            f"policy.max_total_sequence_length {total} is never reached: prompts are at most data.max_input_seq_length "
+            f"{prompt} tokens and generations at most max_new_tokens {new} ({prompt + new} in all), so reasoning is cut at "
+            f"{new} tokens whatever the total allows",
+            f"set `grpo.max_new_tokens: {total - prompt}` (prompt + generation = {total})",
+        ))
+    if isinstance(model_len, int) and new > model_len:
+        r.findings.append(Finding(
+            "warning", "sequence-lengths", "grpo.max_new_tokens",
+            f"max_new_tokens {new} exceeds vLLM's max_model_len {model_len}, which bounds prompt + generation: "
+            f"generations stop at {model_len} minus the prompt",
+            f"set `grpo.max_new_tokens: {max(1, model_len - prompt)}` or raise `trainer.vllm_cfg.max_model_len`",
+        ))
