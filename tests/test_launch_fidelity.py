@@ -171,3 +171,46 @@ def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monk
     assert not [n for n in same.notes if "equal settings" in n]
     unequal = nbtools.evals.compare(block("gemma-3-1b-it", 2048, 0.402), block("merged", 8192, 0.464))
     assert any("comparable only at equal settings" in n and "max_new_tokens 2048 vs 8192" in n for n in unequal.notes)
+
+
+# -- item 11: `+key` overrides unknown to the release, and known no-ops ----------------------------------------
+
+def test_lint_warns_on_added_keys_the_release_does_not_have():
+    # The release's key table = every key of its GRPO configs (tests/assets/nemo-rl/<tag>, copied at the tag, packed
+    # into nbtools/data/nemo_rl_keys_<tag>.json): checkpointing.save_optimizer first appears after v0.5.0.
+    from nbtools.launch import _tree, nemo_rl
+
+    assert "checkpointing.save_optimizer" not in _tree.version_keys("v0.5.0")
+    assert "checkpointing.save_optimizer" in _tree.version_keys("v0.7.0")
+    v05 = _cfg("gke-h200-qwen.yaml", **{"checkpointing.save_optimizer": False})
+    assert "+checkpointing.save_optimizer=false" in [o.render() for o in nemo_rl.overrides(v05)]
+    f = _findings(_rules(v05), "unknown-added-keys")
+    assert [x.key for x in f] == ["checkpointing.save_optimizer"] and "not a key of NeMo-RL v0.5.0 (it is one in v0.7.0)" in f[0].message
+    v07 = _cfg("gke-h200-qwen.yaml", **{"checkpointing.save_optimizer": False, "images.nemo_rl_version": "v0.7.0",
+                                        "data.validation": None})
+    assert not _findings(_rules(v07), "unknown-added-keys")
+    typo = _cfg("gke-h200-qwen.yaml", **{"trainer.overrides": ["+grpo.max_num_stepz=3", "+policy.generation.vllm_kwargs.seed=1"]})
+    f = _findings(_rules(typo), "unknown-added-keys")
+    assert [x.key for x in f] == ["trainer.overrides[0]"], "vllm_kwargs is an open dict handed to vLLM"
+
+
+def test_enable_thinking_is_a_no_op_for_gemma3_templates():
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    assets = ROOT / "tests" / "assets" / "chat-templates"
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders templates
+    env.globals["raise_exception"] = lambda msg: (_ for _ in ()).throw(ValueError(msg))
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+
+    def render(name, **kw):
+        return env.from_string((assets / name).read_text()).render(messages=msgs, add_generation_prompt=True,
+                                                                   bos_token="<bos>", **kw)
+
+    assert render("gemma-3-it.jinja", enable_thinking=True) == render("gemma-3-it.jinja", enable_thinking=False)
+    assert render("qwen3.jinja", enable_thinking=True) != render("qwen3.jinja", enable_thinking=False)
+    gemma = _cfg("gke-b200-gemma3-1b.yaml", **{"model.chat_template_kwargs": {"enable_thinking": True}})
+    f = _findings(_rules(gemma), "unknown-added-keys")
+    assert f and f[0].key == "model.chat_template_kwargs.enable_thinking" and "gemma-3-1b-it" in f[0].message
+    assert not _findings(_rules(_cfg("gke-b200-gemma3-1b.yaml")), "unknown-added-keys"), "the example no longer sets it"
+    qwen3 = _cfg("gke-h200-qwen.yaml", **{"model.chat_template_kwargs": {"enable_thinking": False}})
+    assert not _findings(_rules(qwen3), "unknown-added-keys")
