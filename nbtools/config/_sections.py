@@ -156,6 +156,8 @@ class TrainerConfig:
     env_vars: dict[str, str] = field(default_factory=dict)  # extra job env vars (never secrets: use `secrets:`)
     verl_repo: str = VERL_REPO  # verl: the repository the provisioning plan copies to code_dir on the bucket
     verl_ref: str = VERL_REF  # verl: its release tag (git clone --branch), pinned
+    reward_functions: list[dict[str, Any]] = field(default_factory=list)  # NeMo-RL: score with this nbtools mix
+    reward_module: str | None = None  # NeMo-RL: .py file / package registering custom rewards (shipped in py_modules)
 
 
 @dataclass(frozen=True)

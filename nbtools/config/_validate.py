@@ -178,6 +178,17 @@ def _semantic_checks(cfg: Experiment) -> list[str]:
                                        or not re.match(r"^[A-Za-z0-9._/-]+$", cfg.trainer.verl_ref)):
         p.append(f"trainer.verl_ref: {cfg.trainer.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "
                  f"tag of {cfg.trainer.verl_repo}, e.g. `verl_ref: v0.7.0`")
+    t = cfg.trainer
+    for i, spec in enumerate(t.reward_functions):
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            p.append(f"trainer.reward_functions[{i}]: {spec!r} is not a reward spec; fix: `{{name: format, weight: 0.2}}` "
+                     "(NeMo-RL's shape; kwargs optional)")
+    if t.reward_module and not t.reward_functions:
+        p.append("trainer.reward_module: set without trainer.reward_functions, so nothing would use it; fix: list the mix, "
+                 "e.g. `reward_functions: [{name: my_reward, weight: 1.0}]`")
+    if t.reward_functions and t.kind != "nemo-rl":
+        p.append("trainer.reward_functions: only NeMo-RL runs score through the nbtools reward environment; fix: remove it "
+                 "for verl (verl's custom_reward_function.path/name go in trainer.overrides)")
     if cfg.cluster.worker_replicas < 1:
         p.append(f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")
     for key in ("num_prompts_per_step", "num_generations_per_prompt", "max_num_steps"):
