@@ -6,7 +6,7 @@ same code and the same mix. This composes with the job's own carrying of nbtools
 ``nbtools.rewards.nemo_rl_env`` the wrapper the command runs (see its docstring for NeMo-RL's environment hook).
 
 Example:
-    >>> nbtools.rewards.reward_py_modules(cfg)          # ['/home/me/project/my_rewards.py']
+    >>> nbtools.rewards.reward_py_modules(cfg)          # [<experiment dir>/my_rewards.py]
     >>> nbtools.rewards.reward_overrides(cfg)[0]
     ('data.default.env_name', 'nbtools_reward')
 """
