@@ -78,7 +78,8 @@ def test_the_command_routes_rewards_through_the_nbtools_environment(reward_cfg, 
     assert env == {"module": "my_rewards", "reward_functions": [
         {"name": "math_expr", "weight": 0.8, "kwargs": {}}, {"name": "short_answer", "weight": 0.2, "kwargs": {"limit": 40}}]}
     spec = nbtools.launch.build(cfg)
-    assert spec.runtime_env["py_modules"][1] == str(Path(cfg.source).parent / "my_rewards.py")
+    staged = Path(spec.runtime_env["py_modules"][1])  # Ray's Jobs SDK uploads py_modules entries as directories
+    assert staged.name == "my_rewards" and MODULE in (staged / "__init__.py").read_text()
     assert Path(spec.runtime_env["py_modules"][0]).name == "nbtools"
     report = nbtools.launch.lint(cfg, existing_steps=[], client_ray_version=cfg.images.resolved_ray_version)
     assert not [f for f in report.findings if f.rule in ("override-keys", "unknown-added-keys")], str(report)

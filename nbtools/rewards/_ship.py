@@ -6,7 +6,7 @@ same code and the same mix. This composes with the job's own carrying of nbtools
 ``nbtools.rewards.nemo_rl_env`` the wrapper the command runs (see its docstring for NeMo-RL's environment hook).
 
 Example:
-    >>> nbtools.rewards.reward_py_modules(cfg)          # [<experiment dir>/my_rewards.py]
+    >>> nbtools.rewards.reward_py_modules(cfg)          # [<run_dir>/py_modules/my_rewards] (a package)
     >>> nbtools.rewards.reward_overrides(cfg)[0]
     ('data.default.env_name', 'nbtools_reward')
 """
@@ -60,9 +60,25 @@ def reward_module_name(path: Path) -> str:
 
 
 def reward_py_modules(cfg: Any) -> list[str]:
-    """The extra ``runtime_env["py_modules"]`` entry: the user's reward module (empty when none is configured)."""
+    """The extra ``runtime_env["py_modules"]`` entry: the user's reward module as a package directory ([] when none).
+
+    Ray's Jobs SDK uploads ``py_modules`` entries as directories (a single ``.py`` path is refused by
+    ``JobSubmissionClient``), so a module file is staged as ``<run_dir>/py_modules/<name>/__init__.py``, refreshed
+    from the file on every call; ``import <name>`` on the cluster then finds the same code.
+    """
     p = reward_module_path(cfg) if cfg.trainer.reward_functions else None
-    return [str(p)] if p is not None else []
+    if p is None:
+        return []
+    if p.is_dir():
+        return [str(p)]
+    pkg = cfg.run_dir / "py_modules" / reward_module_name(p)
+    pkg.mkdir(parents=True, exist_ok=True)
+    init = pkg / "__init__.py"
+    tmp = pkg / "__init__.py.tmp"
+    tmp.write_text(f"# staged by nbtools from {p.name} (trainer.reward_module); edit that file, not this one\n"
+                   + p.read_text())
+    tmp.replace(init)
+    return [str(pkg)]
 
 
 def reward_env_config(cfg: Any) -> dict[str, Any]:
