@@ -140,3 +140,20 @@ def test_the_reward_module_reaches_the_environment_actor_in_a_real_ray_job(rewar
     job.wait(timeout=240)
     line = next(x for x in job.logs().splitlines() if x.startswith("REWARDS="))
     assert json.loads(line.removeprefix("REWARDS=")) == pytest.approx([1.0, 0.0])
+
+
+def test_the_shipped_example_module_is_what_notebook_08_would_launch(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = nbtools.config.load(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml", overrides={
+        "trainer.reward_module": "my_rewards.py",
+        "trainer.reward_functions": [{"name": "math_expr", "weight": 0.7},
+                                     {"name": "closeness", "weight": 0.3, "kwargs": {"scale": 9.0}}]})
+    try:
+        mix = nbtools.rewards.check_rewards(cfg)
+        assert mix("6", "<answer>5</answer>")[0] == pytest.approx(0.3 * (1 - 1 / 9))
+        assert "-m nbtools.rewards.nemo_rl_env examples/run_grpo.py" in nemo_rl.command(cfg)
+        staged = Path(nbtools.rewards.reward_py_modules(cfg)[0])
+        assert staged.name == "my_rewards" and "def closeness" in (staged / "__init__.py").read_text()
+    finally:
+        nbtools.rewards.unregister("closeness")
+        sys.modules.pop("my_rewards", None)
