@@ -52,7 +52,11 @@ def cmd_plan(a) -> Out:
     from nbtools import gke
 
     cfg = _load_cfg(a)
-    plan = gke.destroy_plan(cfg) if a.destroy else gke.plan(cfg)
+    if a.delete_bucket and not a.destroy:
+        from nbtools.errors import ConfigError
+
+        raise ConfigError("--delete-bucket only applies to the teardown plan; fix: add --destroy", source=cfg.source)
+    plan = gke.destroy_plan(cfg, delete_bucket=a.delete_bucket) if a.destroy else gke.plan(cfg)
     steps = _records(plan.show())
     text = plan.to_script() if a.script else "\n".join(
         [f"{plan.kind} plan for {cfg.name}: {len(steps)} steps (state: {plan.state_path}); `--script` prints bash"]

@@ -58,6 +58,7 @@ def evaluate(
     n: int = 1,
     temperature: float | None = None,
     dataset: str = "math500",
+    max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
 ) -> EvalResult:
@@ -69,6 +70,9 @@ def evaluate(
         n: samples per problem.
         temperature: default 0 (greedy) for n == 1, else 1.0 (the training temperature).
         dataset: cluster backends only: NeMo-RL `data.dataset_name` (local uses the held-out split).
+        max_model_len: cluster backends only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it
+            as max_new_tokens; default: the eval config's 2048; the MATH-500 tutorial used 8192). Use the same value for
+            both models: scores are comparable only at equal settings.
         timeout: cluster backends only: seconds to wait for the job.
         batch_size: local only: sequences per forward pass.
 
@@ -93,7 +97,8 @@ def evaluate(
             batch_size=batch_size, out_dir=eval_dir(cfg) / f"{which.replace('-', '')}_{mode}",
             progress_desc=f"{which} ({mode})",
         )
-    spec = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature)[0 if which == "baseline" else 1]
+    spec = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature,
+                     max_model_len=max_model_len)[0 if which == "baseline" else 1]
     job = spec.submit()
     job.wait(timeout=timeout)
     return collect(job, save_path=spec.save_path)
