@@ -298,13 +298,26 @@ def test_build_eval_job_entrypoint(gke_cfg):
 
 
 def test_dataset_names_validated_per_nemo_rl_version(gke_cfg):
+    # Issue 14 item 6. Source: NeMo-RL nemo_rl/data/datasets/eval_datasets/__init__.py load_eval_dataset() (read at
+    # commit 2e9b607f via the source index): `elif dataset_name == "aime2024"` / "aime2025" (lower case); any other
+    # name falls to LocalMathDataset. The releases' own examples/configs/evals/*.yaml (tests/assets/nemo-rl/<tag>,
+    # tag copies) must be accepted as they are.
+    import yaml
+
+    assets = Path(__file__).resolve().parent / "assets" / "nemo-rl"
+    for version in ("v0.5.0", "v0.7.0"):
+        for f in sorted((assets / version / "examples" / "configs" / "evals").glob("*.yaml")):
+            name = (yaml.safe_load(f.read_text()).get("data") or {}).get("dataset_name")
+            if name:
+                assert name in nbtools.evals.dataset_names(version), (version, f.name, name)
     v05 = gke_cfg.replace(**{"images.nemo_rl_version": "v0.5.0"})
     assert "data.dataset_name=aime2024" in nbtools.evals.build_eval_job(v05, "m", dataset="aime2024").entrypoint
-    assert "data.dataset_name=AIME2024" in nbtools.evals.build_eval_job(gke_cfg, "m", dataset="AIME2024").entrypoint
-    with pytest.raises(ConfigError, match=r"'aime2024' is not a run_eval.py dataset in NeMo-RL v0.7.0[\s\S]*use 'AIME2024'"):
-        nbtools.evals.build_eval_job(gke_cfg, "m", dataset="aime2024")
-    with pytest.raises(ConfigError, match="use 'aime2024'"):
-        nbtools.evals.build_eval_job(v05, "m", dataset="AIME2024")
+    assert "data.dataset_name=aime2024" in nbtools.evals.build_eval_job(gke_cfg, "m", dataset="aime2024").entrypoint
+    for cfg in (gke_cfg, v05):
+        with pytest.raises(ConfigError, match=r"'AIME2024' is not a run_eval.py dataset[\s\S]*use 'aime2024'[\s\S]*lower case"):
+            nbtools.evals.build_eval_job(cfg, "m", dataset="AIME2024")
+    with pytest.raises(ConfigError, match="'daily-omni' is not a run_eval.py dataset in NeMo-RL v0.7.0"):
+        nbtools.evals.build_eval_job(gke_cfg, "m", dataset="daily-omni")
     with pytest.raises(ConfigError, match="use 'math500'"):
         nbtools.evals.build_eval_job(gke_cfg, "m", dataset="math-500")
     assert "data.dataset_name=/data/my_eval.jsonl" in nbtools.evals.build_eval_job(gke_cfg, "m", dataset="/data/my_eval.jsonl").entrypoint

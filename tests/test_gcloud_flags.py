@@ -33,11 +33,14 @@ STALE = f"the shipped gcloud flag table is stale: run `{_flags.REGENERATE}` (one
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory) -> dict[str, list]:
-    """{variant: [provision plan, destroy plan]} for every config variant the generator knows."""
+    """{variant: [provision plan, destroy plan(s)]} for every config variant the generator knows (with a bucket, also
+    the teardown that deletes it with its contents)."""
     old = os.environ.get("NBTOOLS_RUNS_DIR")
     os.environ["NBTOOLS_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
     try:
-        return {name: [nbtools.gke.plan(cfg), nbtools.gke.destroy_plan(cfg)] for name, cfg in GEN.plan_variants().items()}
+        return {name: [nbtools.gke.plan(cfg), nbtools.gke.destroy_plan(cfg)]
+                + ([nbtools.gke.destroy_plan(cfg, delete_bucket=cfg.storage.bucket)] if cfg.storage.bucket else [])
+                for name, cfg in GEN.plan_variants().items()}
     finally:
         if old is None:
             os.environ.pop("NBTOOLS_RUNS_DIR", None)
@@ -66,10 +69,11 @@ def _fake_gcloud(root: Path, version: str, flags: list[str]) -> Path:
 
 
 def test_variants_span_the_config_axes(plans):
-    assert len(plans) == 2 * 2 * 2 * 3 * 2 * 2  # two GKE experiments x mode x kuberay x provisioning x storage x GSA
+    assert len(plans) == len(GEN.gke_experiments()) * 2 * 2 * 3 * 2 * 2  # experiments x mode x kuberay x provisioning x storage x GSA
+    assert len(GEN.gke_experiments()) >= 3 and any("verl" in f.name for f in GEN.gke_experiments())
     first = {s.command[:4] for ps in plans.values() for p in ps for s in p.steps if s.command[0] == "gcloud"}
     assert ("gcloud", "container", "clusters", "create-auto") in first and ("gcloud", "container", "clusters", "create") in first
-    helm = [n for n, (p, _) in plans.items() if "kuberay-operator" in [s.name for s in p.steps]]
+    helm = [n for n, (p, *_) in plans.items() if "kuberay-operator" in [s.name for s in p.steps]]
     assert len(helm) == len(plans) // 2
 
 

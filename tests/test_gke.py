@@ -59,13 +59,15 @@ def test_standard_plan_has_the_tutorial_steps_in_order():
     assert names[13:] == ["cluster", "credentials", "gpu-pool", "nccl-installer", "network-mapping", "bucket", "ksa",
                           "bucket-iam", "storage", "secret-hf-secret"]
     assert all(isinstance(s.command, tuple) and all(isinstance(a, str) for a in s.command) for s in p.steps)
-    assert all(s.check for s in p.steps), "every step can tell whether it is already done"
+    assert all(s.check for s in p.steps if s.name != "credentials"), "every step can tell whether it is already done"
+    assert p["credentials"].check is None, "get-credentials always runs: a same-named context may be stale"
     cluster = p["cluster"].command
     for flag in ("--enable-dataplane-v2", "--enable-multi-networking", "--addons=GcsFuseCsiDriver,RayOperator",
                  "--workload-pool=my-gcp-project.svc.id.goog", "--location=us-central1"):
         assert flag in cluster
     pool = p["gpu-pool"].command
-    assert "--machine-type=a4-highgpu-8g" in pool and "--accelerator=type=nvidia-b200,count=8" in pool and "--spot" in pool
+    assert "--machine-type=a4-highgpu-8g" in pool and "--spot" in pool
+    assert "--accelerator=type=nvidia-b200,count=8,gpu-driver-version=latest" in pool
     nics = [a for a in pool if a.startswith("--additional-node-network=")]
     assert nics == ["--additional-node-network=network=nbtools-b200-gvnic-net,subnetwork=nbtools-b200-gvnic-sub"] + [
         f"--additional-node-network=network=nbtools-b200-rdma-net,subnetwork=nbtools-b200-rdma-sub-{i}" for i in range(8)]
@@ -73,7 +75,8 @@ def test_standard_plan_has_the_tutorial_steps_in_order():
     assert [p[f"rdma-subnet-{i}"].command[-1] for i in range(8)] == [f"--range=192.168.{i + 1}.0/24" for i in range(8)]
     assert "--enable-hierarchical-namespace" in p["bucket"].command
     assert "kind: PersistentVolume\n" in p["storage"].stdin and "kind: PersistentVolumeClaim" in p["storage"].stdin
-    assert "kind: DaemonSet" in p["nccl-installer"].stdin and p["network-mapping"].stdin.count("kind: Network\n") == 9
+    assert "container-engine-accelerators/" in p["nccl-installer"].command[-1]
+    assert p["network-mapping"].stdin.count("kind: Network\n") == 9
 
 
 def test_autopilot_and_helm_variants():
@@ -131,18 +134,16 @@ def test_flag_check_catches_an_unknown_flag_and_the_tutorials_subnet_location():
     assert report.set_index("flag")["ok"].to_dict() == {"--enable-magic": False, "--location": False, "--num-nodes": True}
 
 
-def test_destroy_plan_is_the_reverse_undo_scoped_to_the_config():
+def test_destroy_plan_is_scoped_to_the_config():
     cfg = _cfg()
-    p, d = nbtools.gke.plan(cfg), nbtools.gke.destroy_plan(cfg)
-    undone = [s.name for s in reversed(p.steps) if s.undo]
-    assert [s.name for s in d.steps] == undone
-    assert "enable-apis" not in undone, "APIs are never disabled"
+    d = nbtools.gke.destroy_plan(cfg)
+    assert "enable-apis" not in [s.name for s in d.steps], "APIs are never disabled"
     assert all(s.absent and s.check for s in d.steps)
-    names = {"nbtools-b200", "gs://my-gcp-project-nemo-rl", "nbtools-ksa", "hf-secret", "gke_my-gcp-project_us-central1_nbtools-b200"}
+    names = {"nbtools-b200", "gs://my-gcp-project-nemo-rl", "gke_my-gcp-project_us-central1_nbtools-b200"}
     for s in d.steps:
         text = " ".join(s.command)
         assert any(n in text for n in names), f"{s.name} touches something the config does not name: {text}"
-        assert "-r" not in s.command and "rm" not in s.command[:3], "destroy never deletes bucket contents"
+        assert "-r" not in s.command and "--recursive" not in s.command, "destroy keeps bucket contents unless asked"
     assert d["bucket"].command[:4] == ("gcloud", "storage", "buckets", "delete")
 
 
@@ -170,7 +171,7 @@ def test_dry_run_runs_nothing_and_real_apply_stops_at_the_first_failure_then_res
     assert list(plan.show()["status"]) == ["done", "failed", "pending"]
     gate.touch()
     out = plan.apply(dry_run=False, progress=False)
-    assert list(out["status"]) == ["skipped (done earlier)", "done", "done"]
+    assert list(out["status"]) == ["already done", "done", "done"], "every apply re-checks (a pool may have gone to ERROR)"
     assert log.read_text().split() == ["one", "two", "two", "three"]
     plan.reset()
     again = plan.apply(dry_run=False, progress=False)
@@ -179,7 +180,7 @@ def test_dry_run_runs_nothing_and_real_apply_stops_at_the_first_failure_then_res
 
 def test_destroy_invalidates_provision_state(tmp_path):
     marker = tmp_path / "thing"
-    mk = Step("thing", "make", ("touch", str(marker)), check=("sh", "-c", f"test -f {marker} && echo y"), undo=("rm", str(marker)))
+    mk = Step("thing", "make", ("touch", str(marker)), check=("sh", "-c", f"test ! -f {marker} || echo y"), undo=("rm", str(marker)))
     prov = Plan("provision", [mk], tmp_path / "p.json", invalidates=tmp_path / "d.json")
     import dataclasses
 
@@ -188,7 +189,8 @@ def test_destroy_invalidates_provision_state(tmp_path):
     prov.apply(dry_run=False, progress=False)
     assert marker.exists()
     assert list(des.apply(dry_run=False, progress=False)["status"]) == ["done"] and not marker.exists()
-    assert list(des.apply(dry_run=False, progress=False)["status"]) == ["skipped (done earlier)"]
+    assert list(des.apply()["status"]) == ["skipped (done earlier)"] and list(prov.apply()["status"]) == ["would run"]
+    assert list(des.apply(dry_run=False, progress=False)["status"]) == ["already gone"]
     assert list(prov.apply(dry_run=False, progress=False)["status"]) == ["done"] and marker.exists()
 
 
@@ -229,7 +231,8 @@ def test_secret_value_reaches_only_the_command_stdin(tmp_path, monkeypatch):
 def test_to_script_is_valid_bash_and_idempotent(tmp_path):
     script = nbtools.gke.plan(_cfg()).to_script()
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    assert script.count("if EXPECT=(") == len(nbtools.gke.plan(_cfg()).steps)
+    checked = [s for s in nbtools.gke.plan(_cfg()).steps if s.check and not s.refresh]
+    assert script.count("\nif EXPECT=(") == len(checked) and "keep secret-hf-secret" in script
     d = nbtools.gke.destroy_plan(_cfg()).to_script()
     subprocess.run(["bash", "-n"], input=d, text=True, check=True)
     # run a synthetic plan's script twice: the second run only skips

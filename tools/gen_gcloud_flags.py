@@ -85,6 +85,8 @@ def plan_argvs(variants: dict[str, object] | None = None) -> list[tuple[str, ...
         try:
             for cfg in (variants or plan_variants()).values():
                 argvs += nbtools.gke.plan(cfg).argvs() + nbtools.gke.destroy_plan(cfg).argvs()
+                if cfg.storage.bucket:  # the teardown that deletes the bucket with its contents, when named
+                    argvs += nbtools.gke.destroy_plan(cfg, delete_bucket=cfg.storage.bucket).argvs()
         finally:
             if old is None:
                 os.environ.pop("NBTOOLS_RUNS_DIR", None)

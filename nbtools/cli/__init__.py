@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("plan", cmd_plan, "the GKE provisioning plan for an experiment (or its bash script)", experiment=True)
     p.add_argument("--script", action="store_true", help="print the idempotent bash script")
-    p.add_argument("--destroy", action="store_true", help="the teardown plan instead")
+    p.add_argument("--destroy", action="store_true",
+                   help="the teardown plan instead: RayCluster, GPU pool, cluster first; the bucket last, only if empty")
+    p.add_argument("--delete-bucket", metavar="BUCKET",
+                   help="with --destroy: also delete this bucket (must be the experiment's) with everything in it")
     p = add("manifests", cmd_manifests, "render the Kubernetes manifests for a gke experiment", experiment=True)
     p.add_argument("--out", metavar="DIR", help="write <name>.yaml into DIR (atomically) instead of printing")
     for name, fn, what in (("up", cmd_up, "bring the Ray cluster up (or re-attach)"),

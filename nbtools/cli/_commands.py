@@ -45,7 +45,11 @@ def cmd_plan(a) -> Out:
 
     cfg = _load_cfg(a)
     cluster = backends.get(cfg)
-    plan = cluster.destroy_plan() if a.destroy else cluster.provision_plan()
+    if a.delete_bucket and not a.destroy:
+        from nbtools.errors import ConfigError
+
+        raise ConfigError("--delete-bucket only applies to the teardown plan; fix: add --destroy", source=cfg.source)
+    plan = cluster.destroy_plan(delete_bucket=a.delete_bucket) if a.destroy else cluster.provision_plan()
     steps = _records(plan.show())
     text = plan.to_script() if a.script else "\n".join(
         [f"{plan.kind} plan for {cfg.name}: {len(steps)} steps (state: {plan.state_path}); `--script` prints bash"]

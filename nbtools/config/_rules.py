@@ -83,7 +83,42 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
     _secret_checks(cfg, add)
     _trainer_checks(cfg, add)
     _rehearsal_checks(cfg, add)
+    _infra_and_trainer_checks(cfg, add)
     return p
+
+
+def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
+    """Pins and values GKE and the trainers need (issue #14): MTU, NCCL installer and verl refs, GPU driver, rewards."""
+    c, t = cfg.cluster, cfg.trainer
+    if not 1300 <= c.gvnic_mtu <= 8896:
+        add(("cluster.gvnic_mtu",), f"cluster.gvnic_mtu: {c.gvnic_mtu} is outside what a VPC accepts; allowed: 1300..8896 "
+            "(gcloud compute networks create --help); fix: 8896, the value of Google's A4 / A3 Ultra guidance")
+    ref = c.nccl_installer_ref
+    if ref in ("master", "main", "HEAD", "") or not re.match(r"^[A-Za-z0-9._-]+$", ref):
+        add(("cluster.nccl_installer_ref",),
+            f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
+            "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
+            "`2c776f7e9656a2b6476f19938b738b4186000ce3`")
+    if c.gpu_driver_version == "disabled" and cfg.backend == "gke" and c.mode == "standard":
+        add(("backend", "cluster.gpu_driver_version", "cluster.mode"),
+            "cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "
+            "none), so no pod gets a GPU; fix: `gpu_driver_version: latest` (or `default`)")
+    if t.kind == "verl" and (t.verl_ref in ("main", "master", "HEAD", "") or not re.match(r"^[A-Za-z0-9._/-]+$", t.verl_ref)):
+        add(("trainer.kind", "trainer.verl_ref"),
+            f"trainer.verl_ref: {t.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "
+            f"tag of {t.verl_repo}, e.g. `verl_ref: v0.7.0`")
+    for i, spec in enumerate(t.reward_functions):
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            add(("trainer.reward_functions",), f"trainer.reward_functions[{i}]: {spec!r} is not a reward spec; fix: "
+                "`{name: format, weight: 0.2}` (NeMo-RL's shape; kwargs optional)")
+    if t.reward_module and not t.reward_functions:
+        add(("trainer.reward_module", "trainer.reward_functions"),
+            "trainer.reward_module: set without trainer.reward_functions, so nothing would use it; fix: list the mix, "
+            "e.g. `reward_functions: [{name: my_reward, weight: 1.0}]`")
+    if t.reward_functions and t.kind != "nemo-rl":
+        add(("trainer.reward_functions", "trainer.kind"),
+            "trainer.reward_functions: only NeMo-RL runs score through the nbtools reward environment; fix: remove it "
+            "for verl (verl's custom_reward_function.path/name go in trainer.overrides)")
 
 
 def _checkpoint_checks(cfg: Experiment, add) -> None:

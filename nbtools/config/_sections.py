@@ -11,37 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.config
+    GPU_DRIVER_VERSIONS,
+    GPU_TYPES,
+    NCCL_INSTALLER_REF,
+    NEMO_RL_VERSIONS,
+    VERL_REF,
+    VERL_REPO,
+)
+
 Backend = Literal["local", "gke", "ray"]
-
-# GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node)
-GPU_TYPES: dict[str, dict[str, Any]] = {
-    "nvidia-b200": {
-        "machine_type": "a4-highgpu-8g",
-        "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a4.txtpb",
-        "gpus_per_node": 8,
-    },
-    "nvidia-h200-141gb": {
-        "machine_type": "a3-ultragpu-8g",
-        "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a3u.txtpb",
-        "gpus_per_node": 8,
-    },
-}
-
-# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image
-NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
-    "v0.5.0": {
-        "ray": "2.49.2",
-        "entrypoint": "examples/run_grpo_math.py",
-        "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
-        "torch": "2.9.0",
-    },
-    "v0.7.0": {
-        "ray": "2.55.1",
-        "entrypoint": "examples/run_grpo.py",
-        "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
-        "torch": "2.11.0",
-    },
-}
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -108,6 +87,9 @@ class ClusterConfig:
     head_machine_type: str = "e2-standard-16"  # default-pool machine (Standard): must fit head_cpu / head_memory
     node_pool: str = "gpu-pool"  # the GPU node pool (Standard)
     ksa: str = "nbtools-ksa"  # Kubernetes ServiceAccount of the Ray pods (Workload Identity to the bucket)
+    gpu_driver_version: Literal["latest", "default", "disabled"] = "latest"  # GKE-installed NVIDIA driver (Standard)
+    gvnic_mtu: int = 8896  # MTU of the gVNIC VPC (gcloud's default is 1460; A4/A3 Ultra guidance: 8896)
+    nccl_installer_ref: str = NCCL_INSTALLER_REF  # container-engine-accelerators commit/tag of the gIB installer
 
     @property
     def machine_type(self) -> str:
@@ -173,6 +155,10 @@ class TrainerConfig:
     code_dir: str | None = None  # trainer checkout on the pods: NeMo-RL /opt/nemo-rl (image), verl <mount>/verl
     python: str | None = None  # interpreter on the pods: NeMo-RL `python` (image venv on PATH), verl `python3`
     env_vars: dict[str, str] = field(default_factory=dict)  # extra job env vars (never secrets: use `secrets:`)
+    verl_repo: str = VERL_REPO  # verl: the repository the provisioning plan copies to code_dir on the bucket
+    verl_ref: str = VERL_REF  # verl: its release tag (git clone --branch), pinned
+    reward_functions: list[dict[str, Any]] = field(default_factory=list)  # NeMo-RL: score with this nbtools mix
+    reward_module: str | None = None  # NeMo-RL: .py file / package registering custom rewards (shipped in py_modules)
 
 
 @dataclass(frozen=True)

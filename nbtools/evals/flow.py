@@ -79,9 +79,9 @@ def evaluate(
     n: int = 1,
     temperature: float | None = None,
     dataset: str = "math500",
+    max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
-    max_model_len: int | None = None,
 ) -> EvalResult:
     """Evaluate the baseline or the fine-tuned model of this experiment, greedy (n=1) or sampled.
 
@@ -91,9 +91,11 @@ def evaluate(
         n: samples per problem.
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
+        max_model_len: NeMo-RL only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it as
+            max_new_tokens; default: the eval config's 2048; the MATH-500 tutorial used 8192). Use the same value for
+            both models: scores are comparable only at equal settings.
         timeout: seconds to wait for a cluster evaluation job.
         batch_size: rehearsal only: sequences per forward pass.
-        max_model_len: NeMo-RL only: vLLM's ``max_model_len`` (scores compare only at equal settings).
 
     Returns:
         EvalResult, also saved to ``<run_dir>/eval/<which>_<greedy|sampledN>``.

@@ -34,10 +34,14 @@ NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
 _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "IT-IT", "JA-JP", "KO-KR", "PT-BR",
                "ZH-CN", "SW-KE", "YO-NG"]
 _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mmlu_{x}" for x in _MMLU_LANGS)]
-# Built-in data.dataset_name values per NeMo-RL release (AIME names were lowercase up to v0.5, uppercase from v0.6)
+# Built-in data.dataset_name values of run_eval.py per NeMo-RL release: the branches of load_eval_dataset() in
+# nemo_rl/data/datasets/eval_datasets/__init__.py (AIME is `aime2024`/`aime2025`, lower case, in both; the release's
+# own examples/configs/evals/eval.yaml defaults to "aime2024"). Any other name falls through to LocalMathDataset,
+# which tries to load it as a file or HF dataset id: `AIME2024` (the *training* registry's spelling) and `daily-omni`
+# (a response dataset) are not eval datasets.
 _DATASETS = {
     "v0.5.0": [*_COMMON, "aime2024", "aime2025"],
-    "v0.7.0": [*_COMMON, "AIME2024", "AIME2025", "mmau", "daily-omni"],
+    "v0.7.0": [*_COMMON, "aime2024", "aime2025"],
 }
 # Top-level sections of examples/configs/evals/eval.yaml; a typo elsewhere is silently accepted (extra="allow")
 _SECTIONS = {"eval", "generation", "tokenizer", "data", "env", "cluster", "logger"}
@@ -47,8 +51,8 @@ def dataset_names(nemo_rl_version: str) -> list[str]:
     """Built-in `data.dataset_name` values of run_eval.py for a NeMo-RL version.
 
     Example:
-        >>> "AIME2024" in dataset_names("v0.7.0"), "aime2024" in dataset_names("v0.5.0")
-        (True, True)
+        >>> "aime2024" in dataset_names("v0.7.0"), "AIME2024" in dataset_names("v0.7.0")
+        (True, False)
     """
     if nemo_rl_version not in _DATASETS:
         raise ConfigError(f"images.nemo_rl_version: unknown {nemo_rl_version!r}; known {sorted(_DATASETS)}")
@@ -67,7 +71,8 @@ def _check_dataset(name: str, version: str) -> None:
     raise ConfigError(
         f"data.dataset_name: {name!r} is not a run_eval.py dataset in NeMo-RL {version} "
         f"(known: {', '.join(known)}); fix: {fix}"
-        + ("; AIME names are lowercase up to v0.5 and uppercase from v0.6" if name.lower().startswith("aime") else "")
+        + ("; run_eval.py's AIME names are lower case (`AIME2024` is the training registry's spelling and would fall "
+           "through to the local-file loader)" if name.lower().startswith("aime") else "")
     )
 
 

@@ -2,8 +2,8 @@
 
 Each step carries its command (an argv list), a check that says whether it is already done, and its undo.
 ``plan.apply()`` is a dry run unless ``dry_run=False``; a real apply records progress under
-``cfg.run_dir / "gke"`` and resumes at the failed step. ``destroy_plan`` runs the undos in reverse order and only
-touches what the config names.
+``cfg.run_dir / "gke"`` and resumes at the failed step. ``destroy_plan`` removes compute first and data last, goes on
+past a failed step, reports what is still there, and only touches what the config names.
 
 Example:
     >>> plan = nbtools.gke.plan(cfg)
@@ -13,17 +13,16 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-
 import pandas as pd
 
+from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
-from nbtools.gke._plan import Plan, Step, StepFailedError
-from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name, wi_member
+from nbtools.gke._plan import Plan, PlanIncompleteError, Step, StepFailedError
+from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name, nccl_installer_url, wi_member
 
 __all__ = [
-    "plan", "destroy_plan", "validate", "Plan", "Step", "StepFailedError", "context_name", "wi_member",
-    "gcloud_flags", "gcloud_path", "validate_flags",
+    "plan", "destroy_plan", "validate", "Plan", "Step", "StepFailedError", "PlanIncompleteError", "context_name",
+    "wi_member", "nccl_installer_url", "gcloud_flags", "gcloud_path", "validate_flags",
 ]
 
 
@@ -60,22 +59,44 @@ def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
                 applicable=applicable, note=note)
 
 
-def destroy_plan(cfg) -> Plan:
-    """The undo of every plan step that has one, in reverse order; each is skipped when already gone.
+def destroy_plan(cfg, *, delete_bucket: str | None = None) -> Plan:
+    """The teardown: RayCluster, GPU pool and cluster first, then networks and IAM, the bucket last.
 
-    APIs stay enabled; the bucket is deleted only when empty (``gcloud storage buckets delete`` refuses otherwise).
+    A failed step does not stop the others (only the steps that need it are skipped: a subnet waits for the nodes
+    that use it), and the apply ends with one ``list`` check per resource of what is still there, raising
+    ``PlanIncompleteError`` when anything failed or remains. APIs stay enabled. The bucket is deleted only when empty
+    (GCS refuses otherwise and the objects are kept); to delete it with its contents, name it: ``delete_bucket=
+    "<bucket>"``.
+
+    Args:
+        cfg: the experiment.
+        delete_bucket: the bucket's name, to delete it and every object in it; must equal ``storage.bucket``.
+
+    Raises:
+        ConfigError: ``delete_bucket`` names another bucket than the experiment's.
 
     Example:
         >>> nbtools.gke.destroy_plan(cfg).show()
+        >>> nbtools.gke.destroy_plan(cfg).apply(dry_run=False)     # then: .remaining()
     """
+    from nbtools.errors import ConfigError
+
     _ready(cfg)
-    steps = [
-        dataclasses.replace(s, what=f"undo: {s.what}", command=s.undo, undo=None, stdin=None, make_stdin=None,
-                            script=None, absent=True, expect=())
-        for s in reversed(build_steps(cfg)) if s.undo
-    ]
+    if delete_bucket is not None and delete_bucket.removeprefix("gs://") != (cfg.storage.bucket or ""):
+        raise ConfigError(
+            f"delete_bucket: {delete_bucket!r} is not this experiment's bucket ({cfg.storage.bucket!r}); the destroy plan "
+            "only deletes what the config names; fix: pass delete_bucket=cfg.storage.bucket, or leave it out to keep "
+            "the bucket's objects", source=cfg.source,
+        )
+    steps = destroy_steps(cfg, build_steps(cfg), delete_bucket=delete_bucket is not None)
     d = _state_dir(cfg)
-    return Plan("destroy", steps, d / "destroy-state.json", _variables(cfg), invalidates=d / "provision-state.json")
+    keep = "" if delete_bucket else (f" The bucket's objects are kept; to delete them with the bucket: destroy_plan(cfg, "
+                                     f"delete_bucket={cfg.storage.bucket!r}) or `nbtools plan --destroy --delete-bucket "
+                                     f"{cfg.storage.bucket}`." if cfg.storage.bucket else "")
+    return Plan("destroy", steps, d / "destroy-state.json", _variables(cfg), invalidates=d / "provision-state.json",
+                keep_going=True,
+                fix="fix the failed steps' causes (their stderr is in the state file) and apply again: finished steps "
+                    "are skipped; .remaining() lists what is still there." + keep)
 
 
 def validate(p: Plan) -> pd.DataFrame:

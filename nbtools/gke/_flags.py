@@ -37,7 +37,7 @@ _FLAG = re.compile(r"--(\[no-\])?([a-z][a-z0-9-]*)")
 # gcloud leaf verbs used by the plans; the command path ends at the first of these
 _VERBS = {
     "create", "create-auto", "describe", "delete", "enable", "list", "get-credentials", "add-iam-policy-binding",
-    "remove-iam-policy-binding", "get-iam-policy",
+    "remove-iam-policy-binding", "get-iam-policy", "rm", "rsync", "cat",
 }
 
 

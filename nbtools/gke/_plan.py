@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools.errors import NbtoolsError
+from nbtools.errors import NbtoolsError, NotFoundError
 
-__all__ = ["Step", "Plan", "StepFailedError", "VARIABLE"]
+__all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
 
 # ${NAME} inside an argument: a value looked up once at apply time (e.g. the project number).
 VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
@@ -31,13 +31,31 @@ class StepFailedError(NbtoolsError, RuntimeError):
         super().__init__(f"step {step!r} failed (exit {returncode}): {command}\n--- stderr ---\n{tail}", fix=fix)
 
 
+class PlanIncompleteError(NbtoolsError, RuntimeError):
+    """A keep-going plan (destroy) ran every step it could, but some failed or some resource is still there.
+
+    ``results`` has one row per step (status, and ``now``: the resource's state after the run); ``remaining`` lists
+    what the final check found still there (or could not check).
+    """
+
+    def __init__(self, results: pd.DataFrame, remaining: pd.DataFrame, *, fix: str):
+        self.results, self.remaining = results, remaining
+        failed = results[results["status"].str.startswith(("failed", "skipped (needs"))]
+        lines = [f"  - {r.step}: {r.status}" for r in failed.itertuples()]
+        lines += [f"  - still there: {r.step} ({r.what}): {r.state}" for r in remaining.itertuples()]
+        super().__init__(f"{len(failed)} step(s) did not complete; {len(remaining)} resource(s) not confirmed gone:\n"
+                         + "\n".join(lines), fix=fix)
+
+
 @dataclass(frozen=True)
 class Step:
     """One provisioning action: the exact command, a check that says "already done", and its undo.
 
-    ``check`` passes when it exits 0 and prints something (or, with ``expect``, prints every expected line).
-    ``stdin`` is shown and fed to the command; ``make_stdin`` (if set) builds the real input at apply time,
-    so secret values never enter the plan, its display, its script or its state file.
+    ``check`` passes when it exits 0 and prints something that contains every ``expect`` line and, when ``states``
+    is given, is exactly one of them (a node pool that is ``ERROR`` is not done). A destroy step (``absent``) is done
+    when its check exits 0 and does NOT print the resource; a check that fails (auth, network) proves nothing, so the
+    command runs. ``stdin`` is shown and fed to the command; ``make_stdin`` (if set) builds the real input at apply
+    time, so secret values never enter the plan, its display, its script or its state file.
     """
 
     name: str
@@ -46,10 +64,16 @@ class Step:
     check: tuple[str, ...] | None = None
     undo: tuple[str, ...] | None = None
     expect: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()  # the check's output must be exactly one of these (e.g. RUNNING, RECONCILING)
     stdin: str | None = None
     make_stdin: Callable[[], str] | None = field(default=None, compare=False, repr=False)
     script: str | None = None  # bash for to_script() when the argv form cannot express it (a secret from env)
     absent: bool = False  # destroy steps: done when the check finds nothing
+    after: tuple[str, ...] = ()  # keep-going plans: skip this step when one of these steps failed
+    within: str | None = None  # destroy: this resource is gone when that step's resource is gone
+    refresh: bool = False  # run even when the check passes (re-apply a Secret from the environment)
+    hint: str | None = None  # the fix when the check finds the resource in a state outside ``states``
+    invalidates: tuple[str, ...] = ()  # provision steps whose recorded "done" this step makes stale
 
     @property
     def command_str(self) -> str:
@@ -79,6 +103,9 @@ def _now() -> str:
 class Plan:
     """An ordered list of steps for one experiment; ``apply`` records progress in a state file.
 
+    A provisioning plan stops at its first failure (later steps need the earlier ones). A ``keep_going`` plan (the
+    destroy plan) runs every step whose ``after`` steps did not fail, then checks what is still there.
+
     Example:
         >>> plan = nbtools.gke.plan(cfg)
         >>> plan.show()                 # every command, its check and its undo
@@ -90,6 +117,8 @@ class Plan:
     state_path: Path
     variables: dict[str, tuple[str, ...]] = field(default_factory=dict)  # NAME -> command printing its value
     invalidates: Path | None = None  # the opposite plan's state: a step done here is no longer done there
+    keep_going: bool = False  # destroy: a failed step does not stop the steps that do not need it
+    fix: str = ""  # keep-going plans: what to do when something is still there
     applicable: bool = True  # False: shown for reference only; apply() never runs anything
     note: str = ""  # why the plan is empty or not applicable (shown with it)
 
@@ -133,34 +162,18 @@ class Plan:
                 return s
         raise KeyError(f"no step {name!r}; steps: {', '.join(s.name for s in self.steps)}")
 
+    def _get(self, name: str | None) -> Step | None:
+        return next((s for s in self.steps if s.name == name), None) if name else None
+
     def to_script(self) -> str:
-        """A bash script that runs the plan idempotently: each step runs only when its check fails."""
-        out = [
-            "#!/usr/bin/env bash",
-            f"# nbtools {self.kind} plan ({len(self.steps)} steps). Safe to re-run: finished steps are skipped.",
-            "set -euo pipefail",
-            "",
-            "done_() {  # true when the check command succeeds and prints something (or every expected line)",
-            '  local out; out="$("$@" 2>/dev/null)" || return 1; [[ -n "$out" ]] || return 1',
-            '  for want in "${EXPECT[@]:-}"; do [[ -z "$want" || "$out" == *"$want"* ]] || return 1; done',
-            "}",
-        ]
-        for name, cmd in self.variables.items():
-            out.append(f'{name}="${{{name}:-$({_join(cmd)})}}"')
-        for s in self.steps:
-            out += ["", f"# --- {s.name}: {s.what}"]
-            body = s.script or s.command_str
-            exp = "EXPECT=(" + " ".join(_quote(e) for e in s.expect) + ")"
-            if s.check:
-                cond = f"{exp}; done_ {_join(s.check)}"
-                if s.absent:
-                    out.append(f"if ! ({cond}); then echo 'skip {s.name}: already gone'; else")
-                else:
-                    out.append(f"if {cond}; then echo 'skip {s.name}: already done'; else")
-                out += [body, "fi"]  # not indented: a heredoc's EOF must start its line
-            else:
-                out.append(body)
-        return "\n".join(out) + "\n"
+        """A bash script that runs the plan idempotently: each step runs only when its check does not pass.
+
+        A keep-going plan's script goes on past a failed step (skipping the steps that need it) and ends with the
+        list of what is still there; it exits non-zero when anything failed or remains.
+        """
+        from nbtools.gke._script import render
+
+        return render(self)
 
     def argvs(self) -> list[tuple[str, ...]]:
         """Every argv the plan can run: each step's command, check and undo, and the variable look-ups."""
@@ -210,11 +223,12 @@ class Plan:
         tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self.state_path)
 
-    def _invalidate(self, name: str) -> None:
+    def _invalidate(self, names: tuple[str, ...]) -> None:
         if self.invalidates is None or not self.invalidates.exists():
             return
         other = json.loads(self.invalidates.read_text())
-        if other.get("steps", {}).pop(name, None) is not None:
+        dropped = [other.get("steps", {}).pop(n, None) for n in names]
+        if any(d is not None for d in dropped):
             tmp = self.invalidates.with_name(self.invalidates.name + ".tmp")
             tmp.write_text(json.dumps(other, indent=1))
             tmp.replace(self.invalidates)
@@ -223,7 +237,7 @@ class Plan:
         """Forget recorded progress (the next apply re-checks every step)."""
         self.state_path.unlink(missing_ok=True)
 
-    # -- running ------------------------------------------------------------------------------------------
+    # -- checks -------------------------------------------------------------------------------------------
     def _run(self, argv: tuple[str, ...], variables: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess:
         resolved = [VARIABLE.sub(lambda m: variables[m.group(1)], a) for a in argv]
         try:
@@ -231,13 +245,60 @@ class Plan:
         except FileNotFoundError:
             return subprocess.CompletedProcess(resolved, 127, "", f"{resolved[0]}: command not found on PATH")
 
-    def _is_done(self, s: Step, variables: dict[str, str]) -> bool:
+    def _observe(self, s: Step, variables: dict[str, str]) -> tuple[bool | None, str]:
+        """(is the resource there?, what the check printed); None when the check itself failed (auth, network)."""
         if not s.check:
-            return False
+            return None, ""
         r = self._run(s.check, variables)
+        if r.returncode != 0:
+            return None, (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        out = r.stdout.strip()
         expect = [VARIABLE.sub(lambda m: variables[m.group(1)], e) for e in s.expect]
-        found = r.returncode == 0 and bool(r.stdout.strip()) and all(e in r.stdout for e in expect)
-        return not found if s.absent else found
+        there = bool(out) and all(e in out for e in expect)
+        if there and s.states and not s.absent:
+            there = out in s.states
+        return there, out
+
+    def _is_done(self, s: Step, variables: dict[str, str], cache: dict | None = None) -> tuple[bool, str]:
+        """(done?, what the check saw). Absent steps are done when their parent (``within``) is gone, too."""
+        cache = {} if cache is None else cache
+
+        def observe(step: Step) -> tuple[bool | None, str]:
+            if step.name not in cache:
+                cache[step.name] = self._observe(step, variables)
+            return cache[step.name]
+
+        if s.absent:
+            parent = self._get(s.within)
+            if parent is not None and observe(parent)[0] is False:
+                return True, f"gone with {parent.name}"
+            there, seen = observe(s)
+            return there is False, seen
+        there, seen = observe(s)
+        return bool(there), seen
+
+    def remaining(self, *, variables: dict[str, str] | None = None) -> pd.DataFrame:
+        """Each step's resource as its check sees it now: "gone", "still there" or "unknown: <why>".
+
+        Example:
+            >>> nbtools.gke.destroy_plan(cfg).remaining()   # after a destroy: what still costs money
+        """
+        if variables is None:
+            needed = {m for s in self.steps for a in (*(s.check or ()), *s.expect) for m in VARIABLE.findall(a)}
+            variables = self._variables(self._load(), needed)
+        cache: dict = {}
+        rows = []
+        for s in self.steps:
+            if not s.check:
+                continue
+            done, seen = self._is_done(s, variables, cache)
+            there = cache.get(s.name, (None, seen))[0]
+            if s.absent:
+                state = "gone" if done else ("still there" if there else f"unknown: {seen}")
+            else:
+                state = "there" if done else ("missing" if there is False else f"unknown: {seen}")
+            rows.append({"step": s.name, "what": s.what, "state": state, "check": _join(s.check)})
+        return pd.DataFrame(rows, columns=["step", "what", "state", "check"])
 
     def _variables(self, state: dict, needed: set[str]) -> dict[str, str]:
         values = dict(state.get("variables", {}))
@@ -255,28 +316,36 @@ class Plan:
             values[name] = r.stdout.strip()
         return values
 
+    # -- running ------------------------------------------------------------------------------------------
     def apply(self, *, dry_run: bool = True, progress: bool = True) -> pd.DataFrame:
-        """Run the pending steps in order; stop at the first failure; resume there on the next call.
+        """Check every step against the live state and run the ones that are not done, in order.
+
+        Every real apply re-runs each step's check (a node pool recorded as created may since have gone to
+        ``ERROR``); the state file records what ran. A provisioning plan stops at the first failure and, re-applied,
+        goes on from there. A keep-going plan (destroy) continues past a failure with every step that does not need
+        the failed one, then checks what is still there.
 
         Args:
             dry_run: True (default) runs nothing and returns what would run; False checks and runs steps.
             progress: show a tqdm bar.
 
         Returns:
-            DataFrame with step, status ("done" | "already done" | "would run" | "skipped (done earlier)").
+            DataFrame with step and status ("done" | "already done" | "updated" | "kept ..." | "would run" |
+            "skipped (done earlier)"); a keep-going plan adds ``now``, each resource's state after the run.
 
         Raises:
-            StepFailedError: with the command's stderr; the state file remembers the steps before it.
+            StepFailedError: a provisioning step failed; its stderr is in the message.
+            PlanIncompleteError: a keep-going plan ended with failures or resources still there.
 
         Example:
             >>> plan.apply()                # dry run: what would run
             >>> plan.apply(dry_run=False)   # for real; re-run after fixing a failure to continue
         """
         state = self._load()
-        rows = []
         if not self.applicable:
             dry_run = True
         if dry_run:
+            rows = []
             for s in self.steps:
                 prev = state["steps"].get(s.name, {}).get("status")
                 rows.append({"step": s.name, "status": "skipped (done earlier)" if prev == "done" else "would run",
@@ -289,31 +358,60 @@ class Plan:
         needed = {m for s in self.steps for a in (*s.command, *(s.check or ()), *s.expect) for m in VARIABLE.findall(a)}
         variables = self._variables(state, needed)
         state["variables"] = {k: v for k, v in variables.items() if k in self.variables}  # never env secrets
+        rows: list[dict] = []
+        failed: dict[str, str] = {}  # step -> why (failed or skipped because a step it needs failed)
         bar = tqdm(self.steps, desc=f"{self.kind} plan", unit="step", disable=not progress)
         try:
             for s in bar:
                 bar.set_postfix_str(s.name)
-                if state["steps"].get(s.name, {}).get("status") == "done":
-                    rows.append({"step": s.name, "status": "skipped (done earlier)"})
+                needs = [a for a in s.after if a in failed]
+                if self.keep_going and needs:
+                    failed[s.name] = f"skipped (needs {', '.join(needs)}, which did not complete)"
+                    rows.append({"step": s.name, "status": failed[s.name]})
                     continue
-                if self._is_done(s, variables):
-                    status = "already done"
-                else:
-                    stdin = s.make_stdin() if s.make_stdin else s.stdin
-                    r = self._run(s.command, variables, stdin)
-                    if r.returncode != 0:
-                        state["steps"][s.name] = {"status": "failed", "at": _now(), "returncode": r.returncode,
-                                                  "stderr": r.stderr[-4000:]}
-                        self._save(state)
-                        raise StepFailedError(
-                            s.name, _join(s.command), r.returncode, r.stderr,
-                            fix=f"fix the cause above, then run plan.apply(dry_run=False) again: it resumes at {s.name!r}",
-                        )
-                    status = "done"
-                state["steps"][s.name] = {"status": "done", "at": _now()}
-                self._save(state)
-                self._invalidate(s.name)
+                status = self._apply_step(s, variables, state)
+                if status.startswith("failed"):
+                    failed[s.name] = status
                 rows.append({"step": s.name, "status": status})
         finally:
             bar.close()
-        return pd.DataFrame(rows)
+        out = pd.DataFrame(rows)
+        if not self.keep_going:
+            return out
+        left = self.remaining(variables=variables)
+        now = dict(zip(left["step"], left["state"], strict=True))
+        out["now"] = [now.get(n, "") for n in out["step"]]
+        remaining = left[left["state"] != "gone"]
+        if failed or not remaining.empty:
+            raise PlanIncompleteError(out, remaining.reset_index(drop=True), fix=self.fix or "fix the causes above and re-apply")
+        return out
+
+    def _apply_step(self, s: Step, variables: dict[str, str], state: dict) -> str:
+        done, seen = self._is_done(s, variables)
+        if done and not s.refresh:
+            status = "already gone" if s.absent else "already done"
+        else:
+            try:
+                stdin = s.make_stdin() if s.make_stdin else s.stdin
+            except NotFoundError:
+                if done:  # the resource exists, but no new value is at hand: keep it as it is
+                    state["steps"][s.name] = {"status": "done", "at": _now()}
+                    self._save(state)
+                    return "kept (no new value in the environment)"
+                raise
+            r = self._run(s.command, variables, stdin)
+            if r.returncode != 0:
+                state["steps"][s.name] = {"status": "failed", "at": _now(), "returncode": r.returncode,
+                                          "stderr": r.stderr[-4000:]}
+                self._save(state)
+                if self.keep_going:
+                    return f"failed (exit {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
+                fix = f"fix the cause above, then run plan.apply(dry_run=False) again: it resumes at {s.name!r}"
+                if s.hint and seen and not s.absent:
+                    fix = f"the check found {seen!r}: {s.hint}"
+                raise StepFailedError(s.name, _join(s.command), r.returncode, r.stderr, fix=fix)
+            status = "updated" if done else "done"
+        state["steps"][s.name] = {"status": "done", "at": _now()}
+        self._save(state)
+        self._invalidate((s.name, *s.invalidates))
+        return status

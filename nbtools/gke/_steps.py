@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from nbtools import manifests
-from nbtools.gke._plan import Step
+import re
+import shlex
 
-__all__ = ["build_steps", "context_name", "wi_member", "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
+from nbtools import manifests
+from nbtools.gke._plan import Step, _join
+from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
+
+__all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
+           "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
 
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_NAMESPACE = "kuberay-system"
-AUTOPILOT_NCCL_INSTALLER = (
-    "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/master/"
-    "gpudirect-rdma/nccl-rdma-installer-autopilot.yaml"
-)
-
-
 def PROJECT_NUMBER_LOOKUP(project: str) -> tuple[str, ...]:  # noqa: N802 - reads like the variable it fills
     return ("gcloud", "projects", "describe", project, "--format=value(projectNumber)")
 
@@ -85,7 +84,7 @@ def build_steps(cfg) -> list[Step]:
         expect=tuple(apis),
     ))
 
-    def network(name: str, what: str, *extra: str) -> Step:
+    def network(name: str, what: str, *extra: str) -> Step:  # the undo lives in nbtools.gke._destroy
         return Step(
             name, what, ("gcloud", "compute", "networks", "create", f"{pre}-{name}", P, "--subnet-mode=custom", *extra),
             check=("gcloud", "compute", "networks", "describe", f"{pre}-{name}", P, "--format=value(name)"),
@@ -100,7 +99,7 @@ def build_steps(cfg) -> list[Step]:
             undo=("gcloud", "compute", "networks", "subnets", "delete", f"{pre}-{sub}", P, region, "--quiet"),
         )
 
-    steps.append(network("gvnic-net", "VPC for the gVNIC NIC (eth1)"))
+    steps.append(network("gvnic-net", f"VPC for the gVNIC NIC (eth1), MTU {c.gvnic_mtu}", f"--mtu={c.gvnic_mtu}"))
     steps.append(subnet("gvnic-subnet", "gvnic-sub", "gvnic-net", "192.168.0.0/24"))
     steps.append(Step(
         "gvnic-firewall", "allow internal traffic on the gVNIC VPC",
@@ -113,7 +112,7 @@ def build_steps(cfg) -> list[Step]:
                          f"--network-profile={g.zone}-vpc-roce"))
     steps += [subnet(f"rdma-subnet-{i}", f"rdma-sub-{i}", "rdma-net", f"192.168.{i + 1}.0/24") for i in range(8)]
 
-    cluster_check = ("gcloud", "container", "clusters", "describe", c.name, P, loc, "--format=value(name)")
+    cluster_check = ("gcloud", "container", "clusters", "describe", c.name, P, loc, "--format=value(status)")
     cluster_undo = ("gcloud", "container", "clusters", "delete", c.name, P, loc, "--quiet")
     version = (f"--cluster-version={c.gke_version}",) if c.gke_version else ()
     if c.mode == "autopilot":
@@ -125,11 +124,14 @@ def build_steps(cfg) -> list[Step]:
                "--enable-dataplane-v2", "--enable-ip-alias", "--enable-multi-networking",
                f"--addons={','.join(addons)}", f"--workload-pool={g.project}.svc.id.goog",
                f"--machine-type={c.head_machine_type}", "--num-nodes=1", *version)
-    steps.append(Step("cluster", f"GKE {c.mode} cluster with multi-networking", cmd, check=cluster_check, undo=cluster_undo))
+    steps.append(Step("cluster", f"GKE {c.mode} cluster with multi-networking", cmd, check=cluster_check, undo=cluster_undo,
+                      states=("RUNNING", "RECONCILING"),
+                      hint=f"the cluster is not usable; read its status message (gcloud container clusters describe {c.name} "
+                           f"{P} {loc}) and, if it stays in ERROR, delete it (the destroy plan) and re-apply"))
+    # No check: a context of the same name may point at an older cluster's endpoint; get-credentials rewrites it.
     steps.append(Step(
-        "credentials", f"kubeconfig context {ctx}",
+        "credentials", f"kubeconfig context {ctx} (refreshed on every apply: a stale context is not a done one)",
         ("gcloud", "container", "clusters", "get-credentials", c.name, P, loc),
-        check=("kubectl", "config", "get-contexts", ctx, "-o", "name"),
         undo=("kubectl", "config", "delete-context", ctx),
     ))
     if c.mode == "standard":
@@ -146,21 +148,18 @@ def build_steps(cfg) -> list[Step]:
             "gpu-pool", f"{c.worker_replicas} x {c.machine_type} ({c.provisioning}), 8 x {c.gpu_type}, gVNIC + 8 RDMA NICs",
             ("gcloud", "container", "node-pools", "create", c.node_pool, P, f"--cluster={c.name}", loc,
              f"--node-locations={g.zone}", f"--machine-type={c.machine_type}",
-             f"--accelerator=type={c.gpu_type},count={c.gpus_per_node}", f"--num-nodes={c.worker_replicas}",
-             *capacity, *nics),
-            check=("gcloud", "container", "node-pools", "describe", c.node_pool, P, f"--cluster={c.name}", loc, "--format=value(name)"),
+             f"--accelerator=type={c.gpu_type},count={c.gpus_per_node},gpu-driver-version={c.gpu_driver_version}",
+             f"--num-nodes={c.worker_replicas}", *capacity, *nics),
+            check=("gcloud", "container", "node-pools", "describe", c.node_pool, P, f"--cluster={c.name}", loc,
+                   "--format=value(status)"),
+            states=("RUNNING", "RECONCILING"),
+            hint=(f"the pool exists but is not running (ERROR or RUNNING_WITH_ERROR: e.g. no {c.provisioning} capacity "
+                  f"for {c.machine_type} in {g.zone}); read its status message (gcloud container node-pools describe "
+                  f"{c.node_pool} {P} --cluster={c.name} {loc}), delete it (gcloud container node-pools delete "
+                  f"{c.node_pool} {P} --cluster={c.name} {loc} --quiet) and re-apply, or change cluster.provisioning / zone"),
             undo=("gcloud", "container", "node-pools", "delete", c.node_pool, P, f"--cluster={c.name}", loc, "--quiet"),
         ))
-        steps.append(_kubectl_objects_steps(cfg, "nccl-installer", "gIB NCCL plugin installer DaemonSet on the GPU nodes",
-                                            [manifests.nccl_installer(cfg)], ctx))
-    else:
-        steps.append(Step(
-            "nccl-installer", "Google's Autopilot gIB NCCL installer (Autopilot only admits its allow-listed DaemonSet)",
-            ("kubectl", f"--context={ctx}", "apply", "-f", AUTOPILOT_NCCL_INSTALLER),
-            check=("kubectl", f"--context={ctx}", "--namespace=kube-system", "get", "daemonsets.apps", "-l",
-                   "k8s-app=nccl-rdma-installer", "-o", "name"),
-            undo=("kubectl", f"--context={ctx}", "delete", "-f", AUTOPILOT_NCCL_INSTALLER, "--ignore-not-found"),
-        ))
+    steps.append(_nccl_installer(cfg, ctx))
     if s.kind == "lustre":
         # The installed gcloud (528) has no flag for the Managed Lustre CSI driver, so the plan does not guess one:
         # it stops here, with kubectl's NotFound, until the driver is enabled (newer gcloud or the console).
@@ -217,21 +216,81 @@ def build_steps(cfg) -> list[Step]:
     if s.kind != "none":
         steps.append(_kubectl_objects_steps(cfg, "storage", f"PV + PVC of the shared {s.mount_path} ({s.kind})",
                                             manifests.storage_objects(cfg), ctx))
+    steps += verl_source_steps(cfg)
     for env, name, key, var in manifests.secret_specs(cfg):
         placeholder = manifests.secrets(cfg)
         obj = next(o for o in placeholder if o["metadata"]["name"] == name)
+        check = ("kubectl", f"--context={ctx}", f"--namespace={c.namespace}", "get", f"secrets/{name}", "-o", "name")
         steps.append(Step(
-            f"secret-{name}", f"Secret {name} (pod env {env}) from ${var} at apply time; never written or shown",
+            f"secret-{name}", f"Secret {name} (pod env {env}) from ${var}, re-applied on every apply (a rotated token "
+                              "reaches the pods); never written or shown",
             ("kubectl", f"--context={ctx}", "apply", "--server-side", "--field-manager=nbtools", "-f", "-"),
             stdin=manifests.to_yaml(obj),
             make_stdin=_secret_stdin(cfg, name),
-            script=(f'printf %s "${var}" | kubectl --context={ctx} --namespace={c.namespace} create secret generic {name} '
-                    f"--from-file={key}=/dev/stdin --dry-run=client -o yaml | kubectl --context={ctx} apply --server-side "
-                    "--field-manager=nbtools -f -"),
-            check=("kubectl", f"--context={ctx}", f"--namespace={c.namespace}", "get", f"secrets/{name}", "-o", "name"),
+            script=(f'if [[ -n "${{{var}:-}}" ]]; then printf %s "${var}" | kubectl --context={ctx} --namespace={c.namespace} '
+                    f"create secret generic {name} --from-file={key}=/dev/stdin --dry-run=client -o yaml | kubectl "
+                    f"--context={ctx} apply --server-side --field-manager=nbtools -f -\n"
+                    f"elif EXPECT=(); STATES=(); done_ {_join(check)}; then echo 'keep secret-{name}: ${var} is not set, "
+                    f"the Secret stays as it is'\nelse echo 'secret-{name}: export {var} first' >&2; exit 1; fi"),
+            check=check,
+            refresh=True,
             undo=("kubectl", f"--context={ctx}", f"--namespace={c.namespace}", "delete", f"secrets/{name}", "--ignore-not-found"),
         ))
     return steps
+
+
+def verl_code_dir(cfg) -> str:
+    """Where verl's source sits on the pods (``trainer.code_dir``, default ``<mount>/verl``, tutorial 002's /data/verl)."""
+    return cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
+
+
+def verl_source_steps(cfg) -> list[Step]:
+    """Tutorial 002's "clone verl and upload it to the bucket", pinned: a release tag fetched here, synced to the bucket.
+
+    Both ``verl.trainer.main_ppo`` and the gsm8k preparation ``cd`` into the code dir, and nothing else puts verl
+    there (the image has no checkout). The synced tree carries a ``.nbtools-verl-ref`` marker, so the check reads which
+    release is on the bucket and a new ``trainer.verl_ref`` syncs again. Only for gcsfuse storage (the bucket is the
+    mount); with Lustre, ``nbtools.launch.lint`` asks to copy it there.
+    """
+    t, s = cfg.trainer, cfg.storage
+    mount = s.mount_path.rstrip("/") + "/"
+    code = verl_code_dir(cfg)
+    if t.kind != "verl" or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
+        return []
+    local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
+    tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"
+    dest = f"gs://{s.bucket}/{code[len(mount):].strip('/')}"
+    fetch = (f"set -euo pipefail; rm -rf {shlex.quote(tmp)}; git clone --quiet --depth=1 --branch={shlex.quote(t.verl_ref)} "
+             f"{shlex.quote(t.verl_repo)} {shlex.quote(tmp)}/verl; rm -rf {shlex.quote(tmp)}/verl/.git; "
+             f"printf %s {shlex.quote(t.verl_ref)} > {shlex.quote(tmp)}/verl/{marker}; rm -rf {shlex.quote(str(local))}; "
+             f"mv {shlex.quote(tmp)} {shlex.quote(str(local))}")
+    P = f"--project={cfg.gcp.project}"
+    return [
+        Step("verl-fetch", f"verl {t.verl_ref} from {t.verl_repo} into {local} (no .git)", ("bash", "-c", fetch),
+             check=("cat", f"{tree}/{marker}"), expect=(t.verl_ref,)),
+        Step("verl-source", f"verl {t.verl_ref} on the bucket at {dest} = {code} on the pods (cd there to train/prepare)",
+             ("gcloud", "storage", "rsync", "--recursive", "--delete-unmatched-destination-objects", tree, dest, P),
+             check=("gcloud", "storage", "cat", f"{dest}/{marker}", P), expect=(t.verl_ref,)),
+    ]
+
+
+def _nccl_installer(cfg, ctx: str) -> Step:
+    """Google's published gIB installer at the pinned ref, annotated with that ref so the check can see a re-pin."""
+    c = cfg.cluster
+    url, ns = nccl_installer_url(cfg), NCCL_INSTALLER_NAMESPACE[c.mode]
+    ds = ("kubectl", f"--context={ctx}", f"--namespace={ns}")
+    apply = _join(("kubectl", f"--context={ctx}", "apply", "-f", url))
+    note = _join((*ds, "annotate", "daemonsets.apps/nccl-rdma-installer", f"{INSTALLER_REF_ANNOTATION}={c.nccl_installer_ref}",
+                  "--overwrite"))
+    return Step(
+        "nccl-installer", f"Google's gIB NCCL installer DaemonSet ({ns}) from container-engine-accelerators@"
+                          f"{c.nccl_installer_ref[:12]}",
+        ("bash", "-c", f"{apply} && {note}"),
+        check=(*ds, "get", "daemonsets.apps/nccl-rdma-installer", "-o",
+               "jsonpath={.metadata.annotations." + INSTALLER_REF_ANNOTATION + "}"),
+        expect=(c.nccl_installer_ref,),
+        undo=("kubectl", f"--context={ctx}", "delete", "-f", url, "--ignore-not-found"),
+    )
 
 
 def _secret_stdin(cfg, name: str):

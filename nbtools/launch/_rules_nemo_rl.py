@@ -17,6 +17,7 @@ __all__ = ["check_nemo_rl"]
 def check_nemo_rl(cfg: Experiment, r: LintReport) -> None:
     """Run every NeMo-RL rule on ``cfg``, appending to ``r``."""
     tree = _keys(cfg, r)
+    _added_keys(cfg, r, tree)
     _gemma(cfg, r, tree)
     _consolidated(cfg, r)
     _lengths(cfg, r, tree)
@@ -82,6 +83,46 @@ def _keys(cfg: Experiment, r: LintReport) -> dict[str, Any]:
             "target `images.nemo_rl_version: v0.7.0` (nested data.train / data.validation) or drop `data.validation`",
         ))
     return tree
+
+
+# Sub-trees whose keys NeMo-RL hands on without a schema (engine kwargs, chat-template kwargs, HF config overrides, env
+# vars, per-environment and per-dataset options, logger backends): a `+key` there is not "unknown".
+_OPEN = ("policy.generation.vllm_kwargs.", "policy.tokenizer.chat_template_kwargs.", "policy.hf_config_overrides.",
+         "policy.dtensor_cfg.automodel_kwargs.", "policy.dtensor_cfg.env_vars.", "policy.megatron_cfg.env_vars.",
+         "policy.env_vars.", "env.", "data.", "logger.wandb.", "logger.mlflow.", "logger.tensorboard.",
+         "logger.swanlab.")
+# Chat templates that read `enable_thinking`: Qwen3's ends `{%- if enable_thinking is defined and enable_thinking is
+# false %}{{- '<think>\n\n</think>\n\n' }}` (Qwen/Qwen3-* tokenizer_config.json); Gemma-3's never mentions it.
+_READS_ENABLE_THINKING = re.compile(r"qwen3", re.I)
+
+
+def _added_keys(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
+    """`+key` overrides the release has no key for (Hydra adds them, nothing reads them), and known no-ops."""
+    r.checked.append("unknown-added-keys")
+    version = cfg.images.nemo_rl_version
+    known = _tree.version_keys(version)
+    other = [v for v in NEMO_RL_VERSIONS if v != version]
+    for o in nemo_rl.overrides(cfg, tree):
+        if not o.add or o.key in known or o.key.startswith(_OPEN):
+            continue
+        where = f" (it is one in {', '.join(v for v in other if o.key in _tree.version_keys(v))})" if any(
+            o.key in _tree.version_keys(v) for v in other) else ""
+        r.findings.append(Finding(
+            "warning", "unknown-added-keys", o.source or "trainer.overrides",
+            f"`+{o.key}` is not a key of NeMo-RL {version}{where}: no config of that release has it, so Hydra adds it "
+            "and nothing reads it (the run behaves as if it were not set)",
+            (f"drop `{o.source}` for {version}" if o.source and not o.source.startswith("trainer.overrides") else
+             "remove the override") + (f", or target `images.nemo_rl_version: {other[-1]}`" if where else ""),
+        ))
+    value = _effective(cfg, "policy.tokenizer.chat_template_kwargs.enable_thinking",
+                       cfg.model.chat_template_kwargs.get("enable_thinking"))
+    if value is not None and not _READS_ENABLE_THINKING.search(cfg.model.name):
+        r.findings.append(Finding(
+            "warning", "unknown-added-keys", "model.chat_template_kwargs.enable_thinking",
+            f"enable_thinking={value} changes nothing for {cfg.model.name}: only chat templates that read it (Qwen3's) "
+            "switch thinking on or off; this model's template ignores the variable",
+            "remove it, and ask for reasoning in the prompt (data.prompt_file) instead",
+        ))
 
 
 def _gemma(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
@@ -153,4 +194,26 @@ def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
             f"vLLM's max_model_len {model_len} (fixed in the recipe) is below policy.max_total_sequence_length {total}; "
             "generations are cut at the shorter length",
             f"set `trainer.vllm_cfg: {{max_model_len: {total}}}`",
+        ))
+    # NeMo-RL: prompts longer than data.max_input_seq_length are masked out of training, generations stop at
+    # policy.generation.max_new_tokens (and at vLLM's max_model_len for prompt + generation); both default to
+    # ${policy.max_total_sequence_length} in grpo_math_1B.yaml, but recipes pin them (gemma3-1b: 512 and 512).
+    prompt = _resolved(cfg, tree, "data.max_input_seq_length")
+    new = _resolved(cfg, tree, "policy.generation.max_new_tokens")
+    if not all(isinstance(v, int) for v in (total, prompt, new)):
+        return
+    if prompt + new < total:
+        r.findings.append(Finding(
+            "warning", "sequence-lengths", "grpo.max_new_tokens",
+            f"policy.max_total_sequence_length {total} is never reached: prompts are at most data.max_input_seq_length "
+            f"{prompt} tokens and generations at most max_new_tokens {new} ({prompt + new} in all), so reasoning is cut at "
+            f"{new} tokens whatever the total allows",
+            f"set `grpo.max_new_tokens: {total - prompt}` (prompt + generation = {total})",
+        ))
+    if isinstance(model_len, int) and new > model_len:
+        r.findings.append(Finding(
+            "warning", "sequence-lengths", "grpo.max_new_tokens",
+            f"max_new_tokens {new} exceeds vLLM's max_model_len {model_len}, which bounds prompt + generation: "
+            f"generations stop at {model_len} minus the prompt",
+            f"set `grpo.max_new_tokens: {max(1, model_len - prompt)}` or raise `trainer.vllm_cfg.max_model_len`",
         ))

@@ -28,6 +28,7 @@ __all__ = [
     "load_yaml_tree",
     "config_tree",
     "known_configs",
+    "version_keys",
     "flatten",
     "has_key",
     "get_value",
@@ -84,6 +85,12 @@ def config_tree(version: str, config: str) -> dict[str, Any] | None:
     """The resolved config tree of ``config`` (relative to the checkout) in ``version``; None when unknown."""
     tree = _data(version)["configs"].get(config.removeprefix("./"))
     return copy.deepcopy(tree) if tree is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def version_keys(version: str) -> frozenset[str]:
+    """Every dotted key that any GRPO config of ``version`` has: the release's key table (mapping nodes included)."""
+    return frozenset(k for tree in _data(version)["configs"].values() for k in flatten(tree))
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

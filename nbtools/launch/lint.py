@@ -23,6 +23,7 @@ from nbtools.errors import NbtoolsError
 from nbtools.launch._findings import Finding, LintReport
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_nemo_rl import check_nemo_rl
+from nbtools.launch._rules_verl import CodePresent, check_verl
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
 
@@ -83,6 +84,7 @@ def lint(
     resume: bool | None = None,
     client_ray_version: str | None = None,
     ignore_fit: bool = False,
+    code_present: CodePresent = None,
 ) -> LintReport:
     """Check ``cfg`` for the known launch traps; never raises for a finding (``launch.submit`` does).
 
@@ -94,6 +96,8 @@ def lint(
         resume: allow launching into a checkpoint_dir that has steps (default ``trainer.resume``).
         client_ray_version: the Ray this notebook talks with (default: the installed ``ray.__version__``).
         ignore_fit: report a config that certainly does not fit in GPU memory as a warning, not a blocking finding.
+        code_present: verl: whether its source is at ``trainer.code_dir`` on the pods (a bool, or a callable(path));
+            default: look when the dir is visible here, else the provisioning state of this machine.
 
     Example:
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
@@ -118,6 +122,8 @@ def lint(
         r.findings.append(f)
     if cfg.trainer.kind == "nemo-rl":
         check_nemo_rl(cfg, r)
+    else:
+        check_verl(cfg, r, code_present)
     check_fit(cfg, r, ignore=ignore_fit)
     return r
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
 from nbtools.launch import _tree
+from nbtools.rewards._ship import ENTRY_MODULE, reward_overrides
 
 __all__ = [
     "Override",
@@ -203,6 +204,12 @@ def _desired(cfg: Experiment, tree: dict[str, Any]) -> list[tuple[str, Any, str,
             out.append(("data.validation.dataset_name", d.validation, "set", "data.validation"))
         if d.prompt_file:
             out.append(("data.default.prompt_file", d.prompt_file, "set", "data.prompt_file"))
+    shipped = reward_overrides(cfg)  # the nbtools reward environment (nbtools.rewards.nemo_rl_env)
+    for k, v in shipped:
+        out.append((k, v, "always", "trainer.reward_functions"))
+    for k in ("data.train.env_name", "data.validation.env_name") if shipped and not v05 else ():
+        if _tree.get_value(tree, k) is not None:  # a recipe's per-dataset env_name beats data.default's
+            out.append((k, shipped[0][1], "always", "trainer.reward_functions"))
     out += [
         ("checkpointing.enabled", c.enabled, "set", "checkpointing.enabled"),
         ("checkpointing.checkpoint_dir", cfg.checkpoint_dir, "always", "checkpointing.checkpoint_dir"),
@@ -294,7 +301,10 @@ def command_lines(cfg: Experiment, *, overrides_list: list[Override] | None = No
     uploaded = local_recipe(cfg) is not None
     config_arg = f'"$WD"/{shlex.quote(recipe_path(cfg))}' if uploaded else shlex.quote(recipe_path(cfg))
     prefix = 'WD="$PWD" && ' if uploaded else ""
-    head = f"{prefix}cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u {shlex.quote(entry_script(cfg))} --config {config_arg}"
+    # with custom rewards, NeMo-RL's own entry script runs under nbtools' wrapper, which registers the environment first
+    wrapper = f"-m {ENTRY_MODULE} " if reward_overrides(cfg) else ""
+    head = (f"{prefix}cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u {wrapper}{shlex.quote(entry_script(cfg))} "
+            f"--config {config_arg}")
     return [head] + [shlex.quote(o.render()) for o in ovs]
 
 

@@ -41,10 +41,14 @@ __all__ = [
 SECRETS_FILE = ".nbtools_env"
 SECRET_ENV_NAMES = {"hf_token": "HF_TOKEN", "wandb_api_key": "WANDB_API_KEY"}
 
-# NCCL settings for Google's gIB plugin on A4 (B200) / A3 Ultra (H200) with RDMA (tutorial 002's runtime env);
-# only the tuner file differs between the two GPU types.
+# NCCL over Google's gIB plugin on A4 (B200) / A3 Ultra (H200) with RDMA: the variables of the gIB image's
+# /usr/local/gib/scripts/set_nccl_env.sh as GKE's NCCL RDMA guidance and recipes set them (NCCL_NET=gIB, the RoCE
+# traffic classes, the GPU type's tuner file). They are set in ONE place, the job's runtime_env: NeMo-RL forwards the
+# driver's environment to every actor and verl's actors inherit the job's. LD_LIBRARY_PATH is appended to, never
+# replaced: Ray expands ``${LD_LIBRARY_PATH}`` in runtime_env env_vars against the process's own value (ray
+# ``_private/utils.update_envs``), so the image's paths (CUDA, NeMo-RL's) stay in front.
 _GIB_NCCL = {
-    "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so",
+    "NCCL_NET": "gIB",
     "NCCL_CROSS_NIC": "0",
     "NCCL_NET_GDR_LEVEL": "PIX",
     "NCCL_P2P_NET_CHUNKSIZE": "131072",
@@ -53,12 +57,18 @@ _GIB_NCCL = {
     "NCCL_IB_QPS_PER_CONNECTION": "4",
     "NCCL_IB_TC": "52",
     "NCCL_IB_FIFO_TC": "84",
-    "GLOO_SOCKET_IFNAME": "eth0",
+    "GLOO_SOCKET_IFNAME": "eth0",  # not NCCL: torch's Gloo bootstrap on the pod network (tutorial 002's runtime env)
+    "LD_LIBRARY_PATH": "${LD_LIBRARY_PATH}:/usr/local/gib/lib64:/usr/local/nvidia/lib64",
 }
 
 
 def gib_nccl_env(tuner_config: str) -> dict[str, str]:
-    """NCCL/gIB variables for a GKE A4 / A3 Ultra node, with the GPU type's tuner file."""
+    """NCCL/gIB variables for a GKE A4 / A3 Ultra node, with the GPU type's tuner file (the only place they are set).
+
+    Example:
+        >>> gib_nccl_env("/usr/local/gib/configs/tuner_config_a4.txtpb")["NCCL_NET"]
+        'gIB'
+    """
     return {**_GIB_NCCL, "NCCL_TUNER_CONFIG_PATH": tuner_config}
 
 

@@ -16,7 +16,10 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.launch.nemo_rl import hydra_value, parse_override
 
-__all__ = ["code_dir", "data_dir", "overrides", "command", "command_lines", "prepare_command"]
+__all__ = ["code_dir", "data_dir", "overrides", "effective", "command", "command_lines", "prepare_command", "KL_LOSS_TYPE"]
+
+# verl's GRPO KL estimator (ppo_trainer.yaml `kl_loss_type: low_var_kl # for grpo`): k3, as NeMo-RL's default
+KL_LOSS_TYPE = "low_var_kl"
 
 # dataset name -> verl's preprocessing script (examples/data_preprocess/<x>.py in the verl checkout)
 PREPROCESS = {"gsm8k": "examples/data_preprocess/gsm8k.py", "math": "examples/data_preprocess/math_dataset.py"}
@@ -45,7 +48,11 @@ def _base(cfg: Experiment) -> list[tuple[str, Any]]:
         ("actor_rollout_ref.rollout.name", "vllm"),
         ("actor_rollout_ref.rollout.n", g.num_generations_per_prompt),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size", cfg.model.tensor_parallel_size),
-        ("algorithm.kl_ctrl.kl_coef", g.kl_penalty),
+        # GRPO's KL in verl is a loss term (docs algo/grpo.md; ppo_trainer.yaml "use_kl_loss: False # True for GRPO");
+        # algorithm.kl_ctrl.kl_coef is read only with algorithm.use_kl_in_reward=True (ray_trainer.py), off by default.
+        ("actor_rollout_ref.actor.use_kl_loss", g.kl_penalty > 0),
+        *([("actor_rollout_ref.actor.kl_loss_coef", g.kl_penalty), ("actor_rollout_ref.actor.kl_loss_type", KL_LOSS_TYPE)]
+          if g.kl_penalty > 0 else []),
         ("trainer.logger", loggers[0] if len(loggers) == 1 else loggers),
         ("trainer.project_name", cfg.logging.wandb_project or "nbtools"),
         ("trainer.experiment_name", cfg.name),
@@ -64,6 +71,23 @@ def overrides(cfg: Experiment) -> list[str]:
     user = {parse_override(o)[1]: o for o in cfg.trainer.overrides}
     out = [f"{k}={hydra_value(v)}" for k, v in _base(cfg) if k not in user]
     return out + list(cfg.trainer.overrides)
+
+
+def effective(cfg: Experiment) -> dict[str, str]:
+    """Every key the verl command sets, as the job sees it (``trainer.overrides`` win), values as rendered.
+
+    Example:
+        >>> verl.effective(cfg)["actor_rollout_ref.actor.use_kl_loss"]
+        'true'
+    """
+    out: dict[str, str] = {}
+    for text in overrides(cfg):
+        prefix, key, value = parse_override(text)
+        if prefix == "~":
+            out.pop(key, None)
+        elif value is not None:
+            out[key] = value.strip("'\"")
+    return out
 
 
 def command_lines(cfg: Experiment) -> list[str]:

@@ -21,7 +21,7 @@ from nbtools.manifests._infra import (
     GCSFUSE_MOUNT_OPTIONS,
     LABELS,
     labels_for,
-    nccl_installer,
+    nccl_installer_url,
     network_names,
     network_objects,
     secret_specs,
@@ -29,12 +29,12 @@ from nbtools.manifests._infra import (
     service_account,
     storage_objects,
 )
-from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, gpu_env, raycluster
+from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, raycluster
 
 __all__ = [
     "raycluster", "all_objects", "workload_objects", "infra_objects", "to_yaml", "render", "write",
     "service_account", "secrets", "secret_specs", "storage_objects", "network_objects", "network_names",
-    "nccl_installer", "gpu_env", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
+    "nccl_installer_url", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
 ]
 
 
@@ -44,11 +44,12 @@ def workload_objects(cfg) -> list[dict[str, Any]]:
 
 
 def infra_objects(cfg) -> list[dict[str, Any]]:
-    """Cluster-wide objects the provisioning plan applies: GKE network mapping and the NCCL installer."""
-    objs = network_objects(cfg)
-    if cfg.cluster.mode == "standard":
-        objs.append(nccl_installer(cfg))
-    return objs
+    """Cluster-wide objects the provisioning plan applies: the GKE network mapping.
+
+    (The gIB NCCL installer is Google's published manifest, applied by URL at ``cluster.nccl_installer_ref``; see
+    ``nbtools.gke.nccl_installer_url`` and the header of ``render``.)
+    """
+    return network_objects(cfg)
 
 
 def all_objects(cfg) -> list[dict[str, Any]]:
@@ -95,6 +96,7 @@ def render(cfg) -> str:
         f"# Generated from experiments/{src} by `make manifests` (python -m nbtools.manifests --write manifests/).",
         "# Do not edit: change the experiment file and regenerate. Apply with: kubectl apply --server-side -f <this file>",
     ]
+    lines.append(f"# First, Google's gIB NCCL installer at the pinned ref: kubectl apply -f {nccl_installer_url(cfg)}")
     for env, name, key, var in secret_specs(cfg):
         lines.append(
             f"# Secret {name} (pod env {env}) is not in this file; create it without echoing the value:"

@@ -1,4 +1,8 @@
-"""Cluster infrastructure objects as plain data: storage, identity, secrets, GKE networks, NCCL installer."""
+"""Cluster infrastructure objects as plain data: storage, identity, secrets, GKE networks.
+
+The gIB NCCL installer is not built here: the provisioning plan applies Google's published manifest at a pinned
+commit (``cluster.nccl_installer_ref``), as the GKE tutorials do, instead of a hand copy that falls behind it.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,19 @@ from nbtools.errors import NotFoundError
 
 __all__ = [
     "LABELS", "labels_for", "data_volume", "secret_env", "secret_specs", "storage_objects", "service_account",
-    "secrets", "network_objects", "nccl_installer", "GCSFUSE_MOUNT_OPTIONS", "GIB_IMAGE",
+    "secrets", "network_objects", "GCSFUSE_MOUNT_OPTIONS", "nccl_installer_url", "NCCL_INSTALLER_NAMESPACE",
+    "INSTALLER_REF_ANNOTATION",
 ]
 
 MANAGED_BY = "nbtools"
 LABELS = {"app.kubernetes.io/managed-by": MANAGED_BY}
-GIB_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-gib/nccl-plugin-gib:v1.0.6"
+
+# Google's gIB NCCL installer (GoogleCloudPlatform/container-engine-accelerators, gpudirect-rdma/): the Standard
+# manifest deploys DaemonSet nccl-rdma-installer into kube-system, the Autopilot one into its own rdma-system.
+_INSTALLER_RAW = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators"
+NCCL_INSTALLER_FILE = {"standard": "nccl-rdma-installer.yaml", "autopilot": "nccl-rdma-installer-autopilot.yaml"}
+NCCL_INSTALLER_NAMESPACE = {"standard": "kube-system", "autopilot": "rdma-system"}
+INSTALLER_REF_ANNOTATION = "nbtools/nccl-installer-ref"
 
 # Tutorial 002 (verl on GKE): metadata cache without TTL, unlimited file cache with parallel downloads,
 # streaming writes. Checkpoints are written once and read back by the merge, so this favours throughput.
@@ -31,6 +42,16 @@ GCSFUSE_MOUNT_OPTIONS = [
     "write:enable-streaming-writes:true",
     "write:global-max-blocks:200000",
 ]
+
+
+def nccl_installer_url(cfg) -> str:
+    """Google's published gIB NCCL installer manifest for the cluster's mode, at ``cluster.nccl_installer_ref``.
+
+    Example:
+        >>> nbtools.manifests.nccl_installer_url(cfg).rsplit("/", 1)[-1]
+        'nccl-rdma-installer.yaml'
+    """
+    return f"{_INSTALLER_RAW}/{cfg.cluster.nccl_installer_ref}/gpudirect-rdma/{NCCL_INSTALLER_FILE[cfg.cluster.mode]}"
 
 
 def labels_for(cfg) -> dict[str, str]:
@@ -198,63 +219,3 @@ def network_objects(cfg) -> list[dict[str, Any]]:
             },
         })
     return objs
-
-
-def nccl_installer(cfg) -> dict[str, Any]:
-    """DaemonSet that installs the gIB NCCL plugin into /home/kubernetes/bin/{gib,nvidia/lib64} on GPU nodes.
-
-    The worker pods mount those host paths at /usr/local/gib and /usr/local/nvidia (see ``raycluster``).
-    """
-    sysctl = "; ".join(f"sysctl -w net.ipv4.conf.gpu{i}rdma0.log_martians=0 || true" for i in range(8))
-    install = (
-        "set -ex; /scripts/container_entry.sh install --install-nccl; "
-        "cp -r /var/lib/gib/lib64/. /host/nvidia/lib64; cp -r /var/lib/gib/. /host/gib"
-    )
-    app = {"k8s-app": "nccl-rdma-installer"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "nccl-rdma-installer", "namespace": "kube-system", "labels": {**labels_for(cfg), **app}},
-        "spec": {
-            "selector": {"matchLabels": dict(app)},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {"labels": dict(app)},
-                "spec": {
-                    "priorityClassName": "system-node-critical",
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                        {"matchExpressions": [
-                            {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": [cfg.cluster.gpu_type]}
-                        ]}
-                    ]}}},
-                    "tolerations": [{"operator": "Exists"}],
-                    "hostNetwork": True,
-                    "hostPID": True,
-                    "volumes": [
-                        {"name": "nvidia-lib64", "hostPath": {"path": "/home/kubernetes/bin/nvidia/lib64", "type": "DirectoryOrCreate"}},
-                        {"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib", "type": "DirectoryOrCreate"}},
-                    ],
-                    "initContainers": [
-                        {
-                            "name": "disable-log-martians",
-                            "image": "alpine:3.20",
-                            "command": ["/bin/sh", "-c", sysctl],
-                            "securityContext": {"privileged": True},
-                        },
-                        {
-                            "name": "nccl-rdma-installer",
-                            "image": GIB_IMAGE,
-                            "command": ["/bin/sh", "-c", install],
-                            "resources": {"requests": {"cpu": "150m"}},
-                            "securityContext": {"privileged": True},
-                            "volumeMounts": [
-                                {"name": "nvidia-lib64", "mountPath": "/host/nvidia/lib64"},
-                                {"name": "gib", "mountPath": "/host/gib"},
-                            ],
-                        },
-                    ],
-                    "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
-                },
-            },
-        },
-    }

@@ -8,7 +8,7 @@ from typing import Any
 
 from nbtools.manifests._infra import LABELS, data_volume, labels_for, secret_env
 
-__all__ = ["raycluster", "NIC_ANNOTATIONS", "gpu_env", "HEAD_PORTS"]
+__all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS"]
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "tensorboard": 6006}
 
@@ -32,32 +32,6 @@ _GCSFUSE_ANNOTATIONS = {
     "gke-gcsfuse/memory-limit": "0",
     "gke-gcsfuse/ephemeral-storage-limit": "0",
 }
-
-
-def gpu_env(tuner_config: str) -> list[dict[str, str]]:
-    """NCCL over gIB (GKE's RDMA NCCL plugin) for the GPU workers; the tuner file depends on the GPU type.
-
-    The values follow GKE's own NeMo-RL recipe (10 NICs, NCCL_CROSS_NIC=0, NCCL_NET=gIB) and the gIB
-    plugin's published RoCE settings; ``LD_LIBRARY_PATH`` puts the gIB plugin before the host's driver libs.
-    """
-    env = {
-        "NCCL_NET": "gIB",
-        "NCCL_IB_GID_INDEX": "3",
-        "NCCL_CROSS_NIC": "0",
-        "NCCL_NET_GDR_LEVEL": "PIX",
-        "NCCL_IB_ADAPTIVE_ROUTING": "1",
-        "NCCL_IB_QPS_PER_CONNECTION": "4",
-        "NCCL_IB_TC": "52",
-        "NCCL_IB_FIFO_TC": "84",
-        "NCCL_P2P_NET_CHUNKSIZE": "131072",
-        "NCCL_NVLS_CHUNKSIZE": "524288",
-        "NCCL_TUNER_CONFIG_PATH": tuner_config,
-        "NCCL_SOCKET_IFNAME": "eth0",
-        "GLOO_SOCKET_IFNAME": "eth0",
-        "TP_SOCKET_IFNAME": "eth0",
-        "LD_LIBRARY_PATH": "/usr/local/gib/lib64:/usr/local/nvidia/lib64",
-    }
-    return [{"name": k, "value": v} for k, v in env.items()]
 
 
 def _resources(cpu: str, memory: str, gpus: int = 0) -> dict[str, Any]:
@@ -150,12 +124,16 @@ def raycluster(cfg) -> dict[str, Any]:
                 "name": "ray-worker",
                 "image": cfg.images.resolved_image,
                 "resources": _resources(c.worker_cpu, c.worker_memory, c.gpus_per_node),
-                "env": gpu_env(c.nccl_tuner_config) + secrets,
+                # NCCL/gIB variables are not set here but once, in the job's runtime_env
+                # (nbtools.launch.runtime_env.gib_nccl_env), which appends to the image's LD_LIBRARY_PATH.
+                "env": secrets,
                 "volumeMounts": worker_mounts,
             }
         ],
         "volumes": worker_volumes,
     }
+    if not secrets:
+        worker_spec["containers"][0].pop("env")
     labels = labels_for(cfg)
     return copy.deepcopy({
         "apiVersion": "ray.io/v1",

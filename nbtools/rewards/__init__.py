@@ -7,6 +7,10 @@ own with ``@nbtools.rewards.register("name")`` and mix them with NeMo-RL's YAML 
     mix = nbtools.rewards.combine([{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}])
     result = nbtools.rewards.rescore(run.read(), mix, ground_truth=nbtools.rehearsal.task.ground_truth_for)
 
+To use the same mix in a NeMo-RL run on a cluster, set ``trainer.reward_module`` (the file that registers your
+rewards) and ``trainer.reward_functions`` (the spec): the job carries the module (``reward_py_modules``) and NeMo-RL
+scores with it through ``nbtools.rewards.nemo_rl_env`` (``reward_overrides``).
+
 The plot of a re-scoring lives in the display module ``nbtools.rewards.display`` (loaded on first use).
 """
 
@@ -22,6 +26,13 @@ from nbtools.rewards._mix import Component, RewardMix, combine
 from nbtools.rewards._registry import RewardFn, available, get, register, unregister
 from nbtools.rewards._rescore import RescoreResult, assign_groups, rescore
 from nbtools.rewards._run import ground_truth, trained_with
+from nbtools.rewards._ship import (
+    check_rewards,
+    reward_env_config,
+    reward_module_path,
+    reward_overrides,
+    reward_py_modules,
+)
 from nbtools.rewards._text import extract_answer, split_think_answer
 
 __all__ = [
@@ -48,6 +59,11 @@ __all__ = [
     "rescore",
     "RescoreResult",
     "assign_groups",
+    "reward_py_modules",
+    "reward_overrides",
+    "reward_env_config",
+    "reward_module_path",
+    "check_rewards",
 ]
 
 del _builtins  # imported for its registrations

@@ -1,0 +1,24 @@
+"""Custom rewards for the NeMo-RL job: the `closeness` reward of notebook 08, as a module the job can carry.
+
+A reward defined in a notebook cell exists only in that kernel. To score the real run with it, keep it in a module
+like this one and name it in the experiment:
+
+    trainer:
+      reward_module: my_rewards.py          # relative to the experiment file; shipped in the job's py_modules
+      reward_functions:                     # NeMo-RL's shape, resolved in nbtools' reward registry
+        - {name: math_expr, weight: 0.7}
+        - {name: closeness, weight: 0.3, kwargs: {scale: 9.0}}
+
+Importing the module registers its rewards (here and, through nbtools.rewards.nemo_rl_env, in the job).
+"""
+
+import nbtools
+
+
+@nbtools.rewards.register("closeness")
+def closeness(ground_truth: str, response: str, scale: float = 9.0) -> tuple[float, bool | None]:
+    """1 - |answer - truth| / scale for integer answers (at least 0); 0 when there is no integer answer."""
+    answer = nbtools.rewards.extract_answer(response)
+    if answer is None or not answer.isdigit() or not ground_truth.isdigit():
+        return 0.0, None
+    return max(0.0, 1.0 - abs(int(answer) - int(ground_truth)) / scale), None

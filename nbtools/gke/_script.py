@@ -1,0 +1,106 @@
+"""A plan as a bash script: the same checks and commands as ``Plan.apply``, for people who run plans by hand.
+
+A provisioning script stops at its first failure (``set -e``). A keep-going script (the destroy plan) records each
+failure, skips only the steps that need a failed one, and ends with a "what is still there" check of every resource,
+exiting non-zero when something failed or remains, so a refused bucket delete cannot leave the GPU pool billing.
+"""
+
+from __future__ import annotations
+
+from nbtools.gke._plan import Plan, Step, _join, _quote
+
+__all__ = ["render"]
+
+_DONE = [
+    "done_() {  # true when the check succeeds and prints every EXPECT line (and, with STATES, exactly one of them)",
+    '  local out; out="$("$@" 2>/dev/null)" || return 1; [[ -n "$out" ]] || return 1',
+    '  for want in "${EXPECT[@]:-}"; do [[ -z "$want" || "$out" == *"$want"* ]] || return 1; done',
+    '  (( ${#STATES[@]} == 0 )) && return 0',
+    '  for s in "${STATES[@]}"; do [[ "$out" == "$s" ]] && return 0; done; return 1',
+    "}",
+]
+_GONE = [
+    "gone_() {  # true when the check succeeds and does not print the resource (a failing check proves nothing)",
+    '  local out; out="$("$@" 2>/dev/null)" || return 1; [[ -n "$out" ]] || return 0',
+    '  for want in "${EXPECT[@]:-}"; do [[ -n "$want" && "$out" != *"$want"* ]] && return 0; done; return 1',
+    "}",
+]
+
+
+def _set(s: Step) -> str:
+    exp = "EXPECT=(" + " ".join(_quote(e) for e in s.expect) + ")"
+    return exp + "; STATES=(" + " ".join(_quote(x) for x in s.states) + ")"
+
+
+def render(plan: Plan) -> str:
+    """The bash text of ``plan`` (see the module docstring)."""
+    head = [
+        "#!/usr/bin/env bash",
+        f"# nbtools {plan.kind} plan ({len(plan.steps)} steps). Safe to re-run: finished steps are skipped.",
+    ]
+    if plan.keep_going:
+        head += ["# A failed step does not stop the others; only the steps that need it are skipped.", "set -uo pipefail"]
+    else:
+        head.append("set -euo pipefail")
+    out = head + [""] + _DONE + _GONE
+    for name, cmd in plan.variables.items():
+        out.append(f'{name}="${{{name}:-$({_join(cmd)})}}"')
+    if plan.keep_going:
+        out += ["FAILED=()", 'failed_() { local d; for d in "$@"; do [[ " ${FAILED[*]:-} " == *" $d "* ]] && return 0; done; return 1; }']
+    for s in plan.steps:
+        out += ["", f"# --- {s.name}: {s.what}"]
+        out += _keep_going_step(plan, s) if plan.keep_going else _step(s)
+    if plan.keep_going:
+        out += _report(plan)
+    return "\n".join(out) + "\n"
+
+
+def _step(s: Step) -> list[str]:
+    body = s.script or s.command_str
+    if s.refresh or not s.check:
+        return [body]
+    test = "done_" if not s.absent else "gone_"
+    word = "already gone" if s.absent else "already done"
+    # the body is not indented: a heredoc's EOF must start its line
+    return [f"if {_set(s)}; {test} {_join(s.check)}; then echo 'skip {s.name}: {word}'; else", body, "fi"]
+
+
+def _keep_going_step(plan: Plan, s: Step) -> list[str]:
+    lines = []
+    first = "if"
+    if s.after:
+        deps = " ".join(_quote(a) for a in s.after)
+        lines.append(f"if failed_ {deps}; then echo 'skip {s.name}: needs {', '.join(s.after)}, which did not complete'; "
+                     f"FAILED+=({_quote(s.name)})")
+        first = "elif"
+    parent = plan._get(s.within)
+    if parent is not None and parent.check:
+        lines.append(f"{first} {_set(parent)}; gone_ {_join(parent.check)}; then echo 'skip {s.name}: gone with {parent.name}'")
+        first = "elif"
+    if s.check:
+        lines.append(f"{first} {_set(s)}; gone_ {_join(s.check)}; then echo 'skip {s.name}: already gone'")
+        first = "elif"
+    body = s.script or s.command_str
+    lines.append(f"{first} ! ( {body} ); then echo 'FAILED {s.name}' >&2; FAILED+=({_quote(s.name)})")
+    lines.append("fi")
+    return lines
+
+
+def _report(plan: Plan) -> list[str]:
+    out = ["", "# --- what is still there (one list check per resource)", "LEFT=0",
+           'still_() { echo "still there (or not checkable): $1"; LEFT=1; }']
+    for s in plan.steps:
+        if not s.check:
+            continue
+        label = _quote(f"{s.name} ({s.what})")
+        parent = plan._get(s.within)
+        cond = f"{_set(s)}; gone_ {_join(s.check)}"
+        if parent is not None and parent.check:
+            cond = f"{{ {_set(parent)}; gone_ {_join(parent.check)}; }} || {{ {cond}; }}"
+        out.append(f"{cond} || still_ {label}")
+    out += [
+        'if (( ${#FAILED[@]} )); then echo "did not complete: ${FAILED[*]}" >&2; fi',
+        'if (( ${#FAILED[@]} || LEFT )); then exit 1; fi',
+        "echo 'everything in this plan is gone'",
+    ]
+    return out

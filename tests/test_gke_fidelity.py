@@ -1,0 +1,271 @@
+"""Issue 14, GKE side: teardown order and keep-going, explicit driver and MTU, Google's installer at a pinned ref, and
+checks that read the live state. Plans are applied (and their scripts run) against tests/cloud_double.py, a small
+stand-in for gcloud/kubectl that refuses what GCP refuses (a non-empty bucket, a subnet still used by nodes)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from pathlib import Path
+
+import cloud_double
+import pytest
+import yaml
+
+import nbtools
+from nbtools.gke import Plan, PlanIncompleteError, StepFailedError
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = ROOT / "tests" / "assets" / "container-engine-accelerators" / "gpudirect-rdma"
+PRE = "nbtools-b200"
+BUCKET = "my-gcp-project-nemo-rl"
+CTX = "gke_my-gcp-project_us-central1_nbtools-b200"
+
+
+def _cfg(name="gke-b200-gemma3-1b.yaml", **over):
+    cfg = nbtools.config.load(ROOT / "experiments" / name, backend="gke")
+    return cfg.replace(**over) if over else cfg
+
+
+@pytest.fixture(autouse=True)
+def _runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("PROJECT_NUMBER", "123456")  # the plan's one look-up, answered without gcloud
+
+
+def _world(cfg, *, objects=True) -> dict:
+    """Everything the provisioning plan made, plus a RayCluster and (by default) a bucket that holds a run."""
+    member = nbtools.gke.wi_member(cfg).replace("${PROJECT_NUMBER}", "123456")
+    res = {f"cluster:{cfg.cluster.name}": "RUNNING", f"nodepool:{cfg.cluster.node_pool}": "RUNNING",
+           f"context:{CTX}": "ok", f"rayclusters:{cfg.cluster.name}": "ok", f"firewall:{PRE}-gvnic-internal": "ok",
+           f"network:{PRE}-gvnic-net": "ok", f"network:{PRE}-rdma-net": "ok", f"subnet:{PRE}-gvnic-sub": "ok",
+           f"bucket:{BUCKET}": "ok", f"iam:gs://{BUCKET}:{member}": "bound", "secrets:hf-secret": "old-token"}
+    res.update({f"subnet:{PRE}-rdma-sub-{i}": "ok" for i in range(8)})
+    if objects:
+        res[f"objects:{BUCKET}"] = "checkpoints, logs"
+    return res
+
+
+@pytest.fixture
+def cloud(tmp_path, monkeypatch):
+    """Install the gcloud/kubectl shims; returns a helper to read the world and the call log."""
+    bin_dir = tmp_path / "bin"
+
+    class Cloud:
+        def start(self, res: dict, fail=()):
+            env = cloud_double.install(bin_dir, res)
+            for k, v in env.items():
+                monkeypatch.setenv(k, v)
+            if fail:
+                st = self.state()
+                st["fail"] = list(fail)
+                (bin_dir / "state.json").write_text(json.dumps(st))
+            return env
+
+        def state(self) -> dict:
+            return json.loads((bin_dir / "state.json").read_text())
+
+        def calls(self, verb: str) -> list[str]:
+            lines = (bin_dir / "log").read_text().splitlines() if (bin_dir / "log").exists() else []
+            return [line for line in lines if f" {verb} " in f" {line} "]
+
+    return Cloud()
+
+
+# -- item 1: teardown that stops the billing ------------------------------------------------------------------
+
+def test_destroy_plan_goes_compute_first_data_last():
+    # Issue 14 item 1: the old plan was the provisioning plan reversed, so `gcloud storage buckets delete` came before
+    # the GPU pool; GCS refuses a non-empty bucket (gcloud 528 `storage buckets delete --help`), the plan stopped.
+    names = [s.name for s in nbtools.gke.destroy_plan(_cfg()).steps]
+    assert names[:3] == ["raycluster", "gpu-pool", "cluster"]
+    assert names[-1] == "bucket" and names.index("bucket-iam") > names.index("gvnic-net") > names.index("cluster")
+    assert max(names.index(f"rdma-subnet-{i}") for i in range(8)) < names.index("rdma-net")
+    ap = [s.name for s in nbtools.gke.destroy_plan(_cfg(**{"cluster.mode": "autopilot"})).steps]
+    assert ap[:2] == ["raycluster", "cluster"] and "gpu-pool" not in ap
+    d = nbtools.gke.destroy_plan(_cfg())
+    assert d.keep_going and all(s.absent and s.check for s in d.steps)
+    # every existence check is a list (empty = gone) rather than a describe (whose failure said "gone" on auth errors)
+    assert all(s.check[:1] == ("kubectl",) or "list" in s.check or "get-iam-policy" in s.check for s in d.steps)
+    assert d["bucket"].command[:4] == ("gcloud", "storage", "buckets", "delete"), "deleted only when empty"
+
+
+def test_destroy_apply_survives_a_refused_bucket_delete_and_reports_what_is_left(cloud):
+    cfg = _cfg()
+    cloud.start(_world(cfg))
+    with pytest.raises(PlanIncompleteError, match=r"(?s)bucket:.*failed.*still there: bucket.*delete_bucket=") as ei:
+        nbtools.gke.destroy_plan(cfg).apply(dry_run=False, progress=False)
+    res = cloud.state()["res"]
+    assert set(res) == {f"bucket:{BUCKET}", f"objects:{BUCKET}"}, "everything that bills is gone; the run's data is kept"
+    deleted = [c.split()[1:4] for c in cloud.calls("delete")]
+    assert deleted[:3] == [[f"--context={CTX}", "--namespace=default", "delete"], ["container", "node-pools", "delete"],
+                           ["container", "clusters", "delete"]]
+    left = ei.value.remaining
+    assert list(left["step"]) == ["bucket"] and left.loc[0, "state"] == "still there"
+    assert ei.value.results.set_index("step").loc["gpu-pool", "now"] == "gone"
+    # asked for by name, the bucket goes with its objects; the re-run skips what is already gone
+    out = nbtools.gke.destroy_plan(cfg, delete_bucket=BUCKET).apply(dry_run=False, progress=False)
+    assert cloud.state()["res"] == {} and (out["now"] == "gone").all()
+    assert set(out.set_index("step").drop("bucket")["status"]) == {"already gone"}
+    with pytest.raises(nbtools.errors.ConfigError, match="not this experiment's bucket"):
+        nbtools.gke.destroy_plan(cfg, delete_bucket="someone-elses-bucket")
+
+
+def test_a_failed_step_skips_only_the_steps_that_need_it(cloud):
+    cfg = _cfg()
+    cloud.start(_world(cfg, objects=False), fail=[f"cluster:{cfg.cluster.name}"])
+    with pytest.raises(PlanIncompleteError) as ei:
+        nbtools.gke.destroy_plan(cfg).apply(dry_run=False, progress=False)
+    status = ei.value.results.set_index("step")["status"]
+    assert status["gpu-pool"] == "done" and status["cluster"].startswith("failed")
+    assert status["credentials"].startswith("skipped (needs cluster")  # the context stays while the cluster does
+    assert status["rdma-subnet-3"].startswith("skipped (needs") and status["rdma-net"].startswith("skipped (needs")
+    assert status["gvnic-firewall"] == "done" and status["bucket"] == "done" and status["bucket-iam"] == "done"
+    assert {"cluster", "credentials", "rdma-net", "gvnic-net"} <= set(ei.value.remaining["step"])
+
+
+def test_destroy_script_keeps_going_past_a_refused_bucket_and_deletes_the_raycluster_first(cloud, tmp_path):
+    cfg = _cfg()
+    env = cloud.start(_world(cfg))
+    script = tmp_path / "destroy.sh"
+    script.write_text(nbtools.gke.destroy_plan(cfg).to_script())
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "PROJECT_NUMBER": "123456"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED bucket" in r.stderr and "still there (or not checkable): bucket" in r.stdout
+    assert set(cloud.state()["res"]) == {f"bucket:{BUCKET}", f"objects:{BUCKET}"}
+    first = cloud.calls("delete")[0]
+    assert first.startswith("kubectl") and "rayclusters.ray.io/nbtools-b200" in first
+    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "PROJECT_NUMBER": "123456"})
+    assert "skip gpu-pool: gone with cluster" in again.stdout and "skip rdma-net: already gone" in again.stdout
+
+
+def test_cli_destroy_script_lists_compute_before_data(capfd):
+    rc = nbtools.cli.main(["plan", str(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"), "--destroy", "--script"])
+    text = capfd.readouterr().out
+    assert rc == 0 and text.index("delete rayclusters.ray.io/") < text.index("node-pools delete") < text.index(
+        "clusters delete") < text.index("networks delete") < text.index("buckets delete")
+    assert "set -e" not in text.split("set -uo pipefail")[0] + text.split("set -uo pipefail")[1].split("\n", 1)[0]
+
+
+# -- items 2 and 3: the GPU driver and the gVNIC MTU are explicit -----------------------------------------------
+
+def test_gpu_pool_installs_the_driver_and_the_gvnic_vpc_has_the_jumbo_mtu():
+    # gcloud 528 `container node-pools create --help`, --accelerator: "If you omit the flag `gpu-driver-version`,
+    # [disabled] is the default option" (no driver, no GPU for pods). Google's A3 Ultra blueprint
+    # (GoogleCloudPlatform/cluster-toolkit, gke-a3-ultragpu pool) installs `gpu_driver_version = "LATEST"`.
+    p = nbtools.gke.plan(_cfg())
+    assert "--accelerator=type=nvidia-b200,count=8,gpu-driver-version=latest" in p["gpu-pool"].command
+    q = nbtools.gke.plan(_cfg(**{"cluster.gpu_driver_version": "default"}))
+    assert "--accelerator=type=nvidia-b200,count=8,gpu-driver-version=default" in q["gpu-pool"].command
+    # gcloud 528 `compute networks create --help`: "--mtu ... Default value is 1460 bytes ... maximum 8896";
+    # https://cloud.google.com/vpc/docs/mtu: 8896 is the largest; Google's A4/A3 Ultra gVNIC VPC uses it.
+    assert "--mtu=8896" in p["gvnic-net"].command and not any(a.startswith("--mtu") for a in p["rdma-net"].command)
+    assert "--mtu=1500" in nbtools.gke.plan(_cfg(**{"cluster.gvnic_mtu": 1500}))["gvnic-net"].command
+    with pytest.raises(nbtools.errors.ConfigError, match=r"(?s)gvnic_mtu: 9000.*1300\.\.8896.*gpu_driver_version: 'disabled'"):
+        _cfg(**{"cluster.gvnic_mtu": 9000, "cluster.gpu_driver_version": "disabled"})
+
+
+# -- items 7 and 8: Google's installer, at a pinned ref, checked where it is deployed ---------------------------
+
+@pytest.mark.parametrize("mode,asset", [("standard", "nccl-rdma-installer.yaml"),
+                                        ("autopilot", "nccl-rdma-installer-autopilot.yaml")])
+def test_nccl_installer_is_the_published_manifest_checked_in_its_own_namespace(mode, asset):
+    cfg = _cfg(**{"cluster.mode": mode})
+    step = nbtools.gke.plan(cfg)["nccl-installer"]
+    url = ("https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/"
+           f"2c776f7e9656a2b6476f19938b738b4186000ce3/gpudirect-rdma/{asset}")
+    assert url in step.command[-1] and nbtools.manifests.nccl_installer_url(cfg) == url
+    # the upstream manifest (tests/assets copy at that commit) says where the DaemonSet lives: the check looks there
+    ds = next(d for d in yaml.safe_load_all((ASSETS / asset).read_text()) if d["kind"] == "DaemonSet")
+    assert f"--namespace={ds['metadata']['namespace']}" in step.check
+    assert f"daemonsets.apps/{ds['metadata']['name']}" in step.check and step.expect == (cfg.cluster.nccl_installer_ref,)
+    assert ds["metadata"]["namespace"] == ("kube-system" if mode == "standard" else "rdma-system")
+    repinned = nbtools.gke.plan(_cfg(**{"cluster.mode": mode, "cluster.nccl_installer_ref": "0c62442930784b"}))
+    assert "/0c62442930784b/" in repinned["nccl-installer"].command[-1]
+
+
+def test_no_hand_copy_of_the_installer_and_workers_mount_what_it_installs():
+    cfg = _cfg()
+    assert not [o for o in nbtools.manifests.all_objects(cfg) if o["kind"] == "DaemonSet"]
+    assert "kubectl apply -f https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/" in (
+        nbtools.manifests.render(cfg))
+    ds = yaml.safe_load((ASSETS / "nccl-rdma-installer.yaml").read_text())
+    written = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    worker = nbtools.manifests.raycluster(cfg)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    mounted = {v["hostPath"]["path"] for v in worker["volumes"] if "hostPath" in v}
+    assert all(any(w == m or w.startswith(m + "/") for m in mounted) for w in written), (written, mounted)
+    with pytest.raises(nbtools.errors.ConfigError, match="does not pin the installer"):
+        _cfg(**{"cluster.nccl_installer_ref": "master"})
+
+
+# -- item 13: checks read the state; credentials and Secrets refresh --------------------------------------------
+
+def test_a_node_pool_in_error_is_not_done_and_the_failure_names_the_fix(cloud, tmp_path):
+    cfg = _cfg()
+    cloud.start({f"cluster:{cfg.cluster.name}": "RUNNING", f"nodepool:{cfg.cluster.node_pool}": "ERROR"})
+    plan = Plan("provision", [nbtools.gke.plan(cfg)["gpu-pool"]], tmp_path / "s.json")
+    with pytest.raises(StepFailedError, match=r"(?s)ALREADY_EXISTS.*the check found 'ERROR'.*node-pools delete gpu-pool"):
+        plan.apply(dry_run=False, progress=False)
+    st = cloud.state()
+    st["res"][f"nodepool:{cfg.cluster.node_pool}"] = "RUNNING"
+    (tmp_path / "bin" / "state.json").write_text(json.dumps(st))
+    assert list(plan.apply(dry_run=False, progress=False)["status"]) == ["already done"]
+
+
+def test_credentials_are_always_refreshed_and_a_rotated_token_reaches_the_secret(cloud, tmp_path, monkeypatch):
+    cfg = _cfg()
+    cloud.start({f"cluster:{cfg.cluster.name}": "RUNNING", f"context:{CTX}": "stale", "secrets:hf-secret": "old-token"})
+    p = nbtools.gke.plan(cfg)
+    assert p["credentials"].check is None, "a context of the same name may point at a deleted cluster"
+    plan = Plan("provision", [p["credentials"], p["secret-hf-secret"]], tmp_path / "s.json")
+    monkeypatch.setenv("HF_TOKEN", "hf_rotated")
+    out = plan.apply(dry_run=False, progress=False)
+    assert list(out["status"]) == ["done", "updated"] and cloud.state()["res"]["secrets:hf-secret"] == "hf_rotated"
+    assert len(cloud.calls("get-credentials")) == 1
+    monkeypatch.delenv("HF_TOKEN")
+    out = plan.apply(dry_run=False, progress=False)
+    assert list(out["status"]) == ["done", "kept (no new value in the environment)"]
+    assert cloud.state()["res"]["secrets:hf-secret"] == "hf_rotated"
+    assert base64.b64encode(b"hf_rotated").decode() not in (tmp_path / "s.json").read_text()
+
+
+def test_provision_script_refreshes_secrets_only_with_a_value(cloud, tmp_path):
+    cfg = _cfg()
+    env = cloud.start({f"context:{CTX}": "ok", "secrets:hf-secret": "old"})
+    plan = Plan("provision", [nbtools.gke.plan(cfg)["secret-hf-secret"]], tmp_path / "s.json")
+    script = tmp_path / "p.sh"
+    script.write_text(plan.to_script())
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "keep secret-hf-secret: $HF_TOKEN is not set" in r.stdout
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "HF_TOKEN": "hf_new"})
+    assert r.returncode == 0 and cloud.state()["res"]["secrets:hf-secret"] == "hf_new"
+
+
+# -- item 12: the NCCL environment is set once, and LD_LIBRARY_PATH is appended to -----------------------------
+
+def test_nccl_env_is_set_once_in_the_job_and_keeps_the_images_library_path(monkeypatch):
+    # GKE's gIB guidance (the gIB image's /usr/local/gib/scripts/set_nccl_env.sh, as GKE's NeMo RL recipe and the
+    # container-engine-accelerators nccl-test-a4.yaml use it): NCCL_NET=gIB + RoCE classes + the tuner file; gIB's
+    # libraries in /usr/local/gib/lib64 and /usr/local/nvidia/lib64 (the installer copies them to both).
+    cfg = _cfg()
+    job = nbtools.launch.runtime_env.env_vars(cfg)
+    assert {k: job[k] for k in ("NCCL_NET", "NCCL_IB_TC", "NCCL_IB_FIFO_TC", "NCCL_CROSS_NIC")} == {
+        "NCCL_NET": "gIB", "NCCL_IB_TC": "52", "NCCL_IB_FIFO_TC": "84", "NCCL_CROSS_NIC": "0"}
+    assert "NCCL_NET_PLUGIN" not in job and "NCCL_IB_GID_INDEX" not in job and "NCCL_SOCKET_IFNAME" not in job
+    for spec in (nbtools.manifests.raycluster(cfg)["spec"]["headGroupSpec"],
+                 *nbtools.manifests.raycluster(cfg)["spec"]["workerGroupSpecs"]):
+        env = {e["name"] for c in spec["template"]["spec"]["containers"] for e in c.get("env", [])}
+        assert not {n for n in env if n.startswith("NCCL_") or n == "LD_LIBRARY_PATH"}, "set once: in the job env"
+    # Ray applies runtime_env env_vars with its own expansion of ${VAR} against the process's value (ray
+    # python/ray/_private/utils.py update_envs, ray-project/ray#36187): the image's paths stay, gIB's are appended
+    from ray._private.utils import update_envs
+
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/cuda/lib64:/opt/nemo_rl_venv/lib")
+    update_envs({"LD_LIBRARY_PATH": job["LD_LIBRARY_PATH"]})
+    import os
+
+    assert os.environ["LD_LIBRARY_PATH"].split(":") == [
+        "/usr/local/cuda/lib64", "/opt/nemo_rl_venv/lib", "/usr/local/gib/lib64", "/usr/local/nvidia/lib64"]
+    verl = nbtools.launch.runtime_env.env_vars(_cfg(**{"trainer.kind": "verl", "data.dataset": "gsm8k"}))
+    assert verl["LD_LIBRARY_PATH"] == job["LD_LIBRARY_PATH"], "verl no longer replaces the image's LD_LIBRARY_PATH"
