@@ -86,8 +86,9 @@ class Backend(Protocol):
     def provision_plan(self) -> Plan:
         """The infrastructure plan for this experiment (GKE's steps; shown, not applied, elsewhere)."""
 
-    def destroy_plan(self) -> Plan:
-        """The teardown of what :meth:`provision_plan` creates (empty where nothing was provisioned)."""
+    def destroy_plan(self, *, delete_bucket: str | None = None) -> Plan:
+        """The teardown of what :meth:`provision_plan` creates, compute first and data last (empty where nothing was
+        provisioned); ``delete_bucket`` names the bucket to delete with its contents."""
 
     @classmethod
     def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:

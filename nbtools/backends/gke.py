@@ -268,10 +268,7 @@ class GkeBackend:
     def job_env(self) -> dict[str, str]:
         from nbtools.launch.runtime_env import gib_nccl_env
 
-        env = gib_nccl_env(self.cfg.cluster.nccl_tuner_config)
-        if self.trainer == "verl":
-            env["LD_LIBRARY_PATH"] = "/usr/local/nvidia/lib64"
-        return env
+        return gib_nccl_env(self.cfg.cluster.nccl_tuner_config)
 
     def job_secrets(self) -> dict:
         return {}  # the pods read them from the Kubernetes Secret
@@ -328,10 +325,10 @@ class GkeBackend:
 
         return gke.plan(self.cfg)
 
-    def destroy_plan(self):
+    def destroy_plan(self, *, delete_bucket: str | None = None):
         from nbtools import gke
 
-        return gke.destroy_plan(self.cfg)
+        return gke.destroy_plan(self.cfg, delete_bucket=delete_bucket)
 
     @classmethod
     def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
@@ -352,6 +349,11 @@ class GkeBackend:
             p.append((("storage.kind", "storage.lustre"),
                       "storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` "
                       "and `storage.lustre.ip`"))
+        c = cfg.cluster
+        if c.gpu_driver_version == "disabled" and c.mode == "standard":
+            p.append((("cluster.gpu_driver_version", "cluster.mode"),
+                      "cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "
+                      "none), so no pod gets a GPU; fix: `gpu_driver_version: latest` (or `default`)"))
         if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", cfg.cluster.name):
             p.append((("cluster.name",),
                       f"cluster.name: {cfg.cluster.name!r} is not a valid GKE/Kubernetes name; fix: lower-case letters, digits and '-'"))

@@ -156,7 +156,7 @@ class LocalBackend:
         return gke.plan(backends.gke_view(self.cfg), applicable=False,
                         note="local backend: nothing to provision; this is what the same experiment needs on GKE")
 
-    def destroy_plan(self):
+    def destroy_plan(self, *, delete_bucket: str | None = None):
         from nbtools import gke
 
         return gke.Plan.empty("destroy", "local backend: nothing was provisioned")

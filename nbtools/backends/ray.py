@@ -135,7 +135,7 @@ class RayBackend:
 
         return gke.Plan.empty("provision", f"backend 'ray': the cluster at {self.dashboard_url} already exists")
 
-    def destroy_plan(self):
+    def destroy_plan(self, *, delete_bucket: str | None = None):
         from nbtools import gke
 
         return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")

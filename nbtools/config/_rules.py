@@ -88,7 +88,7 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
 
 
 def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
-    """Pins and values GKE and the trainers need (issue #14): MTU, NCCL installer and verl refs, GPU driver, rewards."""
+    """Pins and values the trainers and the cluster need (issue #14): MTU, NCCL installer and verl refs, rewards."""
     c, t = cfg.cluster, cfg.trainer
     if not 1300 <= c.gvnic_mtu <= 8896:
         add(("cluster.gvnic_mtu",), f"cluster.gvnic_mtu: {c.gvnic_mtu} is outside what a VPC accepts; allowed: 1300..8896 "
@@ -99,10 +99,6 @@ def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
             f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
             "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
             "`2c776f7e9656a2b6476f19938b738b4186000ce3`")
-    if c.gpu_driver_version == "disabled" and cfg.backend == "gke" and c.mode == "standard":
-        add(("backend", "cluster.gpu_driver_version", "cluster.mode"),
-            "cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "
-            "none), so no pod gets a GPU; fix: `gpu_driver_version: latest` (or `default`)")
     if t.kind == "verl" and (t.verl_ref in ("main", "master", "HEAD", "") or not re.match(r"^[A-Za-z0-9._/-]+$", t.verl_ref)):
         add(("trainer.kind", "trainer.verl_ref"),
             f"trainer.verl_ref: {t.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "

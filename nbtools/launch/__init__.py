@@ -147,13 +147,13 @@ def build(cfg: Experiment) -> LaunchSpec:
         return LaunchSpec(entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, entry)
     if trainer == "nemo-rl":
         lines, files = nemo_rl.command_lines(cfg), _recipe_files(cfg)
-        if cfg.trainer.reward_functions:  # issue 14: nbtools (for the wrapper) + the user's reward module travel along
-            import os
-
+        if cfg.trainer.reward_functions:  # nbtools (for the reward wrapper) + the user's reward module travel along
+            from nbtools.jobs._carry import carry_env
             from nbtools.rewards import reward_py_modules
 
-            # lead: replace the first entry with jobs._carry.carry_env()'s nbtools entry when it lands
-            env["py_modules"] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *reward_py_modules(cfg)]
+            carried = carry_env()
+            env["py_modules"] = [*carried["py_modules"], *reward_py_modules(cfg)]
+            env["excludes"] = carried["excludes"]
     else:
         lines, files = verl.command_lines(cfg), {}
     command = " ".join(lines)
