@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     res = evaluate_local(model_path, task.held_out_problems(reh), reward=list(reh.rehearsal.reward_functions), n=n,
                          temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=reh.rehearsal.max_new_tokens,
                          seed=seed, progress_desc="run_eval double")
-    table = res.table.sort_values(["problem_id", "sample"], kind="stable")
+    table = res.table  # problems in dataset order, each one's samples consecutive (NeMo-RL's repeat order)
     rows, score = [], 0.0
     for _, group in table.groupby("problem_id", sort=False):
         correct = int(group["correct"].sum())
