@@ -10,7 +10,8 @@ What it implements (faithfully enough for nbtools' calls):
 - Optional schema validation per (group, plural) with jsonschema (tests pass KubeRay's CRD openAPIV3Schema),
   answered like the API server: 422 Invalid.
 - ``pods/<name>/exec`` over websocket, subprotocol ``v4.channel.k8s.io``: stdout on channel 1, stderr on 2,
-  the status JSON on 3. Commands are recorded, not executed; ``exec_result`` chooses the answer.
+  the status JSON on 3. Commands are recorded; ``exec_result`` chooses the answer, else ``exec_handler`` (when set,
+  e.g. by the simulated GKE) runs them, else they succeed with no output.
 - ``pods/<name>/portforward`` over websocket: the initial port frames on channels 0/1, then bytes bridged to a
   real TCP endpoint chosen with ``route_port``.
 There is no controller: tests play the KubeRay operator by adding pods and events with ``add_pod``/``add_event``,
@@ -57,6 +58,7 @@ class KubeDouble:
         self.requests: list[tuple[str, str]] = []  # (method, path?query)
         self.execs: list[dict] = []
         self.exec_result: dict[str, tuple[str, str, int]] = {}  # pod -> (stdout, stderr, rc)
+        self.exec_handler = None  # (namespace, pod, container, command) -> (stdout, stderr, rc), run off the loop
         self.routes: dict[tuple[str, str, int], tuple[str, int]] = {}
         self._rv = itertools.count(1)
         self._lock = threading.Lock()
@@ -285,7 +287,11 @@ class KubeDouble:
         await ws.prepare(request)
         command = request.query.getall("command", [])
         self.execs.append({"namespace": ns, "pod": pod, "container": request.query.get("container"), "command": command})
-        out, err, rc = self.exec_result.get(pod, ("", "", 0))
+        if pod not in self.exec_result and self.exec_handler is not None:
+            out, err, rc = await asyncio.get_running_loop().run_in_executor(
+                None, self.exec_handler, ns, pod, request.query.get("container"), command)
+        else:
+            out, err, rc = self.exec_result.get(pod, ("", "", 0))
         if out:
             await ws.send_bytes(b"\x01" + out.encode())
         if err:

@@ -161,6 +161,17 @@ def test_up_gets_kuberay_pods_and_reaches_the_sim_ray_head_through_the_forward(s
             kube.wait_ready(cluster.api(), NS, cfg.cluster.name, pods=2, timeout=30, progress=False)
             assert gone not in sim.pods() and len(sim.pods()) == 2
             assert sim.kube.objects(RC)[cfg.cluster.name]["status"]["conditions"][1]["status"] == "True"
+
+            # exec in the pods runs here, on the pods' paths: wipe removes this experiment's results, nothing else
+            step = Path(cfg.checkpoint_dir) / "step_5"
+            step.mkdir(parents=True)
+            other = sim.data_dir / "nemo-rl" / "other-exp" / "checkpoints"
+            other.mkdir(parents=True)
+            wiped = cluster.wipe(confirm=cfg.name)
+            assert list(wiped.actions["action"]) == ["removed", "removed"], wiped.actions
+            assert not Path(cfg.checkpoint_dir).exists() and other.is_dir()
+            outside = cluster.exec_on(["ls", "/etc"])[0]
+            assert outside.returncode == 1 and "not in the simulated pod" in outside.stderr
         finally:
             down = cluster.down()
         assert down.actions.loc[0, "action"] == "stopped"
