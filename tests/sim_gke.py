@@ -43,7 +43,7 @@ import yaml
 from gcs_emulator import GcsEmulator
 from kube_double import TOKEN, KubeDouble
 from sim_gcsfuse import BucketMirror
-from sim_kuberay import KubeRayController
+from sim_kuberay import KubeRayController, local_exec
 from sim_shims import SDK_VERSION, flag_table, read_log, write_credentials
 
 __all__ = ["SimGke", "BUCKET", "PROJECT", "FAKE_HF_TOKEN", "crd_schema", "nemo_rl_configs"]
@@ -173,7 +173,7 @@ class SimGke:
                 self.head = self._start_head()
                 routes[8265] = ("127.0.0.1", self.head.extra["dashboard_port"])
             self.kuberay = stack.enter_context(KubeRayController(self.kube, routes=routes, ready_after=self.ready_after))
-            self.kube.exec_handler = self._exec_in_pod
+            self.kube.exec_handler = local_exec(self.pod_paths(), cwd=self.code_dir, env=self._image_env)
             if self._want_mirror:
                 self.mirror = stack.enter_context(BucketMirror(self.data_dir, self.gcs.url, BUCKET))
             stack.callback(self._stop_forwards)
@@ -278,6 +278,14 @@ class SimGke:
                     raise
                 _head.stop_all_under(self.head_dir)
 
+    def _image_env(self) -> dict[str, str]:
+        """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""
+        env = {**os.environ, "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+               "PYTHONPATH": str(TESTS / "sim_image"), "HF_TOKEN": FAKE_HF_TOKEN}
+        if self.head is not None and self.head.gcs_address:
+            env["RAY_ADDRESS"] = self.head.gcs_address
+        return env
+
     def _stop_head(self) -> None:
         from nbtools.backends import _head
 
@@ -297,37 +305,10 @@ class SimGke:
                 continue
             ForwardHandle(int(rec["pid"]), {int(k): int(v) for k, v in rec["ports"].items()}, pf).stop()
 
-    def pod_path(self, path: str) -> str | None:
-        """Where a path of the pods is on this machine: ``/data/...`` is ``data_dir`` (configured as the mount),
-        ``/opt/nemo-rl/...`` the checkout stand-in; None for anything else (not in the simulated image)."""
-        for pod_root, here in ((str(self.data_dir), self.data_dir), ("/data", self.data_dir),
-                               ("/opt/nemo-rl", self.code_dir), (str(self.root), self.root)):
-            if path == pod_root or path.startswith(pod_root.rstrip("/") + "/"):
-                return str(here) + path[len(pod_root):]
-        return None
-
-    def _exec_in_pod(self, namespace: str, pod: str, container: str | None, command: list[str]) -> tuple[str, str, int]:
-        """``kubectl exec`` into a sim pod: the command runs here, in the image's environment, with the pods' paths
-        mapped (``pod_path``); a path outside them fails like a missing file, and nothing else is touched."""
-        import subprocess
-
-        argv = list(command[:1])
-        for a in command[1:]:
-            if a.startswith("/"):
-                mapped = self.pod_path(a)
-                if mapped is None:
-                    return "", f"{command[0]}: {a}: not in the simulated pod (only /data and /opt/nemo-rl are)\n", 1
-                a = mapped
-            argv.append(a)
-        env = {**os.environ, "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(TESTS / "sim_image"), "HF_TOKEN": FAKE_HF_TOKEN}
-        if self.head is not None and self.head.gcs_address:
-            env["RAY_ADDRESS"] = self.head.gcs_address
-        try:
-            r = subprocess.run(argv, cwd=self.code_dir, env=env, capture_output=True, text=True, timeout=300)
-        except FileNotFoundError:
-            return "", f"OCI runtime exec failed: exec: \"{argv[0]}\": executable file not found in $PATH\n", 127
-        return r.stdout, r.stderr, r.returncode
+    def pod_paths(self) -> dict[str, Path]:
+        """The pods' paths on this machine: the mount (``data_dir``, also as ``/data``) and ``/opt/nemo-rl``."""
+        return {str(self.data_dir): self.data_dir, "/data": self.data_dir, "/opt/nemo-rl": self.code_dir,
+                str(self.root): self.root}
 
     # -- using it -----------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:

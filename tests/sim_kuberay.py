@@ -12,7 +12,8 @@ stored in the Kubernetes API double (tests/kube_double.py). It is NOT KubeRay; i
   port-forward;
 - scaling to ``replicas``, replacing pods that failed, and deleting the pods and Service with the RayCluster.
 
-:meth:`KubeRayController.preempt` plays a spot VM reclaim: the pod fails with Kubernetes' graceful-node-shutdown
+``local_exec`` plays the kubelet's exec for the API double: the command runs on this machine with the pods' paths
+mapped. :meth:`KubeRayController.preempt` plays a spot VM reclaim: the pod fails with Kubernetes' graceful-node-shutdown
 status and events, and is replaced after ``replace_after`` seconds (for tests of preemption handling).
 """
 
@@ -23,12 +24,15 @@ import datetime as dt
 import itertools
 import random
 import string
+import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from kube_double import KubeDouble
 
-__all__ = ["KubeRayController"]
+__all__ = ["KubeRayController", "local_exec"]
 
 _NODE_SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
 
@@ -293,3 +297,26 @@ class KubeRayController:
                 return
             cur["status"] = {**status, "lastUpdateTime": _now()}
             self.kube.put(coll, cur)
+
+
+def local_exec(paths: dict[str, Path], *, cwd: Path, env: Callable[[], dict[str, str]]):
+    """An ``exec_handler`` for the API double: ``kubectl exec`` into a pod runs the command here, in ``env()``, with
+    absolute path arguments under a pod path mapped (``paths``: pod path -> local dir); any other absolute path fails
+    like a missing file, so a command can touch nothing outside the sim."""
+
+    def run(namespace: str, pod: str, container: str | None, command: list[str]) -> tuple[str, str, int]:
+        argv = list(command[:1])
+        for a in command[1:]:
+            if a.startswith("/"):
+                base = next((k for k in paths if a == k or a.startswith(k.rstrip("/") + "/")), None)
+                if base is None:
+                    return "", f"{command[0]}: {a}: not in the simulated pod (only {', '.join(paths)} are)\n", 1
+                a = str(paths[base]) + a[len(base):]
+            argv.append(a)
+        try:
+            r = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
+        except FileNotFoundError:
+            return "", f'OCI runtime exec failed: exec: "{argv[0]}": executable file not found in $PATH\n', 127
+        return r.stdout, r.stderr, r.returncode
+
+    return run
