@@ -24,6 +24,11 @@ Example:
         nbtools.backends.get(cfg).up()
         job = nbtools.launch.submit(cfg)
         sim.flush()                                   # what the job wrote is now in gs://sim-bucket/...
+
+    # a notebook on the gke path (its kernel inherits the activated environment):
+    with SimGke(tmp_path) as sim, sim.activated():
+        papermill.execute_notebook("notebooks/01_provision_gke.ipynb", out,
+                                   parameters={"BACKEND": "gke", "CONFIG": str(sim.experiment_yaml)})
 """
 
 from __future__ import annotations

@@ -29,8 +29,9 @@ from nbtools.gke import StepFailedError
 
 pytestmark = pytest.mark.ray
 
-# The module's sim (conftest.py's ``sim_gke``): 20 GRPO steps and a shorter warm start keep the end-to-end test short.
-SIM_GKE = {"steps": 20, "rehearsal": {"warmup_steps": 50}}
+# The module's sim (conftest.py's ``sim_gke``): 20 GRPO steps, a shorter warm start and a 50-problem held-out split
+# keep these tests short.
+SIM_GKE = {"steps": 20, "rehearsal": {"warmup_steps": 50, "num_test": 50}}
 NS = "default"
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 
@@ -184,11 +185,11 @@ def test_jobs_on_the_sim_head_import_nbtools_only_through_py_modules(sim_gke):
     url, python = sim_gke.head.dashboard_url, sys.executable
     probe = "import nbtools, sys; print('nbtools from', nbtools.__file__)"
     bare = nbtools.jobs.submit(url, entrypoint=f'{python} -c "{probe}"', submission_id=f"sim-no-nbtools-{uuid.uuid4().hex[:6]}")
+    carried = nbtools.jobs.submit(url, entrypoint=f'{python} -c "{probe}"', submission_id=f"sim-py-modules-{uuid.uuid4().hex[:6]}",
+                                  runtime_env={"py_modules": [str(Path(nbtools.__file__).parent)]})
     with pytest.raises(nbtools.errors.JobFailedError):
         bare.wait(timeout=300)
     assert "ModuleNotFoundError: No module named 'nbtools'" in bare.logs()
-    carried = nbtools.jobs.submit(url, entrypoint=f'{python} -c "{probe}"', submission_id=f"sim-py-modules-{uuid.uuid4().hex[:6]}",
-                                  runtime_env={"py_modules": [str(Path(nbtools.__file__).parent)]})
     assert carried.wait(timeout=300).value == "SUCCEEDED"
     where = carried.logs().split("nbtools from ", 1)[1].split()[0]
     assert "runtime_resources" in where and not where.startswith(str(Path(nbtools.__file__).parent)), where
@@ -246,22 +247,25 @@ def test_nemo_rl_doubles_take_nemo_rls_command_lines(sim_gke, tmp_path):
         train, held_out = task.make_split(reh)
         tok, model = build_tokenizer(), build_model(reh, build_tokenizer())
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a tiny model on a shared 2-core machine: one thread is ~5x faster
+        # one thread: ~5x faster for a tiny model on a shared 2-core machine, and the same arithmetic as the double's
+        torch.set_num_threads(1)
         try:  # a few SFT steps teach the answer format; the answers stay at chance, so some are right, most wrong
             _grpo.warm_start(model, train, steps=20, lr=3e-3, batch=32, seed=0, think="running_max")
+            model_dir = save_hf(model, tok, tmp_path / "tiny")
+            expected = nbtools.evals.evaluate_local(model_dir, held_out, reward=list(reh.rehearsal.reward_functions),
+                                                    max_new_tokens=reh.rehearsal.max_new_tokens, seed=42)
         finally:
             torch.set_num_threads(threads)
-        model_dir = save_hf(model, tok, tmp_path / "tiny")
-        expected = nbtools.evals.evaluate_local(model_dir, held_out, reward=list(reh.rehearsal.reward_functions),
-                                                max_new_tokens=reh.rehearsal.max_new_tokens, seed=42)
     save = tmp_path / "eval" / "math500_tiny"
     r = subprocess.run(["python", "-u", "examples/run_eval.py", "--config", "examples/configs/evals/math_eval.yaml",
                         f"generation.model_name={model_dir}", "data.dataset_name=math500", "eval.num_tests_per_prompt=1",
                         f"eval.save_path={save}", "generation.temperature=0.0"],
-                       cwd=sim.code_dir, env=_image_env(sim), capture_output=True, text=True, timeout=600)
+                       cwd=sim.code_dir, env={**_image_env(sim), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (block,) = nbtools.evals.parse_score_blocks(r.stdout)
-    assert (block.model_name, block.dataset_name, block.num_tests_per_prompt, block.denominator) == ("tiny", "math500", 1, 200)
+    assert (block.model_name, block.dataset_name, block.num_tests_per_prompt, block.denominator) == (
+        "tiny", "math500", 1, len(held_out))
     assert (block.metric, block.temperature, block.max_new_tokens) == ("pass@1", 0.0, 2048)
     table = nbtools.evals.load_evaluation_data(save)
     assert list(table["prompt"]) == [p.prompt for p in held_out], "dataset order, one row per sample"
