@@ -10,9 +10,12 @@ when a start-up step fails):
    the head pod's port 8265 to (3).
 3. **The Ray head behind the port-forward**: a real local Ray head on free ports whose processes cannot import
    nbtools, like the NeMo-RL image (``sim_image/sitecustomize.py`` on its PYTHONPATH); ``python`` on its PATH is
-   this venv's interpreter (the image's venv).
+   this venv's interpreter (the image's venv). It runs in its own mount namespace: only it and its jobs (the
+   "pods") see the run's files at the mount path ``<root>/data``; here that directory stays empty (sim_files.py).
+   ``kubectl exec`` into a sim pod runs the command in that namespace.
 4. **gcloud / kubectl / helm**: recording shims first on PATH (``sim_shims.py``, ``sim_shims_kube.py``).
-5. **gcsfuse**: a mirror thread from ``<root>/data`` (the pods' ``/data``) into ``gs://sim-bucket`` (``sim_gcsfuse.py``).
+5. **gcsfuse**: a mirror thread from what the pods write (``backing_dir``, their ``/data``) into ``gs://sim-bucket``
+   (``sim_gcsfuse.py``): this machine reads the run only from the bucket, as a laptop does on GKE.
 6. **NeMo-RL**: ``<root>/opt/nemo-rl`` with the v0.7.0 example configs and test doubles of ``examples/run_grpo.py``
    (trains nbtools' miniature GRPO, writing NeMo-RL's layout) and ``examples/run_eval.py`` (``sim_nemo_rl/``).
 7. **The experiment**: ``experiment_yaml``, written from ``experiments/gke-b200-gemma3-1b.yaml`` with the sim's
@@ -39,24 +42,23 @@ import json
 import os
 import shutil
 import socket
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 from gcs_emulator import GcsEmulator
 from kube_double import TOKEN, KubeDouble
+from sim_files import BUCKET, PROJECT, in_pods, pods_launcher, write_checkout, write_experiment, write_shims
 from sim_gcsfuse import BucketMirror
 from sim_kuberay import KubeRayController, local_exec
-from sim_shims import SDK_VERSION, flag_table, read_log, write_credentials
+from sim_shims import read_log, write_credentials
 
 __all__ = ["SimGke", "BUCKET", "PROJECT", "FAKE_HF_TOKEN", "crd_schema", "nemo_rl_configs"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
-BUCKET = "sim-bucket"
-PROJECT = "sim-project"
 FAKE_HF_TOKEN = "hf_SIMULATEDgkeTOKENnotARealOne0000"
 KUBERAY_ASSET = TESTS / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
@@ -90,13 +92,6 @@ def nemo_rl_configs() -> Path:
     return Path(SHARED_CONFIGS)
 
 
-def _set(data: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        data = data.setdefault(p, {})
-    data[parts[-1]] = value
-
-
 @contextlib.contextmanager
 def _environ(changes: dict[str, str]):
     old = {k: os.environ.get(k) for k in changes}
@@ -125,17 +120,22 @@ class SimGke:
         rehearsal: changes to the rehearsal section the NeMo-RL doubles train with (the "image"), e.g.
             ``{"warmup_steps": 60}``.
         ready_after: seconds a new pod stays Pending before it is Running and Ready.
+        isolate: only the pods (the Ray head's processes) see the run's files at the mount path ``data_dir``; this
+            machine reads them from the bucket, as on GKE (sim_files.py; needs ``unshare --mount`` as root).
     """
 
     def __init__(self, root: str | os.PathLike, *, name: str = "sim-grpo", steps: int = 300, ray: bool = True,
                  mirror: bool = True, provisioned: bool = False, changes: dict[str, Any] | None = None,
-                 rehearsal: dict[str, Any] | None = None, ready_after: float = 0.2, head_cpus: int = 4):
+                 rehearsal: dict[str, Any] | None = None, ready_after: float = 0.2, head_cpus: int = 4,
+                 isolate: bool = True):
         self.root = Path(root).resolve()
         self.name, self.steps = name, steps
         self._want_ray, self._want_mirror, self._provisioned = ray, mirror, provisioned
         self._changes, self._rehearsal = dict(changes or {}), dict(rehearsal or {})
         self.ready_after, self.head_cpus = ready_after, head_cpus
-        self.data_dir = self.root / "data"  # the pods' /data (storage.mount_path)
+        self.data_dir = self.root / "data"  # the pods' /data (storage.mount_path); empty here when isolated
+        self.isolated = isolate
+        self.backing_dir = self.root / "pods" / "data" if isolate else self.data_dir  # where the pods' files are
         self.code_dir = self.root / "opt" / "nemo-rl"  # the image's /opt/nemo-rl (trainer.code_dir)
         self.shims_dir = self.root / "shims"
         self.bin_dir = self.shims_dir / "bin"
@@ -163,24 +163,28 @@ class SimGke:
     def start(self) -> SimGke:
         stack = ExitStack()
         try:
-            for d in (self.data_dir, self.code_dir.parent, self.bin_dir, self.kubeconfig.parent, self.runs_dir,
+            for d in (self.data_dir, self.backing_dir, self.code_dir.parent, self.bin_dir, self.kubeconfig.parent, self.runs_dir,
                       self.cache_dir, self.image_dir, self.experiment_yaml.parent):
                 d.mkdir(parents=True, exist_ok=True)
             (self.root / "gcs").mkdir(exist_ok=True)
             self.gcs = stack.enter_context(GcsEmulator(self.root / "gcs"))
             self.kube = stack.enter_context(KubeDouble(schemas={("ray.io", "rayclusters"): crd_schema()}))
-            self._write_shims()
-            self._write_checkout()
-            self._write_experiment()
+            write_shims(self, conf={"gcs": self.gcs.url, "kube_server": self.kube.url, "kube_token": TOKEN})
+            write_checkout(self, self._rehearsal)
+            write_experiment(self, self._rehearsal, self._changes)
+            import nbtools
+
+            with self.activated():
+                nbtools.config.load(self.experiment_yaml, backend="gke")  # fail at start-up, not in a test
             routes = {}
             if self._want_ray:
                 stack.callback(self._stop_head)
                 self.head = self._start_head()
                 routes[8265] = ("127.0.0.1", self.head.extra["dashboard_port"])
             self.kuberay = stack.enter_context(KubeRayController(self.kube, routes=routes, ready_after=self.ready_after))
-            self.kube.exec_handler = local_exec(self.pod_paths(), cwd=self.code_dir, env=self._image_env)
+            self.kube.exec_handler = local_exec(self.pod_paths, cwd=self.code_dir, env=self._image_env, prefix=self._in_pods)
             if self._want_mirror:
-                self.mirror = stack.enter_context(BucketMirror(self.data_dir, self.gcs.url, BUCKET))
+                self.mirror = stack.enter_context(BucketMirror(self.backing_dir, self.gcs.url, BUCKET))
             stack.callback(self._stop_forwards)
             if self._provisioned:
                 self.provision()
@@ -197,70 +201,6 @@ class SimGke:
             stack.close()
 
     # -- the parts ----------------------------------------------------------------------------------------
-    def _write_shims(self) -> None:
-        import yaml as _yaml
-
-        conf = {"state": str(self.shims_dir / "state.json"), "log": str(self.shims_dir / "commands.jsonl"),
-                "gcs": self.gcs.url, "kube_server": self.kube.url, "kube_token": TOKEN,
-                "nbtools_data": str(ROOT / "nbtools" / "data"),
-                "site_packages": [str(Path(_yaml.__file__).resolve().parent.parent)]}
-        conf_path = self.shims_dir / "sim.json"
-        conf_path.write_text(json.dumps(conf, indent=1))
-        (self.shims_dir / "commands.jsonl").touch()
-        table = flag_table(conf)
-        (self.shims_dir / "VERSION").write_text((table or {}).get("gcloud_version", SDK_VERSION) + "\n")  # gcloud's SDK root
-        for tool in ("gcloud", "kubectl", "helm"):
-            script = self.bin_dir / tool
-            script.write_text(f"#!{sys.executable} -S\n# simulated {tool} (tests/sim_shims.py)\nimport sys\n"
-                              f"sys.path.insert(0, {str(TESTS)!r})\nfrom sim_shims import main\n"
-                              f"sys.exit(main({tool!r}, {str(conf_path)!r}))\n")
-            script.chmod(0o755)
-
-    def _local(self) -> dict:
-        return yaml.safe_load((ROOT / "experiments" / "local.yaml").read_text())
-
-    def _write_checkout(self) -> None:
-        shutil.copytree(TESTS / "sim_nemo_rl", self.code_dir, ignore=shutil.ignore_patterns("__pycache__"),
-                        dirs_exist_ok=True)
-        shutil.copytree(nemo_rl_configs(), self.code_dir / "examples" / "configs", dirs_exist_ok=True)
-        local = self._local()
-        baked = {k: local[k] for k in ("name", "model", "data", "grpo", "checkpointing", "logging", "rehearsal")}
-        baked["backend"] = "local"
-        baked["rehearsal"].update(self._rehearsal)
-        path = self.code_dir / "sim_rehearsal.yaml"
-        path.write_text("# The miniature GRPO the NeMo-RL test doubles train and evaluate (the simulated image's model).\n"
-                        + yaml.safe_dump(baked, sort_keys=False))
-        (self.code_dir / "sim_gke.json").write_text(json.dumps({"nbtools_root": str(ROOT), "rehearsal_config": str(path)}))
-        (self.image_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-        (self.image_dir / "python").chmod(0o755)
-
-    def _write_experiment(self) -> None:
-        data = yaml.safe_load((ROOT / "experiments" / "gke-b200-gemma3-1b.yaml").read_text())
-        local = self._local()
-        exp = self.data_dir / "nemo-rl" / self.name
-        data["name"] = self.name
-        data["gcp"]["project"] = PROJECT
-        data["storage"] = {"kind": "gcsfuse", "bucket": BUCKET, "mount_path": str(self.data_dir)}
-        data["trainer"].update(code_dir=str(self.code_dir), python=sys.executable)
-        data["model"].update(name=str(exp / "baseline_hf"),
-                             max_total_sequence_length=local["model"]["max_total_sequence_length"])
-        data["data"] = dict(local["data"])
-        data["grpo"] = {**local["grpo"], "max_num_steps": self.steps}
-        data["checkpointing"].update(checkpoint_dir=str(exp / "checkpoints"),
-                                     save_period=local["checkpointing"]["save_period"])
-        data["logging"] = {"log_dir": str(exp / "logs"), "tensorboard": True}
-        data["ray"] = {"dashboard_port": self.dashboard_port}
-        data["rehearsal"] = {**local["rehearsal"], **self._rehearsal}
-        for key, value in self._changes.items():
-            _set(data, key, value)
-        self.experiment_yaml.write_text(
-            "# The simulated GKE's experiment (tests/sim_gke.py), from experiments/gke-b200-gemma3-1b.yaml.\n"
-            + yaml.safe_dump(data, sort_keys=False))
-        import nbtools
-
-        with self.activated():
-            nbtools.config.load(self.experiment_yaml, backend="gke")  # fail at start-up, not in a test
-
     def _start_head(self):
         import nbtools
         from nbtools.backends import _head
@@ -273,9 +213,13 @@ class SimGke:
                "RAY_AUTH_MODE": "disabled"}
         from nbtools.errors import NotReadyError
 
+        ray_cli = launch = _head._ray_cli
+        if self.isolated:  # the head and every job it starts see backing_dir at data_dir (sim_files.py)
+            prefix = pods_launcher(self.backing_dir, self.data_dir)
+            launch = lambda: [*prefix, *ray_cli()]  # noqa: E731
         for attempt in (1, 2):  # on a loaded 2-core machine the raylet's fixed 15 s wait for its agent can expire
             try:
-                with _environ(env):
+                with _environ(env), mock.patch.object(_head, "_ray_cli", launch):
                     return _head.up(cfg, timeout=600, progress=False,
                                     extra_args=("--num-gpus", str(gpus["worker_replicas"] * gpus["gpus_per_node"])))
             except NotReadyError as e:
@@ -311,9 +255,17 @@ class SimGke:
             ForwardHandle(int(rec["pid"]), {int(k): int(v) for k, v in rec["ports"].items()}, pf).stop()
 
     def pod_paths(self) -> dict[str, Path]:
-        """The pods' paths on this machine: the mount (``data_dir``, also as ``/data``) and ``/opt/nemo-rl``."""
-        return {str(self.data_dir): self.data_dir, "/data": self.data_dir, "/opt/nemo-rl": self.code_dir,
-                str(self.root): self.root}
+        """Where an exec'd command finds the pods' paths: the mount (``data_dir``, also as ``/data``; inside the
+        pods' namespace when there is one, else at ``backing_dir``) and ``/opt/nemo-rl`` (the checkout)."""
+        data = self.data_dir if self._in_pods() else self.backing_dir
+        return {str(self.data_dir): data, "/data": data, "/opt/nemo-rl": self.code_dir, str(self.root): self.root}
+
+    def _in_pods(self) -> list[str]:
+        return in_pods(self.head.pid if self.isolated and self.head is not None else None)
+
+    def host_path(self, pod_path: str | os.PathLike) -> Path:
+        """Where a file the pods see at ``pod_path`` (under the mount path) is on this machine (``backing_dir``)."""
+        return self.backing_dir / Path(pod_path).resolve().relative_to(self.data_dir)
 
     # -- using it -----------------------------------------------------------------------------------------
     def env(self) -> dict[str, str]:

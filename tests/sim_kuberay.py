@@ -23,6 +23,7 @@ import copy
 import datetime as dt
 import itertools
 import random
+import shutil
 import string
 import subprocess
 import threading
@@ -299,24 +300,26 @@ class KubeRayController:
             self.kube.put(coll, cur)
 
 
-def local_exec(paths: dict[str, Path], *, cwd: Path, env: Callable[[], dict[str, str]]):
-    """An ``exec_handler`` for the API double: ``kubectl exec`` into a pod runs the command here, in ``env()``, with
-    absolute path arguments under a pod path mapped (``paths``: pod path -> local dir); any other absolute path fails
-    like a missing file, so a command can touch nothing outside the sim."""
+def local_exec(paths: Callable[[], dict[str, Path]], *, cwd: Path, env: Callable[[], dict[str, str]],
+               prefix: Callable[[], list[str]] = list):
+    """An ``exec_handler`` for the API double: ``kubectl exec`` into a pod runs the command here, after ``prefix()``
+    (e.g. ``nsenter`` into the pods' mount namespace), in ``env()``, with absolute path arguments under a pod path
+    mapped (``paths()``: pod path -> local dir); any other absolute path fails like a missing file, so a command can
+    touch nothing outside the sim."""
 
     def run(namespace: str, pod: str, container: str | None, command: list[str]) -> tuple[str, str, int]:
+        table = paths()
         argv = list(command[:1])
         for a in command[1:]:
             if a.startswith("/"):
-                base = next((k for k in paths if a == k or a.startswith(k.rstrip("/") + "/")), None)
+                base = next((k for k in table if a == k or a.startswith(k.rstrip("/") + "/")), None)
                 if base is None:
-                    return "", f"{command[0]}: {a}: not in the simulated pod (only {', '.join(paths)} are)\n", 1
-                a = str(paths[base]) + a[len(base):]
+                    return "", f"{command[0]}: {a}: not in the simulated pod (only {', '.join(table)} are)\n", 1
+                a = str(table[base]) + a[len(base):]
             argv.append(a)
-        try:
-            r = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
-        except FileNotFoundError:
+        if shutil.which(argv[0], path=env().get("PATH")) is None and not Path(argv[0]).is_file():
             return "", f'OCI runtime exec failed: exec: "{argv[0]}": executable file not found in $PATH\n', 127
+        r = subprocess.run([*prefix(), *argv], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
         return r.stdout, r.stderr, r.returncode
 
     return run

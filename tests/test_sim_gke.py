@@ -164,13 +164,12 @@ def test_up_gets_kuberay_pods_and_reaches_the_sim_ray_head_through_the_forward(s
             assert sim.kube.objects(RC)[cfg.cluster.name]["status"]["conditions"][1]["status"] == "True"
 
             # exec in the pods runs here, on the pods' paths: wipe removes this experiment's results, nothing else
-            step = Path(cfg.checkpoint_dir) / "step_5"
-            step.mkdir(parents=True)
-            other = sim.data_dir / "nemo-rl" / "other-exp" / "checkpoints"
+            (sim.host_path(cfg.checkpoint_dir) / "step_5").mkdir(parents=True)
+            other = sim.backing_dir / "nemo-rl" / "other-exp" / "checkpoints"
             other.mkdir(parents=True)
             wiped = cluster.wipe(confirm=cfg.name)
             assert list(wiped.actions["action"]) == ["removed", "removed"], wiped.actions
-            assert not Path(cfg.checkpoint_dir).exists() and other.is_dir()
+            assert not sim.host_path(cfg.checkpoint_dir).exists() and other.is_dir()
             outside = cluster.exec_on(["ls", "/etc"])[0]
             assert outside.returncode == 1 and "not in the simulated pod" in outside.stderr
         finally:
@@ -199,7 +198,7 @@ def test_jobs_on_the_sim_head_import_nbtools_only_through_py_modules(sim_gke):
 
 
 def test_gcsfuse_standin_uploads_new_and_changed_files_and_deletes_removed_ones(sim_gke):
-    sim, base = sim_gke, sim_gke.data_dir / "mirror-test"
+    sim, base = sim_gke, sim_gke.backing_dir / "mirror-test"  # what a pod writes under /data/mirror-test
     url = f"gs://{BUCKET}/mirror-test"
     with sim.activated():
         (base / "sub").mkdir(parents=True)
@@ -291,7 +290,9 @@ def test_end_to_end_submit_through_the_forward_follow_and_read_the_run_from_the_
             log = job.logs()
             assert f"cd {sim.code_dir} && {sys.executable} -u examples/run_grpo.py" in log
             assert "(NeMo-RL test double)" in log and "Step 20/20" in log
-            assert nbtools.launch.outputs(cfg, job).ok
+            out = nbtools.launch.outputs(cfg, job)
+            assert out.ok and not out.visible, "only the pods see the run at the mount path; this machine has the bucket"
+            assert sim.isolated and not any(sim.data_dir.iterdir())
         finally:
             cluster.down()
         sim.flush()
