@@ -4,8 +4,10 @@ stand-in) into a bucket of the GCS emulator, the way the pods' gcsfuse mount mak
 It is NOT gcsfuse: every ``interval`` seconds it uploads files that are new or changed (size or mtime) since their
 last upload and deletes the objects of files that are gone, so a reader of ``gs://bucket/...`` sees the job's files
 a moment after they are written, renamed (``tmp_step_N`` -> ``step_N``: new objects, old ones deleted) or removed.
-``flush()`` runs one full pass and returns: tests call it before reading the bucket. Uploads go through the emulator's
-JSON API (``uploadType=media``), each a new object generation.
+``flush()`` runs one full pass and returns: tests call it before reading the bucket. A process can also ask for a pass
+by creating a file in ``requests_dir``; the mirror deletes it after the next complete pass (the sim's jobs do this
+when they exit, see sim_image/sitecustomize.py). Uploads go through the emulator's JSON API (``uploadType=media``),
+each a new object generation.
 
 Example:
     with BucketMirror(root / "data", gcs_url, "sim-bucket") as m:
@@ -28,8 +30,10 @@ __all__ = ["BucketMirror"]
 class BucketMirror:
     """Mirror ``source`` into ``gs://<bucket>/`` of the emulator at ``gcs_url``; a thread polls every ``interval`` s."""
 
-    def __init__(self, source: str | os.PathLike, gcs_url: str, bucket: str, *, interval: float = 0.3):
+    def __init__(self, source: str | os.PathLike, gcs_url: str, bucket: str, *, interval: float = 0.3,
+                 requests_dir: str | os.PathLike | None = None):
         self.source = Path(source)
+        self.requests_dir = Path(requests_dir) if requests_dir else None
         self.gcs_url = gcs_url.rstrip("/")
         self.bucket = bucket
         self.interval = interval
@@ -78,6 +82,7 @@ class BucketMirror:
     def sync(self, *, strict: bool = False) -> dict[str, int]:
         """One pass over ``source``; with ``strict`` a failed request raises instead of being retried next pass."""
         with self._lock:
+            asked = list(self.requests_dir.iterdir()) if self.requests_dir else []  # answered after this pass
             seen: dict[str, tuple[int, int]] = {}
             for dirpath, _, files in os.walk(self.source):
                 for f in files:
@@ -108,6 +113,8 @@ class BucketMirror:
                 dl += 1
             self.uploads += up
             self.deletes += dl
+            for req in asked:
+                req.unlink(missing_ok=True)
             if up or dl or strict:
                 self.last_error = None
             return {"uploaded": up, "deleted": dl}

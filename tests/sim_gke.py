@@ -136,6 +136,7 @@ class SimGke:
         self.data_dir = self.root / "data"  # the pods' /data (storage.mount_path); empty here when isolated
         self.isolated = isolate
         self.backing_dir = self.root / "pods" / "data" if isolate else self.data_dir  # where the pods' files are
+        self.flush_dir = self.root / "pods" / "flush"  # a job's exiting processes ask the gcsfuse stand-in here
         self.code_dir = self.root / "opt" / "nemo-rl"  # the image's /opt/nemo-rl (trainer.code_dir)
         self.shims_dir = self.root / "shims"
         self.bin_dir = self.shims_dir / "bin"
@@ -163,7 +164,7 @@ class SimGke:
     def start(self) -> SimGke:
         stack = ExitStack()
         try:
-            for d in (self.data_dir, self.backing_dir, self.code_dir.parent, self.bin_dir, self.kubeconfig.parent, self.runs_dir,
+            for d in (self.data_dir, self.backing_dir, self.flush_dir, self.code_dir.parent, self.bin_dir, self.kubeconfig.parent, self.runs_dir,
                       self.cache_dir, self.image_dir, self.experiment_yaml.parent):
                 d.mkdir(parents=True, exist_ok=True)
             (self.root / "gcs").mkdir(exist_ok=True)
@@ -184,7 +185,8 @@ class SimGke:
             self.kuberay = stack.enter_context(KubeRayController(self.kube, routes=routes, ready_after=self.ready_after))
             self.kube.exec_handler = local_exec(self.pod_paths, cwd=self.code_dir, env=self._image_env, prefix=self._in_pods)
             if self._want_mirror:
-                self.mirror = stack.enter_context(BucketMirror(self.backing_dir, self.gcs.url, BUCKET))
+                self.mirror = stack.enter_context(BucketMirror(self.backing_dir, self.gcs.url, BUCKET,
+                                                               requests_dir=self.flush_dir))
             stack.callback(self._stop_forwards)
             if self._provisioned:
                 self.provision()
@@ -210,7 +212,7 @@ class SimGke:
         gpus = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
         env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": str(TESTS / "sim_image"),
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
-               "RAY_AUTH_MODE": "disabled"}
+               "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else ""}
         from nbtools.errors import NotReadyError
 
         ray_cli = launch = _head._ray_cli

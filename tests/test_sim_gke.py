@@ -216,8 +216,12 @@ def test_gcsfuse_standin_uploads_new_and_changed_files_and_deletes_removed_ones(
         assert storage.read_text(f"{url}/a.txt") == "two, longer" and storage.info(f"{url}/a.txt").version != first
         assert not storage.exists(f"{url}/sub/b.bin") and storage.exists(f"{url}/step_1/x")
         assert not storage.exists(f"{url}/tmp_step_1/x")
-        (base / "c.txt").write_text("by the thread")  # no flush: the polling thread uploads it
-        _until(lambda: storage.exists(f"{url}/c.txt"), 10, "the mirror thread to upload c.txt")
+        # no flush: the polling thread uploads it; a request (what a job's exiting process makes) is answered after
+        (base / "c.txt").write_text("by the thread")
+        request = sim.flush_dir / "req-test"
+        request.touch()
+        _until(lambda: not request.exists(), 10, "the mirror thread to answer the request")
+        assert storage.read_text(f"{url}/c.txt") == "by the thread"
 
 
 # -- 6. the NeMo-RL doubles -------------------------------------------------------------------------------------
@@ -295,7 +299,7 @@ def test_end_to_end_submit_through_the_forward_follow_and_read_the_run_from_the_
             assert sim.isolated and not any(sim.data_dir.iterdir())
         finally:
             cluster.down()
-        sim.flush()
+        # no sim.flush(): like gcsfuse, the job's processes exited only after the stand-in had uploaded their files
         exp = f"gs://{BUCKET}/nemo-rl/{cfg.name}/logs/exp_001"
         assert cluster.storage.url(cfg.log_dir) == f"gs://{BUCKET}/nemo-rl/{cfg.name}/logs"
         assert [e.name for e in storage.ls(cluster.storage.url(cfg.log_dir))] == ["exp_001"]
