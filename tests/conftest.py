@@ -76,6 +76,19 @@ def ray_cfg(ray_head):
     return _point
 
 
+@pytest.fixture(scope="module")
+def sim_gke(request, tmp_path_factory):
+    """A simulated GKE for the test module (tests/sim_gke.py: API double + KubeRay stand-in, GCS emulator, a Ray head
+    without nbtools behind the port-forward, gcloud/kubectl/helm shims, gcsfuse and NeMo-RL stand-ins), provisioned
+    as notebook 01 leaves it. A module may set ``SIM_GKE = {...}`` (SimGke keyword arguments) to change it; use it
+    inside ``with sim_gke.activated():`` (its PATH, KUBECONFIG, emulator, runs and cache dirs)."""
+    from sim_gke import SimGke
+
+    options = {"provisioned": True, **getattr(request.module, "SIM_GKE", {})}
+    with SimGke(tmp_path_factory.mktemp("simgke"), **options) as sim:
+        yield sim
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -88,6 +101,8 @@ def _dump_ray_state_on_failure(request):
     """After a failed test that used the session head: print `ray status`-like resources and unfinished job logs."""
     yield
     rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed and "sim_gke" in request.fixturenames:
+        print(request.getfixturevalue("sim_gke").report())
     if rep is None or not rep.failed or "ray_head" not in request.fixturenames:
         return
     head = request.getfixturevalue("ray_head")

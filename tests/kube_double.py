@@ -10,10 +10,13 @@ What it implements (faithfully enough for nbtools' calls):
 - Optional schema validation per (group, plural) with jsonschema (tests pass KubeRay's CRD openAPIV3Schema),
   answered like the API server: 422 Invalid.
 - ``pods/<name>/exec`` over websocket, subprotocol ``v4.channel.k8s.io``: stdout on channel 1, stderr on 2,
-  the status JSON on 3. Commands are recorded, not executed; ``exec_result`` chooses the answer.
+  the status JSON on 3. Commands are recorded; ``exec_result`` chooses the answer, else ``exec_handler`` (when set,
+  e.g. by the simulated GKE) runs them, else they succeed with no output.
 - ``pods/<name>/portforward`` over websocket: the initial port frames on channels 0/1, then bytes bridged to a
   real TCP endpoint chosen with ``route_port``.
-There is no controller: tests play the KubeRay operator by adding pods and events with ``add_pod``/``add_event``.
+There is no controller: tests play the KubeRay operator by adding pods and events with ``add_pod``/``add_event``,
+or run ``tests/sim_kuberay.py`` (a KubeRay controller stand-in), which waits on ``wait_change`` and writes with
+``put``/``remove``.
 """
 
 from __future__ import annotations
@@ -55,9 +58,12 @@ class KubeDouble:
         self.requests: list[tuple[str, str]] = []  # (method, path?query)
         self.execs: list[dict] = []
         self.exec_result: dict[str, tuple[str, str, int]] = {}  # pod -> (stdout, stderr, rc)
+        self.exec_handler = None  # (namespace, pod, container, command) -> (stdout, stderr, rc), run off the loop
         self.routes: dict[tuple[str, str, int], tuple[str, int]] = {}
         self._rv = itertools.count(1)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified on every write (the stand-in controller's "watch")
+        self.generation = 0  # how many writes the store has seen
         self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -124,15 +130,42 @@ class KubeDouble:
                           "podIP": "10.0.0.1" if phase == "Running" else None}}
         return self.put(f"/api/v1/namespaces/{namespace}/pods", pod)
 
-    def add_event(self, namespace: str, pod: str, reason: str, message: str, type_: str = "Warning") -> None:
+    def add_event(self, namespace: str, pod: str, reason: str, message: str, type_: str = "Warning", *,
+                  kind: str = "Pod", component: str | None = None) -> None:
         n = next(self._rv)
-        self.put(f"/api/v1/namespaces/{namespace}/events", {
+        event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{pod}.{n}", "namespace": namespace},
-            "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": pod, "namespace": namespace},
             "reason": reason, "message": message, "type": type_,
             "lastTimestamp": f"2026-01-01T00:00:{n % 60:02d}Z",
-        })
+        }
+        if component:
+            event["source"] = {"component": component}
+        self.put(f"/api/v1/namespaces/{namespace}/events", event)
+
+    def remove(self, collection: str, name: str) -> dict | None:
+        """Delete an object as the API server would (None when absent); wakes ``wait_change`` callers."""
+        with self._lock:
+            obj = self.store.get(collection, {}).pop(name, None)
+            if obj is not None:
+                self._bump()
+            return obj
+
+    def collections(self, plural: str) -> list[str]:
+        """Every stored collection path of a resource, e.g. all namespaces' ``rayclusters``."""
+        with self._lock:
+            return [c for c in self.store if c.rsplit("/", 1)[-1] == plural]
+
+    def wait_change(self, since: int, timeout: float) -> int:
+        """Block until the store has changed after generation ``since`` (or ``timeout``); returns the generation."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.generation != since, timeout=timeout)
+            return self.generation
+
+    def _bump(self) -> None:  # caller holds self._lock
+        self.generation += 1
+        self._changed.notify_all()
 
     def route_port(self, namespace: str, pod: str, port: int, target: tuple[str, int]) -> None:
         self.routes[(namespace, pod, port)] = target
@@ -144,6 +177,7 @@ class KubeDouble:
         meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
         meta["resourceVersion"] = str(next(self._rv))
         self.store.setdefault(collection, {})[meta["name"]] = obj
+        self._bump()
         return obj
 
     @staticmethod
@@ -198,7 +232,9 @@ class KubeDouble:
             if request.method == "DELETE":
                 if name not in items:
                     return self._status(404, "NotFound", f'{plural} "{name}" not found')
-                return web.json_response(items.pop(name))
+                gone = items.pop(name)
+                self._bump()
+                return web.json_response(gone)
         body = await request.json()
         with self._lock:
             items = self.store.setdefault(collection, {})
@@ -251,7 +287,11 @@ class KubeDouble:
         await ws.prepare(request)
         command = request.query.getall("command", [])
         self.execs.append({"namespace": ns, "pod": pod, "container": request.query.get("container"), "command": command})
-        out, err, rc = self.exec_result.get(pod, ("", "", 0))
+        if pod not in self.exec_result and self.exec_handler is not None:
+            out, err, rc = await asyncio.get_running_loop().run_in_executor(
+                None, self.exec_handler, ns, pod, request.query.get("container"), command)
+        else:
+            out, err, rc = self.exec_result.get(pod, ("", "", 0))
         if out:
             await ws.send_bytes(b"\x01" + out.encode())
         if err:

@@ -1,0 +1,83 @@
+"""TEST DOUBLE of NeMo-RL v0.7.0 ``examples/run_grpo.py``, in the simulated GKE's NeMo-RL checkout (sim_gke.py).
+
+NOT NeMo-RL (no vLLM, no GPUs here). It takes NeMo-RL's command line exactly: ``--config <recipe>`` plus Hydra
+overrides, resolved and checked as NeMo-RL does (sim_nemo_rl_config.py), then trains nbtools' miniature GRPO (the
+local backend's rehearsal) with what the resolved config says: batch sizes, steps, validation, seed, learning rate,
+KL penalty, temperature, checkpointing (dir, period, top-k, metric, format) and logger dirs. The rehearsal writes
+NeMo-RL's layout (``<logger.log_dir>/exp_NNN/`` with TensorBoard events and ``train_data_step{N}.jsonl``,
+``<checkpointing.checkpoint_dir>/step_N/``) and prints NeMo-RL's ``Step k/N`` lines and result blocks.
+
+``policy.model_name`` must be ``<dir>/<experiment>/baseline_hf``: the rehearsal warm-starts its tiny model and
+saves it there (the sim experiment's ``model.name``, which notebook 07 evaluates as the baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_nemo_rl_config import apply_hydra_overrides, get, import_nbtools, load_config, lookup, sim  # noqa: E402
+
+# NeMo-RL config key -> nbtools experiment key of the rehearsal
+TO_REHEARSAL = {
+    "grpo.num_prompts_per_step": "grpo.num_prompts_per_step",
+    "grpo.num_generations_per_prompt": "grpo.num_generations_per_prompt",
+    "grpo.max_num_steps": "grpo.max_num_steps",
+    "grpo.val_period": "grpo.val_period",
+    "grpo.val_at_start": "grpo.val_at_start",
+    "grpo.max_val_samples": "grpo.max_val_samples",
+    "grpo.seed": "grpo.seed",
+    "grpo.use_leave_one_out_baseline": "grpo.use_leave_one_out_baseline",
+    "grpo.normalize_rewards": "grpo.normalize_rewards",
+    "loss_fn.reference_policy_kl_penalty": "grpo.kl_penalty",
+    "policy.optimizer.kwargs.lr": "grpo.learning_rate",
+    "policy.generation.temperature": "grpo.temperature",
+    "policy.max_total_sequence_length": "model.max_total_sequence_length",
+    "policy.dtensor_cfg._v2": "checkpointing.dtensor_v2",
+    "checkpointing.enabled": "checkpointing.enabled",
+    "checkpointing.checkpoint_dir": "checkpointing.checkpoint_dir",
+    "checkpointing.save_period": "checkpointing.save_period",
+    "checkpointing.keep_top_k": "checkpointing.keep_top_k",
+    "checkpointing.metric_name": "checkpointing.metric_name",
+    "checkpointing.higher_is_better": "checkpointing.higher_is_better",
+    "checkpointing.model_save_format": "checkpointing.model_save_format",
+    "checkpointing.save_optimizer": "checkpointing.save_optimizer",
+    "logger.log_dir": "logging.log_dir",
+    "logger.tensorboard_enabled": "logging.tensorboard",
+}
+
+
+def rehearsal_args(cfg: dict) -> tuple[Path, list[str]]:
+    """(runs dir, ``key=value`` overrides) that make the rehearsal train what ``cfg`` describes."""
+    model = Path(str(get(cfg, "policy.model_name")))
+    if model.name != "baseline_hf" or not model.is_absolute():
+        sys.exit(f"(NeMo-RL test double) policy.model_name={model}: expected <dir>/<experiment>/baseline_hf, where the "
+                 "rehearsal puts its warm-started model; set the experiment's model.name to it (sim_gke.py does)")
+    for key in ("logger.log_dir", "checkpointing.checkpoint_dir"):
+        if not str(get(cfg, key)).startswith("/"):
+            sys.exit(f"(NeMo-RL test double) {key}={get(cfg, key)} is relative: it would land in the checkout; "
+                     "pass an absolute path on the shared mount")
+    out = [f"name={json.dumps(model.parent.name)}"]
+    out += [f"{dst}={json.dumps(get(cfg, src))}" for src, dst in TO_REHEARSAL.items() if lookup(cfg, src)[0]]
+    return model.parent.parent, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="examples/configs/grpo_math_1B.yaml")
+    args, overrides = ap.parse_known_args(argv)
+    cfg = apply_hydra_overrides(load_config(args.config), overrides)
+    runs_dir, rehearsal_overrides = rehearsal_args(cfg)
+    print(f"(NeMo-RL test double) {args.config} + {len(overrides)} overrides -> nbtools rehearsal "
+          f"({' '.join(rehearsal_overrides)})", flush=True)
+    import_nbtools()
+    from nbtools.rehearsal._launch import main as rehearse
+
+    return rehearse(["--config", sim()["rehearsal_config"], "--runs-dir", str(runs_dir), *rehearsal_overrides])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
