@@ -207,7 +207,8 @@ def build_eval_job(
     user = validate_overrides(list(overrides))
     user_keys = {o.split("=", 1)[0] for o in user}
     final = tuple(o for o in ours if o.split("=", 1)[0] not in user_keys) + tuple(user)
-    entrypoint = (f"cd {NEMO_RL_ROOT} && python -u examples/run_eval.py --config {shlex.quote(config)} "
+    code_dir, python = cfg.trainer.code_dir or NEMO_RL_ROOT, cfg.trainer.python or "python"
+    entrypoint = (f"cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u examples/run_eval.py --config {shlex.quote(config)} "
                   + " ".join(shlex.quote(o) for o in final))
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     submission_id = f"{cfg.name}-eval-{_slug(dataset)}-{_slug(label)}-{digest}"
