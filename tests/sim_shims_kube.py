@@ -115,6 +115,37 @@ def _for_object(obj: dict) -> str | None:
     return next((r for r, v in RESOURCES.items() if v[1] == obj.get("kind") and (r.partition(".")[2] == group)), None)
 
 
+# A published manifest the plan applies by URL is served from tests/assets (the simulated GKE has no network): only
+# the GoogleCloudPlatform/container-engine-accelerators files copied there, at any ref.
+_PUBLISHED = "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/"
+
+
+def _manifest_text(call: Call, filename: str) -> str | None:
+    """The YAML to apply or delete: stdin for ``-f -``, a copied published manifest for its URL, else None."""
+    if filename == "-":
+        return call.stdin or ""
+    if filename.startswith(_PUBLISHED):
+        from pathlib import Path
+
+        rel = filename[len(_PUBLISHED):].split("/", 1)[-1]  # drop the ref
+        local = Path(__file__).resolve().parent / "assets" / "container-engine-accelerators" / rel
+        if local.is_file():
+            return local.read_text()
+    return None
+
+
+def _jsonpath(obj: dict, expr: str) -> str:
+    """kubectl's ``jsonpath={.a.b.c}`` for plain dotted paths (annotation keys may hold '/' but no '.' after it)."""
+    path = expr.removeprefix("jsonpath=").strip("{}").lstrip(".")
+    parts = path.split(".")
+    if parts[:2] == ["metadata", "annotations"] and len(parts) > 3:
+        parts = parts[:2] + [".".join(parts[2:])]
+    cur: Any = obj
+    for part in parts:
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return "" if cur is None else (cur if isinstance(cur, str) else json.dumps(cur))
+
+
 def kubectl(call: Call) -> int:
     pos, flags = _split(call.argv)
     if pos[:1] == ["config"]:
@@ -125,11 +156,34 @@ def kubectl(call: Call) -> int:
     server, token = target
     ns = flags.get("namespace") or "default"
     verb = pos[0] if pos else ""
+    if verb == "delete" and flags.get("filename"):
+        text = _manifest_text(call, flags["filename"])
+        if text is None:
+            return call.fail(f"error: unable to read URL \"{flags['filename']}\": the simulated GKE has no network access")
+        for obj in (d for d in yaml_module().safe_load_all(text) if d):
+            res = _for_object(obj)
+            if res is not None:
+                _http("DELETE", server + _collection(res, obj["metadata"].get("namespace") or ns) + f"/{obj['metadata']['name']}",
+                      token=token)
+        return 0
+    if verb == "annotate":
+        kind, _, name = (pos[1] if len(pos) > 1 else "").partition("/")
+        res = _resource(kind)
+        if res is None:
+            return call.fail(f'error: the server doesn\'t have a resource type "{kind}"')
+        notes = dict(a.split("=", 1) for a in pos[2:] if "=" in a)
+        status, body = _http("PATCH", f"{server}{_collection(res, ns)}/{name}", {"metadata": {"annotations": notes}},
+                             token=token, content_type="application/merge-patch+json")
+        if status >= 400:
+            return call.fail(f"Error from server ({body.get('reason')}): {body.get('message')}")
+        call.print(f"{RESOURCES[res][2]}/{name} annotated")
+        return 0
     if verb == "apply":
-        if flags.get("filename") != "-":
+        text = _manifest_text(call, flags.get("filename") or "")
+        if text is None:
             return call.fail(f"error: unable to read URL \"{flags.get('filename')}\": the simulated GKE has no network access")
         rc = 0
-        for obj in (d for d in yaml_module().safe_load_all(call.stdin or "") if d):
+        for obj in (d for d in yaml_module().safe_load_all(text) if d):
             res = _for_object(obj)
             if res is None:
                 rc = call.fail(f'error: resource mapping not found for kind "{obj.get("kind")}" (simulated kubectl)')
@@ -165,6 +219,8 @@ def kubectl(call: Call) -> int:
                     rc = call.fail(f'Error from server (NotFound): {res.split(".")[0]} "{name}" not found')
             elif status >= 400:
                 rc = call.fail(f"Error from server ({body.get('reason')}): {body.get('message')}")
+            elif verb == "get" and str(flags.get("output", "")).startswith("jsonpath="):
+                call.print(_jsonpath(body, flags["output"]))
             else:
                 call.print(f"{RESOURCES[res][2]}/{name}" if verb == "get" else f'{RESOURCES[res][2]} "{name}" deleted')
         return rc
