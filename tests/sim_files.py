@@ -86,7 +86,7 @@ def write_experiment(sim, rehearsal: dict, changes: dict) -> None:
     data["gcp"]["project"] = PROJECT
     data["storage"] = {"kind": "gcsfuse", "bucket": BUCKET, "mount_path": str(sim.data_dir)}
     data["trainer"].update(code_dir=str(sim.code_dir), python=sys.executable)
-    data["model"].update(name=str(exp / "baseline_hf"), max_total_sequence_length=local["model"]["max_total_sequence_length"])
+    data["model"].update(max_total_sequence_length=local["model"]["max_total_sequence_length"])  # name: the example's
     data["data"] = dict(local["data"])
     data["grpo"] = {**local["grpo"], "max_num_steps": sim.steps}
     data["checkpointing"].update(checkpoint_dir=str(exp / "checkpoints"), save_period=local["checkpointing"]["save_period"])

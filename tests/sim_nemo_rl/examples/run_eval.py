@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     from nbtools.rehearsal import task
 
     reh = load(sim()["rehearsal_config"], backend="local")
+    if not os.path.isdir(model_path):  # a Hub id: the stand-in Hub has one model, the rehearsal's warm start, which the
+        # run_grpo.py double saved beside the experiment's dirs (save_path = <experiment dir>/eval/<dataset>_<label>)
+        hub = os.path.join(os.path.dirname(os.path.dirname(str(get(cfg, "eval.save_path")))), "baseline_hf")
+        print(f"(NeMo-RL test double) {model_path} comes from the stand-in Hub: {hub}", flush=True)
+        model_path = hub
     print(f"(NeMo-RL test double) evaluating {model_path} on the rehearsal's held-out split as {dataset!r}", flush=True)
     res = evaluate_local(model_path, task.held_out_problems(reh), reward=list(reh.rehearsal.reward_functions), n=n,
                          temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=reh.rehearsal.max_new_tokens,

@@ -7,8 +7,10 @@ KL penalty, temperature, checkpointing (dir, period, top-k, metric, format) and 
 NeMo-RL's layout (``<logger.log_dir>/exp_NNN/`` with TensorBoard events and ``train_data_step{N}.jsonl``,
 ``<checkpointing.checkpoint_dir>/step_N/``) and prints NeMo-RL's ``Step k/N`` lines and result blocks.
 
-``policy.model_name`` must be ``<dir>/<experiment>/baseline_hf``: the rehearsal warm-starts its tiny model and
-saves it there (the sim experiment's ``model.name``, which notebook 07 evaluates as the baseline).
+``policy.model_name`` is the model NeMo-RL would download (the sim experiment keeps the Gemma-3 example's, so the fit
+check and the launch look like the real run); this stand-in trains the rehearsal's tiny model instead and saves its
+warm start at ``<experiment dir>/baseline_hf`` (beside ``checkpoint_dir``): the stand-in Hub's copy of that model,
+which the ``run_eval.py`` double evaluates whenever it is asked for a model that is not a directory.
 """
 
 from __future__ import annotations
@@ -52,17 +54,14 @@ TO_REHEARSAL = {
 
 def rehearsal_args(cfg: dict) -> tuple[Path, list[str]]:
     """(runs dir, ``key=value`` overrides) that make the rehearsal train what ``cfg`` describes."""
-    model = Path(str(get(cfg, "policy.model_name")))
-    if model.name != "baseline_hf" or not model.is_absolute():
-        sys.exit(f"(NeMo-RL test double) policy.model_name={model}: expected <dir>/<experiment>/baseline_hf, where the "
-                 "rehearsal puts its warm-started model; set the experiment's model.name to it (sim_gke.py does)")
     for key in ("logger.log_dir", "checkpointing.checkpoint_dir"):
         if not str(get(cfg, key)).startswith("/"):
             sys.exit(f"(NeMo-RL test double) {key}={get(cfg, key)} is relative: it would land in the checkout; "
                      "pass an absolute path on the shared mount")
-    out = [f"name={json.dumps(model.parent.name)}"]
+    exp = Path(str(get(cfg, "checkpointing.checkpoint_dir"))).parent  # <mount>/nemo-rl/<experiment>
+    out = [f"name={json.dumps(exp.name)}"]
     out += [f"{dst}={json.dumps(get(cfg, src))}" for src, dst in TO_REHEARSAL.items() if lookup(cfg, src)[0]]
-    return model.parent.parent, out
+    return exp.parent, out
 
 
 def main(argv: list[str] | None = None) -> int:
