@@ -25,7 +25,7 @@ KNOBS = {
     "06_merge_checkpoint": {"OVERWRITE": ("bool", "False")},
     "07_evaluate_compare": {"SAMPLES": ("int", "8")},
     "08_rewards": {"NEW_WEIGHT": ("float", "0.3")},
-    "09_cleanup": {"CONFIRM": ("str", '""')},
+    "09_cleanup": {"CONFIRM": ("str", '""'), "DELETE_BUCKET": ("str", '""')},
 }
 
 

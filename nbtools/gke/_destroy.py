@@ -112,6 +112,8 @@ def destroy_steps(cfg, provision: list[Step], *, delete_bucket: bool = False) ->
         else:
             steps.append(_gone(
                 "bucket", f"bucket {url}, only if empty: GCS refuses a bucket that holds objects, and they are kept",
-                ("gcloud", "storage", "buckets", "delete", url, P, "--quiet"), bucket_check,
+                ("gcloud", "storage", "buckets", "delete", url, P, "--quiet"), bucket_check, keep_if_refused=True,
+                hint=f"it holds the run's objects; to delete it with them, name it: destroy_plan(cfg, delete_bucket="
+                     f"{s.bucket!r}) or `nbtools plan EXPERIMENT.yaml --destroy --delete-bucket {s.bucket}`",
             ))
     return steps

@@ -72,6 +72,7 @@ class Step:
     after: tuple[str, ...] = ()  # keep-going plans: skip this step when one of these steps failed
     within: str | None = None  # destroy: this resource is gone when that step's resource is gone
     refresh: bool = False  # run even when the check passes (re-apply a Secret from the environment)
+    keep_if_refused: bool = False  # destroy: a refusal keeps the resource on purpose (a bucket that holds objects)
     hint: str | None = None  # the fix when the check finds the resource in a state outside ``states``
     invalidates: tuple[str, ...] = ()  # provision steps whose recorded "done" this step makes stale
 
@@ -370,6 +371,8 @@ class Plan:
                     rows.append({"step": s.name, "status": failed[s.name]})
                     continue
                 status = self._apply_step(s, variables, state)
+                if status.startswith("failed") and s.keep_if_refused:
+                    status = "kept: " + status.removeprefix("failed ") + (f"; {s.hint}" if s.hint else "")
                 if status.startswith("failed"):
                     failed[s.name] = status
                 rows.append({"step": s.name, "status": status})
@@ -381,7 +384,9 @@ class Plan:
         left = self.remaining(variables=variables)
         now = dict(zip(left["step"], left["state"], strict=True))
         out["now"] = [now.get(n, "") for n in out["step"]]
-        remaining = left[left["state"] != "gone"]
+        kept = {r["step"] for r in rows if r["status"].startswith("kept:")}
+        remaining = left[(left["state"] != "gone") & ~left["step"].isin(kept)]
+        out.attrs["kept"] = sorted(kept)
         if failed or not remaining.empty:
             raise PlanIncompleteError(out, remaining.reset_index(drop=True), fix=self.fix or "fix the causes above and re-apply")
         return out

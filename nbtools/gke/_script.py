@@ -46,7 +46,8 @@ def render(plan: Plan) -> str:
     for name, cmd in plan.variables.items():
         out.append(f'{name}="${{{name}:-$({_join(cmd)})}}"')
     if plan.keep_going:
-        out += ["FAILED=()", 'failed_() { local d; for d in "$@"; do [[ " ${FAILED[*]:-} " == *" $d "* ]] && return 0; done; return 1; }']
+        out += ["FAILED=()", "KEPT=()",
+                'failed_() { local d; for d in "$@"; do [[ " ${FAILED[*]:-} " == *" $d "* ]] && return 0; done; return 1; }']
     for s in plan.steps:
         out += ["", f"# --- {s.name}: {s.what}"]
         out += _keep_going_step(plan, s) if plan.keep_going else _step(s)
@@ -81,7 +82,12 @@ def _keep_going_step(plan: Plan, s: Step) -> list[str]:
         lines.append(f"{first} {_set(s)}; gone_ {_join(s.check)}; then echo 'skip {s.name}: already gone'")
         first = "elif"
     body = s.script or s.command_str
-    lines.append(f"{first} ! ( {body} ); then echo 'FAILED {s.name}' >&2; FAILED+=({_quote(s.name)})")
+    if s.keep_if_refused:  # refused on purpose (a bucket that holds objects): kept, reported, not a failure
+        hint = f" ({s.hint})" if s.hint else ""
+        lines.append(f"{first} ! ( {body} ); then echo {_quote(f'kept {s.name}: refused, so it stays{hint}')}; "
+                     f"KEPT+=({_quote(s.name)})")
+    else:
+        lines.append(f"{first} ! ( {body} ); then echo 'FAILED {s.name}' >&2; FAILED+=({_quote(s.name)})")
     lines.append("fi")
     return lines
 
@@ -97,9 +103,12 @@ def _report(plan: Plan) -> list[str]:
         cond = f"{_set(s)}; gone_ {_join(s.check)}"
         if parent is not None and parent.check:
             cond = f"{{ {_set(parent)}; gone_ {_join(parent.check)}; }} || {{ {cond}; }}"
+        if s.keep_if_refused:
+            cond = f'[[ " ${{KEPT[*]:-}} " == *" {s.name} "* ]] || {{ {cond}; }}'
         out.append(f"{cond} || still_ {label}")
     out += [
         'if (( ${#FAILED[@]} )); then echo "did not complete: ${FAILED[*]}" >&2; fi',
+        'if (( ${#KEPT[@]} )); then echo "kept on purpose: ${KEPT[*]}"; fi',
         'if (( ${#FAILED[@]} || LEFT )); then exit 1; fi',
         "echo 'everything in this plan is gone'",
     ]
