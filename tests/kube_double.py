@@ -34,6 +34,7 @@ import yaml
 from aiohttp import WSMsgType, web
 
 TOKEN = "test-double-token"
+WIPE_PATH = "/_double/wipe"  # POST: drop every object (what deleting a GKE cluster does to its API server's data)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -213,6 +214,11 @@ class KubeDouble:
         self.requests.append((request.method, request.path_qs))
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
             return self._status(401, "Unauthorized", "missing or wrong bearer token")
+        if request.path == WIPE_PATH and request.method == "POST":  # not a Kubernetes API: the simulated cluster delete
+            with self._lock:
+                self.store.clear()
+                self._bump()
+            return web.json_response({})
         collection, plural, name, sub = self._split(request.path)
         group = "" if request.path.startswith("/api/") else request.path.split("/")[2]
         if sub == "exec":

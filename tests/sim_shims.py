@@ -244,6 +244,8 @@ def gcloud(call: Call) -> int:
     where = "gcloud." + ".".join(p for p in pos[:4] if not p.startswith("gs:") and "/" not in p and "@" not in p)
     if not project and pos[:1] != ["projects"]:
         return call.fail(f"ERROR: ({where}) The required property [project] is not currently set.")
+    if pos and pos[-1] == "list" and tuple(pos[:-1]) in _LISTS:
+        return _list(call, g, project, tuple(pos[:-1]), where)
     for n in (3, 2):
         group = tuple(pos[:n])
         if group in _COMPUTE and len(pos) > n + 1:
@@ -271,6 +273,38 @@ def gcloud(call: Call) -> int:
         _format(call, {"projectId": pos[2], "projectNumber": project_number(pos[2]), "lifecycleState": "ACTIVE"})
         return 0
     return call.fail(f"ERROR: (gcloud) the simulated gcloud does not implement `gcloud {' '.join(pos[:4])}`", 2)
+
+
+_LISTS = {("compute", "networks"), ("compute", "networks", "subnets"), ("compute", "firewall-rules"),
+          ("container", "clusters"), ("container", "node-pools"), ("storage", "buckets")}
+
+
+def _list(call: Call, g: dict, project: str, group: tuple, where: str) -> int:
+    """``gcloud … list --filter=name=X --format=value(name)``: the destroy plan's existence checks (an empty answer
+    with exit 0 means "gone"; a failing list proves nothing, as with the real gcloud)."""
+    flt = call.flag("filter", "")
+    wanted = flt.split("=", 1)[1] if flt.startswith("name=") else None
+    if group in _COMPUTE:
+        key, collection, _ = _COMPUTE[group]
+        regions = [r for r in (call.flag("regions") or "").split(",") if r]
+        items = [v for k, v in g.get(key, {}).items() if k.startswith(f"projects/{project}/")
+                 and (not regions or any(f"/regions/{r}/" in k for r in regions))]
+    elif group == ("container", "clusters"):
+        loc = call.flag("location") or call.flag("region") or call.flag("zone")
+        items = [v for k, v in g.get("clusters", {}).items() if k.startswith(f"projects/{project}/locations/{loc}/")]
+    elif group == ("container", "node-pools"):
+        parent = f"projects/{project}/locations/{call.flag('location')}/clusters/{call.flag('cluster')}"
+        if parent not in g.get("clusters", {}):
+            return call.fail(f"ERROR: ({where}) ResponseError: code=404, message=Not found: {parent}.")
+        items = [v for k, v in g.get("node_pools", {}).items() if k.startswith(parent + "/")]
+    else:
+        from sim_shims_kube import bucket_names
+
+        items = [{"name": n} for n in bucket_names(call)]
+    for item in items:
+        if wanted is None or item.get("name") == wanted:
+            _format(call, item)
+    return 0
 
 
 def _compute(call: Call, g: dict, project: str, group: tuple, verb: str, name: str, where: str) -> int:
@@ -325,6 +359,13 @@ def _cluster(call: Call, g: dict, project: str, verb: str, name: str, where: str
         pools = g.get("node_pools", {})
         for k in [k for k in pools if k.startswith(link + "/")]:  # GKE deletes the node pools with the cluster
             del pools[k]
+        from sim_shims_kube import wipe_cluster
+
+        wipe_cluster(call)  # ... and every in-cluster object (its etcd), Helm's releases included
+        context = f"gke_{project}_{loc}_{name}"
+        helm = call.state.get("helm", {})
+        for k in [k for k in helm if k.startswith(context + "/")]:
+            del helm[k]
         call.err.append(f"Deleted [https://container.googleapis.com/v1/{link}].")
     elif verb == "get-credentials":
         context = f"gke_{project}_{loc}_{name}"

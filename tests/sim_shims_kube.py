@@ -323,6 +323,17 @@ def helm(call: Call) -> int:
 # -- gcloud storage buckets (on the GCS emulator) ------------------------------------------------------------
 
 
+def wipe_cluster(call: Call) -> None:
+    """The cluster's objects go with it: the Kubernetes API double's one control route outside the Kubernetes API."""
+    _http("POST", call.conf["kube_server"] + "/_double/wipe", {}, token=call.conf["kube_token"])  # kube_double.WIPE_PATH
+
+
+def bucket_names(call: Call) -> list[str]:
+    """The emulator's buckets (``gcloud storage buckets list``)."""
+    status, body = _http("GET", f"{call.conf['gcs']}/storage/v1/b")
+    return [b["name"] for b in (body or {}).get("items") or []] if status == 200 else []
+
+
 def bucket(call: Call, g: dict, project: str, verb: str, name: str, where: str) -> int:
     gcs = call.conf["gcs"]
     status, body = _http("GET", f"{gcs}/storage/v1/b/{name}")
