@@ -168,9 +168,10 @@ def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monk
                           numerator=score * 500, denominator=500)
 
     same = nbtools.evals.compare(block("gemma-3-1b-it", 8192, 0.402), block("merged", 8192, 0.464))
-    assert not [n for n in same.notes if "equal settings" in n]
-    unequal = nbtools.evals.compare(block("gemma-3-1b-it", 2048, 0.402), block("merged", 8192, 0.464))
-    assert any("comparable only at equal settings" in n and "max_new_tokens 2048 vs 8192" in n for n in unequal.notes)
+    assert not [n for n in same.notes if "MISMATCH" in n]
+    with pytest.warns(UserWarning, match="different settings"):
+        unequal = nbtools.evals.compare(block("gemma-3-1b-it", 2048, 0.402), block("merged", 8192, 0.464))
+    assert any(n.startswith("MISMATCH") and "max_new_tokens 2048 vs 8192" in n for n in unequal.notes)
 
 
 # -- item 11: `+key` overrides unknown to the release, and known no-ops ----------------------------------------

@@ -153,7 +153,7 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
     """Write (or replace) ``README.md``, ``experiment.yaml`` and ``training_curves.png`` beside a merged model.
 
     Without ``comparisons`` an evaluation already in the card is kept when it was made for these exact weights
-    (same sha256 in ``checksums.json``), so re-running notebook 06 keeps 07's numbers, and a new merge drops them.
+    (same digests in ``checksums.json``), so re-running notebook 06 keeps 07's numbers, and a new merge drops them.
 
     Args:
         cfg: the experiment (``nbtools.config.load``).

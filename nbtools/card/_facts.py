@@ -118,7 +118,7 @@ class Merged:
     layout: str | None
     tensors: int | None
     weight_files: int
-    fingerprint: str | None  # sha256 over the weight files' sha256 (checksums.json); None without a manifest
+    fingerprint: str | None  # sha256 over the weight files' digests (checksums.json); None without a manifest
 
 
 @dataclass(frozen=True)
@@ -257,10 +257,14 @@ def merged_from(model_dir: str | Path) -> str | None:
 
 
 def fingerprint(model_dir: str | Path) -> str | None:
-    """sha256 over the weight files' own sha256 (from the merge's checksums.json): same weights, same value."""
-    files = _manifest(Path(model_dir)).get("files") or {}
-    weights = {k: v.get("sha256") for k, v in files.items() if k.endswith(".safetensors")}
-    return hashlib.sha256(json.dumps(weights, sort_keys=True).encode()).hexdigest()[:16] if weights else None
+    """sha256 over the weight files' own digests (from the merge's checksums.json): same weights, same value."""
+    manifest = _manifest(Path(model_dir))
+    algorithm = manifest.get("algorithm", "sha256")
+    files = manifest.get("files") or {}
+    weights = {k: v.get(algorithm) for k, v in files.items() if k.endswith(".safetensors") and isinstance(v, dict)}
+    if not weights or None in weights.values():
+        return None  # no digest to tell the weights apart: an unknown fingerprint never matches a stored one
+    return hashlib.sha256(json.dumps([algorithm, weights], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _merged(cfg: Any, model_dir: Path, merge: Any, notes: list[str]) -> tuple[Merged, Path | None]:

@@ -229,7 +229,8 @@ def _checkpoint(facts: Facts) -> str:
         out += [_table([(f"step_{k['step']}" + (" (merged)" if k["step"] == m.step else ""), _f(k["value"], 4))
                         for k in m.kept], ("checkpoint on disk", m.metric_name or "metric")), ""]
     out += [f"Merged by `nbtools.checkpoints.merge` from the `{m.layout}` layout: {m.tensors} tensors in "
-            f"{m.weight_files} safetensors file(s); every file's sha256 is in `checksums.json` and `SHA256SUMS`.", ""]
+            f"{m.weight_files} safetensors file(s); every file's checksum is in `checksums.json` "
+            "(`nbtools.checkpoints.verify` checks them).", ""]
     return "\n".join(out)
 
 
