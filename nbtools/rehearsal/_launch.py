@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import sys
 import time
@@ -56,5 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     except mp.ProcessExitedException as e:
         print(f"rehearsal rank exited abnormally: {e}", file=sys.stderr, flush=True)
         return 1
-    print(f"nbtools rehearsal done in {time.perf_counter() - t0:.1f}s (wall, incl. process start).", flush=True)
+    cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for f in ("ru_utime", "ru_stime"))
+    print(f"nbtools rehearsal done in {time.perf_counter() - t0:.1f}s (wall, incl. process start); "
+          f"cpu {cpu:.1f}s (this process and its ranks, imports included).", flush=True)
     return 0
