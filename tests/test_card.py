@@ -119,7 +119,7 @@ def test_card_values_are_the_runs_metrics_and_the_merged_steps_reason(run):
     reward = nbtools.metrics.select(df, "reward").sort_values("step")
     acc = nbtools.metrics.select(df, "accuracy")
     info = nbtools.checkpoints.read_training_info(run["merge"].source)
-    assert f"| steps | {int(reward.step.max())} (max_num_steps 600) |" in text
+    assert f"| steps | {int(reward.step.max())} (max_num_steps {run['cfg'].grpo.max_num_steps}) |" in text
     assert f"| train reward | {reward.value.iloc[-1]:.4g} | {int(reward.step.iloc[-1])} |" in text
     assert f"| validation accuracy (best) | {acc.value.max():.4g} | 20 |" in text
     assert run["merge"].source.name == "step_20" and "Merged from **step_20**" in text

@@ -7,6 +7,8 @@ torch's SummaryWriter and checkpoints with torch DCP writers; nothing here is mo
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import signal
@@ -127,6 +129,91 @@ def test_rehearsal_config_fields_have_working_defaults():
         cfg.replace(**{"rehearsal.lr_warmup_steps": "soon"})
     with pytest.raises(ConfigError, match="fix: set `rehearsal.warmup_think` to one of them"):
         cfg.replace(**{"rehearsal.warmup_think": "sorted"})
+
+
+@pytest.fixture(scope="module")
+def warm_model():
+    """A briefly warm-started tiny policy (format mostly learned, so some rows stop early and some do not)."""
+    from nbtools.rehearsal import _grpo
+    from nbtools.rehearsal.model import build_model, build_tokenizer
+
+    cfg = nbtools.config.load(CONFIG)
+    model = build_model(cfg, build_tokenizer())
+    _grpo.warm_start(model, task.make_split(cfg)[0], steps=40, lr=3e-3, batch=32, seed=0, think="running_max")
+    return model.eval(), task.make_split(cfg)[1]
+
+
+def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
+    from nbtools.rehearsal import _grpo
+    from nbtools.rehearsal._sampling import Engine
+
+    model, held = warm_model
+    ids = torch.tensor([_grpo.encode(p.prompt) for p in held[:24]])
+    engine = Engine.from_model(model)
+    greedy = engine.sample(ids, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=0.0)
+    hf = model.generate(ids, max_new_tokens=12, do_sample=False)[:, ids.shape[1]:]
+    for i in range(len(ids)):
+        n = int(greedy.lengths[i])
+        assert greedy.tokens[i, :n].tolist() == hf[i, :n].tolist()
+    rep = ids.repeat_interleave(8, dim=0)  # GRPO batches repeat each prompt: the engine prefills it once
+    s = engine.sample(rep, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=1.0,
+                      generator=torch.Generator().manual_seed(3))
+    mask = torch.arange(s.tokens.shape[1])[None, :] < s.lengths[:, None]
+    ref = _grpo.token_logprobs(model, rep, s.tokens)  # the training framework's logprobs of the same tokens
+    assert ((ref - s.logprobs).abs() * mask).max() < 1e-4  # NeMo-RL's token_mult_prob_error stays ~1
+    assert bool(((s.tokens == _grpo.PAD) | mask).all())  # pad after eos
+    assert torch.equal(s.finished, (s.tokens == _grpo.EOS).any(1))
+    again = engine.sample(rep, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=1.0,
+                          generator=torch.Generator().manual_seed(3))
+    assert torch.equal(again.tokens, s.tokens)  # seeded: deterministic
+    short = engine.sample(ids, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=0.0)
+    if bool(short.finished.all()):  # every row ended: no decode step is run past the longest response
+        assert short.tokens.shape[1] == int(short.lengths.max()) < 12
+
+
+def test_engine_refit_follows_the_policy_and_refuses_other_models(warm_model):
+    from transformers import GPT2Config
+
+    from nbtools.rehearsal import _grpo
+    from nbtools.rehearsal._sampling import Engine
+
+    model, held = warm_model
+    engine = Engine.from_model(model)
+    ids = torch.tensor([_grpo.encode(p.prompt) for p in held[:8]])
+    before = engine.sample(ids, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=0.0)
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        changed.model.norm.weight.zero_()  # every logit 0: greedy picks token id 0 everywhere
+    engine.refit(changed)
+    after = engine.sample(ids, max_new_tokens=12, eos_id=_grpo.EOS, pad_id=_grpo.PAD, temperature=0.0)
+    assert bool((after.tokens == 0).all()) and not bool((before.tokens[:, 0] == 0).any())
+    with pytest.raises(ConfigError, match="model_type 'gpt2'.*fix: use the tiny Llama"):
+        Engine(GPT2Config())
+
+
+def test_clip_grad_norm_matches_torch_and_lr_schedule_is_nemo_rls():
+    from nbtools.rehearsal import _grpo
+
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(16, 8)
+    for m in (a, b):
+        (m(x) ** 2).sum().backward()
+    want = torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0)
+    got = _grpo.clip_grad_norm_(list(b.parameters()), 1.0)
+    assert got == pytest.approx(float(want), rel=1e-6) and got > 1.0
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.allclose(pa.grad, pb.grad, rtol=1e-6, atol=1e-7)
+    lr = functools.partial(_grpo.lr_factor, warmup=10, total=110, min_ratio=0.2)
+    linear = torch.optim.lr_scheduler.LinearLR(torch.optim.SGD(a.parameters(), lr=1.0), start_factor=0.1,
+                                               total_iters=10)
+    for step in range(11):  # the warmup is torch's LinearLR
+        assert lr(step, decay="cosine") == pytest.approx(linear.get_last_lr()[0], rel=1e-6)
+        linear.optimizer.step()
+        linear.step()
+    assert [lr(s, decay="constant") for s in (10, 60, 110)] == [1.0, 1.0, 1.0]
+    assert [round(lr(s, decay="cosine"), 6) for s in (10, 60, 110, 500)] == [1.0, 0.6, 0.2, 0.2]
 
 
 def test_exp_dirs_are_numbered_like_nemo_rl(tmp_path):

@@ -171,6 +171,9 @@ class LocalBackend:
 
         p: list[tuple[tuple[str, ...], str]] = []
         r, c = cfg.rehearsal, cfg.checkpointing
+        if not 0.0 <= r.lr_min_ratio <= 1.0:
+            p.append((("rehearsal.lr_min_ratio",), f"rehearsal.lr_min_ratio: {r.lr_min_ratio} must be within [0, 1] (the "
+                      "cosine's floor as a fraction of grpo.learning_rate); fix: e.g. 0.1"))
         if r.num_heads and r.hidden_size % r.num_heads:
             p.append((("rehearsal.hidden_size", "rehearsal.num_heads"),
                       f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads"))

@@ -267,6 +267,8 @@ class RehearsalConfig:
     max_new_tokens: int = 12
     ratio_clip: float = 0.2
     lr_warmup_steps: int = 100  # NeMo-RL-style LinearLR warmup (start factor 0.1) over this many GRPO steps
+    lr_decay: Literal["constant", "cosine"] = "constant"  # after warmup: ConstantLR, or cosine to lr_min_ratio·lr at max_num_steps
+    lr_min_ratio: float = 0.1  # the cosine's floor, as a fraction of grpo.learning_rate
     tie_word_embeddings: bool = True  # tiny Llama: share the input embedding and lm_head
     warmup_think: Literal["copy", "running_max"] = "running_max"  # warm-start scratchpad (answers stay random)
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])

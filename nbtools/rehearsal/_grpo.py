@@ -6,6 +6,8 @@ reference logprobs → one clipped-PG update → log/validate/checkpoint.
 
 from __future__ import annotations
 
+import functools
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -14,11 +16,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from nbtools.rehearsal._sampling import sample
+from nbtools.rehearsal._sampling import Engine
 from nbtools.rehearsal.model import ENV_CORRECT, ENV_INCORRECT, VOCAB
 from nbtools.rehearsal.task import Problem, format_prompt, format_response
 
-__all__ = ["Rollout", "warm_start", "rollout", "token_logprobs", "grpo_loss", "PromptSampler"]
+__all__ = ["Rollout", "warm_start", "rollout", "token_logprobs", "grpo_loss", "clip_grad_norm_", "lr_factor", "PromptSampler"]
 
 _IDS = {w: i for i, w in enumerate(VOCAB)}
 EOS, PAD = _IDS["<eos>"], _IDS["<pad>"]
@@ -27,7 +29,12 @@ KL_INPUT_CLAMP, KL_OUTPUT_CLAMP = 20.0, 10.0
 
 def encode(text: str) -> list[int]:
     """Whitespace word-level encoding, identical to the saved ``tokenizer.json`` (checked in the tests)."""
-    return [_IDS.get(w, _IDS["<unk>"]) for w in text.split()]
+    return list(_encode(text))
+
+
+@functools.lru_cache(maxsize=65536)
+def _encode(text: str) -> tuple[int, ...]:  # prompts, observations and most responses repeat across steps
+    return tuple(_IDS.get(w, _IDS["<unk>"]) for w in text.split())
 
 
 def decode(ids) -> str:
@@ -42,11 +49,16 @@ def think_for(digits: tuple[int, ...], style: str = "copy") -> str:
 
 
 def warm_start(model: torch.nn.Module, problems: list[Problem], *, steps: int, lr: float, batch: int, seed: int,
-               think: str = "copy") -> float:
+               think: str = "copy", rank: int = 0, world: int = 1) -> float:
     """Short SFT that teaches the response format with uninformative answers (the think is a scratchpad over the
-    digits, the answer is uniform 0–9), so RL must earn correctness. Returns the final loss."""
+    digits, the answer is uniform 0–9), so RL must earn correctness. Returns the final loss.
+
+    With ``world > 1`` (a process group is up) it is data-parallel: every rank draws the same batch, trains on its
+    rows ``rank::world`` and averages gradients with one all-reduce, so the ranks stay identical at half the cost.
+    """
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
+    params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     loss = torch.tensor(0.0)
     for _ in range(steps):
@@ -57,14 +69,61 @@ def warm_start(model: torch.nn.Module, problems: list[Problem], *, steps: int, l
             resp = encode(format_response(think_for(d, think), str(rng.randrange(10)))) + [EOS]
             rows.append(prompt + resp)
             plen = len(prompt)
-        ids = torch.tensor(rows)
+        ids = torch.tensor(rows[rank::world])
         logits = model(input_ids=ids).logits[:, plen - 1 : -1].float()
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, plen:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if world > 1:
+            _all_reduce_mean([p.grad for p in params], world)
+        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
+    if world > 1:
+        loss = loss.detach().clone()
+        torch.distributed.all_reduce(loss)
+        loss /= world
     return float(loss.detach())
+
+
+def _all_reduce_mean(tensors: list[torch.Tensor], world: int) -> None:
+    """Average same-shaped tensors over ranks with a single all-reduce of one flat buffer."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    torch.distributed.all_reduce(flat)
+    flat /= world
+    torch._foreach_copy_(tensors, [c.view_as(t) for c, t in zip(flat.split([t.numel() for t in tensors]), tensors,
+                                                                   strict=True)])
+
+
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> float:
+    """Clip FSDP2 (DTensor ``Shard(0)``) gradients by their global norm: local sum of squares, one all-reduce, scale.
+
+    What NeMo-RL's DTensor worker does (``get_grad_norm`` + ``clip_grad_by_total_norm_``); equal to
+    ``torch.nn.utils.clip_grad_norm_`` on the DTensors, without one DTensor dispatch per parameter. Returns the norm.
+    """
+    local = [g.to_local() if hasattr(g, "to_local") else g for g in (p.grad for p in params) if g is not None]
+    sq = torch.stack(torch._foreach_norm(local)).pow(2).sum() if local else torch.zeros(())
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(sq)
+    total = sq.sqrt()
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(local, coef)
+    return float(total)
+
+
+def lr_factor(step: int, *, warmup: int, decay: str, total: int, min_ratio: float) -> float:
+    """Learning-rate multiplier after ``step`` optimizer steps: NeMo-RL's LinearLR warmup (0.1 → 1 over ``warmup``),
+    then constant, or cosine down to ``min_ratio`` at ``total`` (LinearLR + CosineAnnealingLR in a SequentialLR).
+
+    Example:
+        >>> [round(lr_factor(s, warmup=10, decay="cosine", total=110, min_ratio=0.1), 3) for s in (0, 5, 10, 60, 110)]
+        [0.1, 0.55, 1.0, 0.55, 0.1]
+    """
+    if warmup > 0 and step < warmup:
+        return 0.1 + 0.9 * step / warmup
+    if decay != "cosine" or total <= warmup:
+        return 1.0
+    frac = min(1.0, (step - warmup) / (total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * frac))
 
 
 class PromptSampler:
@@ -119,18 +178,19 @@ class Rollout:
         return self.tokens[i, : int(self.lengths[i])].tolist()
 
 
-def rollout(model, problems: list[Problem], *, repeats: int, mix, max_new_tokens: int, temperature: float,
+def rollout(engine: Engine, problems: list[Problem], *, repeats: int, mix, max_new_tokens: int, temperature: float,
             generator: torch.Generator | None) -> Rollout:
-    """Generate ``repeats`` samples per problem and score them with the reward mix (NeMo-RL's math env role)."""
+    """Generate ``repeats`` samples per problem with the generation engine and score them with the reward mix (NeMo-RL's
+    math env role). Token tensors are ``[B, T]`` with ``T`` the longest response of this batch (≤ max_new_tokens)."""
     from nbtools.rewards import extract_answer
 
     expanded = [p for p in problems for _ in range(repeats)]
     prompt_ids = torch.tensor([encode(p.prompt) for p in expanded])
     t0 = time.perf_counter()
-    s = sample(model, prompt_ids, max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD, temperature=temperature,
-               generator=generator)
+    s = engine.sample(prompt_ids, max_new_tokens=max_new_tokens, eos_id=EOS, pad_id=PAD, temperature=temperature,
+                      generator=generator)
     gen_seconds = time.perf_counter() - t0
-    mask = (torch.arange(max_new_tokens)[None, :] < s.lengths[:, None]).float()
+    mask = (torch.arange(s.tokens.shape[1])[None, :] < s.lengths[:, None]).float()
     responses = []
     for i in range(len(expanded)):
         ids = s.tokens[i, : int(s.lengths[i])].tolist()

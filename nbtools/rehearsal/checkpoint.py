@@ -30,6 +30,7 @@ __all__ = [
     "STEP_RE",
     "layout_of",
     "latest_checkpoint",
+    "training_info",
     "init_tmp_checkpoint",
     "finalize_checkpoint",
     "remove_old_checkpoints",
@@ -56,6 +57,35 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     """The highest complete ``step_N`` (``tmp_step_*`` / ``old_step_*`` are never considered), or None."""
     steps = _steps(checkpoint_dir)
     return steps[-1][1] if steps else None
+
+
+def training_info(state: dict, step: int, metric_name: str | None, train_metrics: dict,
+                  val_metrics: dict | None) -> dict[str, Any]:
+    """NeMo-RL's ``training_info.json``: the loop state, ``val_reward`` when validated, and ``metric_name``'s value.
+
+    Example:
+        >>> training_info({"total_steps": 5}, 5, "val:accuracy", {"reward": 0.5}, {"accuracy": 0.9})
+        {'total_steps': 5, 'val_reward': 0.9, 'val:accuracy': 0.9}
+    """
+    from nbtools.errors import ConfigError
+
+    info = dict(state)
+    if val_metrics:
+        info["val_reward"] = val_metrics["accuracy"]
+    else:
+        info.pop("val_reward", None)
+    if metric_name:
+        kind, key = metric_name.split(":", 1)
+        source = val_metrics if kind == "val" else train_metrics
+        if source and key in source:
+            info[metric_name] = float(source[key])
+        elif source:
+            raise ConfigError(f"checkpointing.metric_name: {metric_name!r} is not among the {kind} metrics "
+                              f"{sorted(source)}; fix: pick one of them, e.g. `val:accuracy`")
+        else:
+            print(f"WARNING: no {kind} metrics at step {step}; {metric_name!r} is not saved in training_info.json "
+                  f"(align checkpointing.save_period with grpo.val_period)", flush=True)
+    return info
 
 
 def init_tmp_checkpoint(checkpoint_dir: str | os.PathLike, step: int, *, training_info: dict, config: dict) -> Path:

@@ -1,7 +1,7 @@
 """The rehearsal GRPO run: 2 CPU ranks (gloo + FSDP2 ``fully_shard``), NeMo-RL's loop, stdout and artifacts.
 
 ``python -m nbtools.rehearsal --config experiments/local.yaml --runs-dir runs`` starts :func:`main`, which
-validates the config and spawns one process per rank on a free master port; each rank runs :func:`run_rank`.
+validates the config and forks one process per rank on a free master port; each rank runs :func:`run_rank`.
 
 Example:
     $ python -m nbtools.rehearsal --config experiments/local.yaml --runs-dir runs grpo.max_num_steps=50
@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import signal
@@ -23,10 +24,11 @@ import torch.distributed as dist
 
 from nbtools.errors import ConfigError
 from nbtools.rehearsal import _grpo, artifacts, checkpoint
+from nbtools.rehearsal._sampling import Engine
 from nbtools.rehearsal.model import build_model, build_tokenizer, save_hf
 from nbtools.rehearsal.task import baseline_dir, make_split
 
-__all__ = ["run_rank", "load_config", "PAUSE_ENV"]
+__all__ = ["run_rank", "load_config", "preload", "PAUSE_ENV"]
 
 PAUSE_ENV = "NBTOOLS_REHEARSAL_CHECKPOINT_PAUSE"  # test hook: "[step:]seconds" to wait inside tmp_step_N before the rename
 SFT_BATCH = 64
@@ -47,6 +49,20 @@ def load_config(config: str, overrides: list[str], runs_dir: str | None):
         k, v = ov.split("=", 1)
         parsed[k.strip()] = yaml.safe_load(v)
     return load(config, backend="local", overrides=parsed)
+
+
+def preload() -> None:
+    """Import what every rank needs (no torch op runs, so forking afterwards is safe)."""
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.checkpoint.state_dict  # noqa: F401
+    import torch.distributed.device_mesh  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.utils.tensorboard  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+    import yaml  # noqa: F401
+    from transformers import PreTrainedTokenizerFast  # noqa: F401
+
+    import nbtools.rewards  # noqa: F401
 
 
 def _die_with_parent() -> None:
@@ -118,7 +134,7 @@ class _Run:
             model = build_model(cfg, self.tok)
             t = time.perf_counter()
             loss = _grpo.warm_start(model, self.train_set, steps=r.warmup_steps, lr=r.warmup_lr, batch=SFT_BATCH, seed=g.seed,
-                                     think=r.warmup_think)
+                                     think=r.warmup_think, rank=self.rank, world=self.world)
             for p in model.parameters():  # identical on every rank by construction; make it exact
                 dist.broadcast(p.data, src=0)
             if self.rank == 0:
@@ -132,11 +148,16 @@ class _Run:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         self.model = model
-        self.opt = torch.optim.AdamW(model.parameters(), lr=g.learning_rate, betas=tuple(r.adam_betas), weight_decay=0.0)
-        self.sched = None
-        if r.lr_warmup_steps > 0:
-            self.sched = torch.optim.lr_scheduler.LinearLR(self.opt, start_factor=0.1, end_factor=1.0,
-                                                           total_iters=r.lr_warmup_steps)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.engine = Engine(model.config)  # the generation worker; refitted from the policy before each rollout
+        self.opt = torch.optim.AdamW(model.parameters(), lr=g.learning_rate, betas=tuple(r.adam_betas), weight_decay=0.0,
+                                     foreach=True)
+        # NeMo-RL's scheduler list (LinearLR warmup, then ConstantLR or CosineAnnealingLR) as one pure function of
+        # the step, so a resumed run continues exactly where it stopped
+        self.lr_at = functools.partial(_grpo.lr_factor, warmup=r.lr_warmup_steps, decay=r.lr_decay, total=self.N,
+                                       min_ratio=r.lr_min_ratio)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self.lr_at)
+        self.refitted = False
         self.sampler = _grpo.PromptSampler(self.train_set, self.P, g.seed)
         self.state: dict[str, Any] = {"consumed_samples": 0, "current_step": 0, "current_epoch": 0, "total_steps": 0,
                                       "total_valid_tokens": 0, "val_reward": None, "sampler_name": None}
@@ -148,11 +169,10 @@ class _Run:
             if not found:
                 self.say("WARNING: no optimizer state in the checkpoint; starting a fresh optimizer")
             self.sampler.load_state_dict(torch.load(ckpt / "train_dataloader.pt", weights_only=True))
-            if self.sched is not None:  # LinearLR warmup continues where it stopped
-                done = min(int(self.state["total_steps"]), r.lr_warmup_steps)
-                self.sched.last_epoch = int(self.state["total_steps"])
-                for group, base_lr in zip(self.opt.param_groups, self.sched.base_lrs, strict=True):
-                    group["lr"] = base_lr * (0.1 + 0.9 * done / r.lr_warmup_steps)
+            done = int(self.state["total_steps"])  # the schedule continues where it stopped
+            self.sched.last_epoch = done
+            for group, base_lr in zip(self.opt.param_groups, self.sched.base_lrs, strict=True):
+                group["lr"] = base_lr * self.lr_at(done)
         self.master_config = artifacts.nemo_rl_config(cfg, self.exp_dir, world_size=self.world)
         self.logger = artifacts.MetricsLogger(self.exp_dir, enabled=cfg.logging.tensorboard and self.rank == 0)
         if self.rank == 0:
@@ -214,11 +234,10 @@ class _Run:
         self.opt.zero_grad(set_to_none=True)
         lr = self.opt.param_groups[0]["lr"]
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        gn = float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
+        gn = _grpo.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
-        if self.sched is not None:
-            self.sched.step()
+        self.sched.step()
+        self.refitted = False
         lap("policy_training")
         metrics = self._train_metrics(ro, adv_np, prev, sums, float(ntok), gn, lr)
         self.state.update(consumed_samples=self.state["consumed_samples"] + self.P, total_steps=step,
@@ -243,12 +262,20 @@ class _Run:
                  f"  • Mean Generation Length: {metrics['mean_gen_tokens_per_sample']:.4f}", "",
                  "⏱️  Timing:", f"  • Total step time: {timing['total_step_time']:.2f}s")
 
+    def refit(self) -> None:
+        """Policy weights → generation engine (NeMo-RL's refit before generation), once per policy update."""
+        if not self.refitted:
+            self.engine.refit(self.model)
+            self.refitted = True
+
     def _rollout(self, problems, repeats, gen, timing) -> _grpo.Rollout:
         t = time.perf_counter()
-        ro = _grpo.rollout(self.model, problems, repeats=repeats, mix=self.mix, max_new_tokens=self.max_new,
+        self.refit()
+        refit_s = time.perf_counter() - t
+        ro = _grpo.rollout(self.engine, problems, repeats=repeats, mix=self.mix, max_new_tokens=self.max_new,
                            temperature=self.cfg.grpo.temperature, generator=gen)
-        timing["generation"] = ro.gen_seconds
-        timing["reward_calculation"] = time.perf_counter() - t - ro.gen_seconds
+        timing["generation"] = refit_s + ro.gen_seconds
+        timing["reward_calculation"] = time.perf_counter() - t - timing["generation"]
         return ro
 
     def _train_metrics(self, ro: _grpo.Rollout, adv: np.ndarray, prev: torch.Tensor, sums: dict, ntok: float,
@@ -291,9 +318,9 @@ class _Run:
             "baseline_reward/pct_mixed": 1 - (tot["pct_0"] + tot["pct_1"]) / groups_n,
         }
 
-    def _gather(self, obj):
-        out = [None] * self.world if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0)
+    def _gather(self, obj, dst: int = 0):
+        out = [None] * self.world if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dst)
         return out
 
     def _write_train_jsonl(self, step: int, ro: _grpo.Rollout, adv: np.ndarray, prev: torch.Tensor,
@@ -309,8 +336,9 @@ class _Run:
             "generation_logprobs": [ro.gen_logprobs[i, : int(ro.lengths[i])].tolist() for i in range(n)],
             "prev_logprobs": [full_lp[i, : plen + int(ro.lengths[i])].tolist() for i in range(n)],
         }
-        parts = self._gather(mine)
-        if self.rank == 0:
+        writer = self.world - 1  # the last rank writes the dump while rank 0 writes TensorBoard and stdout
+        parts = self._gather(mine, dst=writer)
+        if self.rank == writer:
             merged = {k: [x for part in parts for x in part[k]] for k in mine}
             recs = artifacts.train_records(**merged, pad_id=_grpo.PAD)
             artifacts.write_jsonl(self.exp_dir / f"train_data_step{step}.jsonl", recs)
@@ -325,7 +353,8 @@ class _Run:
         mine = padded[self.rank * per : (self.rank + 1) * per]
         keep = max(0, min(per, len(probs) - self.rank * per))
         gen = torch.Generator().manual_seed(self.cfg.grpo.seed * 1_000_003 + 17 + step * 7919 + self.rank)
-        ro = _grpo.rollout(self.model, mine, repeats=1, mix=self.mix, max_new_tokens=self.max_new,
+        self.refit()
+        ro = _grpo.rollout(self.engine, mine, repeats=1, mix=self.mix, max_new_tokens=self.max_new,
                            temperature=self.cfg.grpo.temperature, generator=gen)
         part = {"prompts": [p.prompt for p in ro.problems][:keep], "responses": ro.responses[:keep],
                 "observations": ro.observations[:keep], "rewards": ro.rewards.tolist()[:keep],
@@ -351,23 +380,7 @@ class _Run:
         self.say(f"Saving checkpoint for step {step}...")
         tmp = Path(self.cfg.checkpoint_dir) / f"tmp_step_{step}"
         if self.rank == 0:
-            info = dict(self.state)
-            if val_metrics:
-                info["val_reward"] = val_metrics["accuracy"]
-            else:
-                info.pop("val_reward", None)
-            name = c.metric_name
-            if name:
-                kind, key = name.split(":", 1)
-                source = val_metrics if kind == "val" else train_metrics
-                if source and key in source:
-                    info[name] = float(source[key])
-                elif source:
-                    raise ConfigError(f"checkpointing.metric_name: {name!r} is not among the {kind} metrics "
-                                      f"{sorted(source)}; fix: pick one of them, e.g. `val:accuracy`")
-                else:
-                    print(f"WARNING: no {kind} metrics at step {step}; {name!r} is not saved in training_info.json "
-                          f"(align checkpointing.save_period with grpo.val_period)", flush=True)
+            info = checkpoint.training_info(self.state, step, c.metric_name, train_metrics, val_metrics)
             checkpoint.init_tmp_checkpoint(self.cfg.checkpoint_dir, step, training_info=info, config=self.master_config)
         dist.barrier()
         checkpoint.save_policy(self.model, self.opt, tmp / "policy", layout=self.layout, rank=self.rank,
