@@ -49,7 +49,7 @@ def think_for(digits: tuple[int, ...], style: str = "copy") -> str:
 
 
 def warm_start(model: torch.nn.Module, problems: list[Problem], *, steps: int, lr: float, batch: int, seed: int,
-               think: str = "copy", rank: int = 0, world: int = 1) -> float:
+               think: str = "copy", rank: int = 0, world: int = 1, balanced: bool = True, decay: bool = True) -> float:
     """Short SFT that teaches the response format with uninformative answers (the think is a scratchpad over the
     digits, the answer is uniform 0–9), so RL must earn correctness. Returns the final loss.
 
@@ -57,16 +57,24 @@ def warm_start(model: torch.nn.Module, problems: list[Problem], *, steps: int, l
     rows ``rank::world`` and averages gradients with one all-reduce, so the ranks stay identical at half the cost.
     """
     rng = random.Random(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0, fused=True)
     params = [p for p in model.parameters() if p.requires_grad]
     model.train()
     loss = torch.tensor(0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: lr_factor(k, warmup=0, decay="cosine", total=steps,
+                                                                      min_ratio=0.1) if decay else 1.0)
     for _ in range(steps):
         rows, plen = [], 0
-        for p in rng.choices(problems, k=batch):
+        picked = rng.choices(problems, k=batch)
+        if balanced:
+            answers = list(range(10)) * (batch // 10) + [rng.randrange(10) for _ in range(batch % 10)]
+            rng.shuffle(answers)
+        else:
+            answers = [rng.randrange(10) for _ in range(batch)]
+        for p, a in zip(picked, answers, strict=True):
             d = p.digits
             prompt = encode(format_prompt(d))
-            resp = encode(format_response(think_for(d, think), str(rng.randrange(10)))) + [EOS]
+            resp = encode(format_response(think_for(d, think), str(a))) + [EOS]
             rows.append(prompt + resp)
             plen = len(prompt)
         ids = torch.tensor(rows[rank::world])
@@ -78,6 +86,7 @@ def warm_start(model: torch.nn.Module, problems: list[Problem], *, steps: int, l
             _all_reduce_mean([p.grad for p in params], world)
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
+        sched.step()
     if world > 1:
         loss = loss.detach().clone()
         torch.distributed.all_reduce(loss)

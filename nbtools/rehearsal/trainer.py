@@ -151,7 +151,7 @@ class _Run:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.engine = Engine(model.config)  # the generation worker; refitted from the policy before each rollout
         self.opt = torch.optim.AdamW(model.parameters(), lr=g.learning_rate, betas=tuple(r.adam_betas), weight_decay=0.0,
-                                     foreach=True)
+                                     fused=True)  # one kernel for all DTensor shards (foreach: 2x, per-tensor: 10x)
         # NeMo-RL's scheduler list (LinearLR warmup, then ConstantLR or CosineAnnealingLR) as one pure function of
         # the step, so a resumed run continues exactly where it stopped
         self.lr_at = functools.partial(_grpo.lr_factor, warmup=r.lr_warmup_steps, decay=r.lr_decay, total=self.N,
