@@ -266,7 +266,7 @@ def test_lint_warns_when_a_referenced_env_var_is_unset(monkeypatch):
     monkeypatch.delenv("NBTOOLS_TEST_UNSET_TOKEN", raising=False)
     for backend, key in (("local", "secrets.hf_token.env"), ("ray", "secrets.hf_token")):
         cfg = config.load(ROOT / "experiments/local.yaml", backend=backend, overrides={
-            "secrets.hf_token": {"env": "NBTOOLS_TEST_UNSET_TOKEN"}, "ray.address": "http://h:8265"})
+            "secrets.hf_token": {"env": "NBTOOLS_TEST_UNSET_TOKEN"}, "ray.address": "http://127.0.0.1:9"})  # nothing listens: refused at once
         report = launch.lint(cfg, existing_steps=[], cluster_gpus=cfg.cluster.total_gpus, client_ray_version="2.55.1")
         (f,) = [f for f in report.findings if f.key == key]
         assert f.severity == "warning" and "NBTOOLS_TEST_UNSET_TOKEN is" in f.message and "not set" in f.message

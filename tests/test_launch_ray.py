@@ -93,6 +93,9 @@ job_dir = os.environ.get("OLDPWD", "/nonexistent")  # the job's working_dir, bef
 print(f"secrets file left behind: {os.path.exists(os.path.join(job_dir, '.nbtools_env'))} in {job_dir}", flush=True)
 log_dir = Path(cfg["logger"]["log_dir"]); exp = log_dir / "exp_001"
 (exp / "tensorboard").mkdir(parents=True, exist_ok=True)
+if cfg["logger"].get("tensorboard_enabled"):  # NeMo-RL's TensorboardLogger opens its event file at start-up
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    EventFileWriter(str(exp / "tensorboard")).close()
 print(f"\U0001F4CA Using log directory: {exp}", flush=True)
 print("validation dataset: " + str((cfg["data"].get("validation") or {}).get("dataset_name")), flush=True)
 n = int(cfg["grpo"]["max_num_steps"])

@@ -138,7 +138,7 @@ class GkeBackend:
         if not self.cfg.gcp.project:
             return None
         try:
-            contexts, _ = config.list_kube_config_contexts(config_file=self.kubeconfig)
+            contexts, _ = config.list_kube_config_contexts(config_file=kube.kubeconfig_file(self.kubeconfig))
         except Exception:  # noqa: BLE001 - no kubeconfig: connect() reports it
             return None
         return context_name(self.cfg) if any(c["name"] == context_name(self.cfg) for c in contexts) else None

@@ -22,12 +22,14 @@ from nbtools.kube._api import (
     exec_pod,
     find_pod,
     get,
+    kubeconfig_file,
     list_pods,
     pod_events,
     wait_ready,
 )
 
 __all__ = [
+    "kubeconfig_file",
     "RESOURCES", "CompletedExec", "ReadyReport", "apply", "connect", "delete", "exec_pod", "find_pod", "forward",
     "get", "list_pods", "pod_events", "wait_ready",
 ]

@@ -16,8 +16,18 @@ import pandas as pd
 
 from nbtools.errors import ConfigError, ConflictError, DependencyError, NotFoundError, NotReadyError
 
+def kubeconfig_file(kubeconfig: str | None = None) -> str:
+    """The kubeconfig file(s) to read now: the argument, else ``$KUBECONFIG`` as it is now, else ~/.kube/config.
+
+    The kubernetes client reads ``$KUBECONFIG`` once, when it is imported; a kernel that set it later (or a second
+    cluster's credentials) would otherwise talk to the first file."""
+    import os
+
+    return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
 __all__ = [
-    "connect", "apply", "delete", "get", "list_pods", "find_pod", "wait_ready", "exec_pod", "CompletedExec",
+    "kubeconfig_file", "connect", "apply", "delete", "get", "list_pods", "find_pod", "wait_ready", "exec_pod", "CompletedExec",
     "pod_events", "ReadyReport", "RESOURCES",
 ]
 
@@ -47,6 +57,8 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer
         from kubernetes import client, config
     except ImportError as e:  # pragma: no cover - kubernetes is a hard dependency
         raise DependencyError("the kubernetes client is missing", fix="pip install kubernetes") from e
+    shown = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+    kubeconfig = kubeconfig_file(kubeconfig)
     if context is None and prefer_context:
         try:
             contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
@@ -59,7 +71,7 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer
         config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
     except Exception as e:  # noqa: BLE001 - the client raises several types for one cause
         raise NotFoundError(
-            f"no usable kubeconfig (file {kubeconfig or '$KUBECONFIG or ~/.kube/config'}, context {context or 'current'}): {e}",
+            f"no usable kubeconfig (file {shown}, context {context or 'current'}): {e}",
             fix="run the `credentials` step of the provisioning plan (gcloud container clusters get-credentials ...)",
         ) from None
     return client.ApiClient(conf)

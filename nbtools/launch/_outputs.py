@@ -35,14 +35,17 @@ class RunOutputs:
     train_dumps: int = 0
     checkpoints: list[str] = field(default_factory=list)
     problem: str = ""  # why the artifacts could not be listed (e.g. no credentials for the bucket)
+    tensorboard_expected: bool = True  # the experiment has logging.tensorboard on
 
     @property
     def ok(self) -> bool:
-        """The job did not fail; and when it SUCCEEDED, logs, TensorBoard events, dumps and a checkpoint exist."""
-        if self.status in ("FAILED", "STOPPED", "MISSING"):
+        """The job did not fail (stopped on purpose is no failure); and when it SUCCEEDED, its logs, dumps, a checkpoint
+        and (when the experiment logs to TensorBoard) event files exist."""
+        if self.status in ("FAILED", "MISSING"):
             return False
         if self.status == "SUCCEEDED":
-            return bool(self.exp_dir and self.tensorboard_files and self.train_dumps and self.checkpoints)
+            tb = self.tensorboard_files or not self.tensorboard_expected
+            return bool(self.exp_dir and tb and self.train_dumps and self.checkpoints)
         return True
 
     def to_dict(self) -> dict:
@@ -95,4 +98,5 @@ def outputs(cfg: Experiment, job=None) -> RunOutputs:
     except NbtoolsError as e:
         problem = str(e).splitlines()[0]
     return RunOutputs(submission_id=sid, status=status, logs_url=logs, checkpoints_url=ckpts, exp_dir=exp,
-                      tensorboard_files=tb, train_dumps=dumps, checkpoints=[u for _, u in steps], problem=problem)
+                      tensorboard_files=tb, train_dumps=dumps, checkpoints=[u for _, u in steps], problem=problem,
+                      tensorboard_expected=cfg.logging.tensorboard)
