@@ -91,8 +91,9 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
     else:
         import nbtools
 
+        cluster = nbtools.backends.get(cfg)
         t0 = time.perf_counter()
-        nbtools.cluster.up(cfg, timeout=600, progress=False)
+        cluster.up(timeout=600, progress=False)
         out["head_s"] = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
@@ -101,7 +102,7 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
             out["job_s"] = time.perf_counter() - t0
             log = job.logs()
         finally:
-            nbtools.cluster.down(cfg)
+            cluster.down()
     out["load_end"] = os.getloadavg()[0]
     m = re.search(r"cpu ([\d.]+)s", log)
     out["cpu_s"] = float(m.group(1)) if m else float("nan")
