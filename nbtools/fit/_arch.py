@@ -188,16 +188,20 @@ def resolve_arch(model: ModelArch | dict | str | Path) -> ModelArch:
     return _auto_config(text)
 
 
-def _hub_unreachable() -> str | None:
-    """Why the Hub cannot be reached (None when it can, or when HF_HUB_OFFLINE asks for the cache only).
+def _hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` as it is now (huggingface_hub reads it once, at import)."""
+    import os
 
-    One 3-second connect instead of huggingface_hub's retries with back-off (23 s here, offline) before the verdict."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hub cannot be reached, else None: one 3-second connect instead of huggingface_hub's retries with
+    back-off (23 s here, offline) before the same verdict."""
     import os
     import socket
     from urllib.parse import urlparse
 
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return None
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     try:
         socket.create_connection((url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)),
@@ -211,9 +215,10 @@ def _auto_config(hub_id: str) -> ModelArch:
     try:
         from transformers import AutoConfig
 
-        if (why := _hub_unreachable()) is not None:
+        offline = _hub_offline()
+        if not offline and (why := _hub_unreachable()) is not None:
             raise OSError(why)
-        cfg = AutoConfig.from_pretrained(hub_id, trust_remote_code=False)
+        cfg = AutoConfig.from_pretrained(hub_id, trust_remote_code=False, local_files_only=offline)
     except Exception as e:  # noqa: BLE001 - offline, gated, unknown id: all end in the same fix
         raise NotFoundError(
             f"no config.json for {hub_id!r}: it is not among the configs shipped with nbtools "

@@ -246,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"forwarding {a.selector}: {fwd.mapping}", flush=True)
     stop.wait()
     fwd.stop()
-    return 0
+    sys.stdout.flush()
+    # kubernetes' port-forward proxy threads are not daemons: one live connection (a dashboard tab, a log stream)
+    # would keep this process alive after SIGTERM until the caller's SIGKILL; nothing here needs more clean-up
+    os._exit(0)
 
 
 if __name__ == "__main__":
