@@ -23,12 +23,15 @@ class Backend(Protocol):
         trainer: what ``launch`` runs there: ``rehearsal`` (the local miniature GRPO), ``nemo-rl`` or ``verl``.
         secrets_from: where a job's secrets come from: ``kubernetes`` (Secrets the pods read), ``this-machine``
             (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
+        provisions: whether ``provision_plan()`` is applied on this backend (gke), so its steps (e.g. copying verl to
+            the shared storage) can be relied on; elsewhere the plan is only shown, or empty.
     """
 
     name: str
     cfg: Experiment
     trainer: str
     secrets_from: str
+    provisions: bool
 
     @property
     def dashboard_url(self) -> str:

@@ -45,6 +45,7 @@ class GkeBackend:
 
     name = "gke"
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
+    provisions = True  # notebook 01 applies the provisioning plan
 
     def __init__(self, cfg: Any, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg

@@ -49,6 +49,7 @@ class LocalBackend:
 
     name = "local"
     secrets_from = "none"  # the rehearsal needs none
+    provisions = False  # the GKE plan is shown, never applied
     trainer = "rehearsal"
 
     def __init__(self, cfg: Any):

@@ -34,6 +34,7 @@ class RayBackend:
 
     name = "ray"
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
+    provisions = False  # someone else's cluster: nothing is provisioned
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from nbtools import backends
 from nbtools.config import Experiment
 from nbtools.launch import verl
 from nbtools.launch._findings import Finding, LintReport
@@ -65,7 +66,7 @@ def _kl(cfg: Experiment, r: LintReport) -> None:
 def _source(cfg: Experiment, r: LintReport, code_present: CodePresent) -> None:
     r.checked.append("verl-source")
     code = verl.code_dir(cfg)
-    plan_step = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(cfg.storage.bucket) and (
+    plan_step = backends.get(cfg).provisions and cfg.storage.kind == "gcsfuse" and bool(cfg.storage.bucket) and (
         code.startswith(cfg.storage.mount_path.rstrip("/") + "/"))
     how = ("the provisioning plan's steps verl-fetch + verl-source copy verl "
            f"{cfg.trainer.verl_ref} there (nbtools.gke.plan(cfg).apply(dry_run=False), notebook 01)" if plan_step else
