@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     mapping = {int(r): int(loc) for r, loc in (m.split(":") for m in a.map)}
     fwd = Forwarder(api, a.namespace, a.selector, mapping).start()
     stop = threading.Event()
+    # a parent thread that blocks SIGTERM (a Jupyter kernel's) passes its mask on through exec: unblock, or stop()'s
+    # SIGTERM would stay pending until the SIGKILL
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"forwarding {a.selector}: {fwd.mapping}", flush=True)
