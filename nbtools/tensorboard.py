@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbtools import _pids
 from nbtools._atomic import write_text
 from nbtools.errors import DependencyError, NotReadyError
 
@@ -72,20 +72,8 @@ def _pid_file(cfg: Any) -> Path:
 
 
 def _is_ours(pid: int) -> bool:
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return b"tensorboard" in cmd and "\nState:\tZ" not in status
+    return _pids.runs(pid, b"tensorboard")
 
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _attach(pf: Path, logdir: str) -> TensorBoard | None:
@@ -93,7 +81,7 @@ def _attach(pf: Path, logdir: str) -> TensorBoard | None:
         rec = json.loads(pf.read_text())
     except (OSError, ValueError):
         return None
-    if rec.get("logdir") == logdir and _is_ours(rec["pid"]) and _answers(rec["port"]):
+    if rec.get("logdir") == logdir and _is_ours(rec["pid"]) and _pids.port_answers(rec["port"]):
         return TensorBoard(rec["pid"], rec["port"], logdir, pf, reattached=True)
     return None
 
@@ -116,7 +104,7 @@ def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
     exe = Path(sys.executable).parent / "tensorboard"
     if not exe.is_file():
         raise DependencyError("TensorBoard is not installed in this environment", fix=f"{sys.executable} -m pip install tensorboard")
-    if _answers(port):
+    if _pids.port_answers(port):
         port = 0
     env = {**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}  # gcsfs: plain JSON API reads
     if os.environ.get("STORAGE_EMULATOR_HOST"):
@@ -132,7 +120,7 @@ def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
     while time.monotonic() < deadline:
         text = log.read_text(errors="replace")
         m = re.search(r"http://[^:/\s]+:(\d+)/", text)
-        if m and _answers(int(m.group(1))):
+        if m and _pids.port_answers(int(m.group(1))):
             tb = TensorBoard(proc.pid, int(m.group(1)), logdir, pf)
             write_text(pf, json.dumps({"pid": proc.pid, "port": tb.port, "logdir": logdir, "command": cmd}))
             return tb

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbtools import _pids
 from nbtools.errors import NotReadyError
 
 __all__ = ["Forwarder", "ForwardHandle", "start", "attach", "main"]
@@ -149,28 +150,8 @@ def _reap(pid: int) -> None:
 
 
 def _is_ours(pid: int) -> bool:
-    if not Path("/proc").is_dir():  # macOS: no /proc; trust the pid file while the pid exists
-        try:
-            os.kill(pid, 0)
-            return True
-        except OSError:
-            return False
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    if "\nState:\tZ" in status:
-        return False
-    return b"nbtools.kube.forward" in cmdline
+    return _pids.runs(pid, b"nbtools.kube.forward")
 
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def attach(pid_file: Path) -> ForwardHandle | None:
@@ -180,7 +161,7 @@ def attach(pid_file: Path) -> ForwardHandle | None:
     except (OSError, ValueError):
         return None
     ports = {int(k): int(v) for k, v in data["ports"].items()}
-    if _is_ours(data["pid"]) and all(_answers(p) for p in ports.values()):
+    if _is_ours(data["pid"]) and all(_pids.port_answers(p) for p in ports.values()):
         return ForwardHandle(data["pid"], ports, pid_file, started_by_us=False)
     return None
 
@@ -216,7 +197,7 @@ def start(*, namespace: str, selector: str, ports: dict[int, int], pid_file: Pat
     while time.monotonic() < end:
         if proc.poll() is not None:
             break
-        if all(_answers(p) for p in ports.values()):
+        if all(_pids.port_answers(p) for p in ports.values()):
             return handle
         time.sleep(0.1)
     handle.stop()
