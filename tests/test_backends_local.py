@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -129,6 +130,41 @@ def test_head_dying_during_start_raises_with_its_log_tail(tmp_path, monkeypatch)
         local.up(cfg, extra_args=("--object-store-memory", "lots"), progress=False, timeout=60)
     assert any("lots" in e for e in err.value.events)
     assert not (tmp_path / "ray" / "head.json").exists()  # a dead head leaves no record to re-attach to
+
+
+_STUCK_HEAD = """
+import os, pathlib, sys, time
+args = sys.argv[1:]
+logs = pathlib.Path(args[args.index("--temp-dir") + 1]) / "session_latest" / "logs"
+logs.mkdir(parents=True, exist_ok=True)
+with open(os.environ["STARTS_FILE"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+(logs / "raylet.out").write_text("[2026-11-24 01:58:22,383 C 18848 18848] (raylet) node_manager.cc:3588: "
+                                 "Check failed: Timed out waiting for file /tmp/x/dashboard_agent_listen_port_ab\\n")
+time.sleep(600)  # what `ray start --block` does when its raylet died of a failed check: it keeps waiting
+"""
+
+
+def test_raylet_failed_check_is_retried_at_once_not_waited_out(tmp_path, monkeypatch):
+    """A TEST DOUBLE for `ray start --block` (a script) reproduces what a real head did on a loaded 2-core machine:
+    its raylet stopped on "Check failed: Timed out waiting for file …" while `ray start` kept running. up() must see
+    the raylet's fatal line, stop that head, start again (3 tries) and then fail fast, not wait out its timeout."""
+    script = tmp_path / "stuck_ray.py"
+    script.write_text(_STUCK_HEAD)
+    starts = tmp_path / "starts"
+    monkeypatch.setenv("STARTS_FILE", str(starts))
+    monkeypatch.setattr(local, "_ray_cli", lambda: [sys.executable, str(script)])
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = _cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port()})
+    t0 = time.monotonic()
+    with pytest.raises(NotReadyError, match=r"(?s)exited during start after its raylet stopped on a failed check"
+                                            r".*Timed out waiting for file"):
+        local.up(cfg, progress=False, timeout=300)
+    assert time.monotonic() - t0 < 60
+    pids = [int(x) for x in starts.read_text().split()]
+    assert len(pids) == 3  # every try was a fresh head
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    assert not (tmp_path / "runs" / "ray" / "head.json").exists()
 
 
 def test_ray_missing_is_a_dependency_error_with_the_pip_fix(tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from nbtools.backends._proc import (
     _CHILDREN,
     _alive,
     _dashboard_version,
+    _fatal_lines,
     _free_port,
     _kill_members,
     _log_tail,
@@ -237,18 +238,25 @@ def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattach
     delay = 0.1
     with tqdm(total=len(stages) - 1, desc="Ray head", disable=not progress, leave=False) as bar:
         while True:
-            if _alive(rec) is None:
+            stage, node_ip = _ready_stage(rec["dashboard_url"])
+            # a raylet that failed a start-up check (e.g. its wait for the agent's port file, on a busy machine)
+            # leaves `ray start --block` waiting forever: stop it now, so that _start can try again
+            fatal = stage < 2 and bool(_fatal_lines(rec))
+            head = _alive(rec)
+            if fatal or head is None:
                 tail = _log_tail(rec)
+                if head is not None:
+                    head.kill()
                 _kill_members(rec)
                 _retire(pf, keep=False)
                 code = _CHILDREN.pop(rec["pid"]).wait() if rec["pid"] in _CHILDREN else "?"
                 raise NotReadyError(
-                    f"the Ray head (pid {rec['pid']}) exited during start with code {code}",
+                    f"the Ray head (pid {rec['pid']}) exited during start "
+                    + ("after its raylet stopped on a failed check" if fatal else f"with code {code}"),
                     reason=tail[-1] if tail else "no output", events=tail,
                     fix=f"read {rec['log_file']} and the session logs under {rec['temp_dir']}/session_latest/logs; "
                     "fix the cause (ports, memory, extra_args) and run cluster.up() again",
                 )
-            stage, node_ip = _ready_stage(rec["dashboard_url"])
             bar.set_postfix_str(stages[stage])
             bar.update(stage - bar.n)
             if stage == len(stages) - 1:

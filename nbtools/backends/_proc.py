@@ -134,9 +134,20 @@ def _log_tail(rec: dict, n: int = 25) -> list[str]:
         lines = Path(rec["log_file"]).read_text(errors="replace").splitlines()[-n:]
     except OSError:
         pass
+    return lines + _fatal_lines(rec)
+
+
+def _fatal_lines(rec: dict) -> list[str]:
+    """The session's raylet/GCS fatal lines: a raylet that failed a check leaves `ray start --block` running.
+
+    Only logs written since this head was spawned count: until the new session exists, ``session_latest`` is the
+    previous try's."""
+    lines: list[str] = []
     logs = Path(rec["temp_dir"]) / "session_latest" / "logs"
     for name in ("raylet.out", "gcs_server.out"):
         try:
+            if (logs / name).stat().st_mtime < rec.get("started_at", 0):
+                continue
             text = (logs / name).read_text(errors="replace").splitlines()
         except OSError:
             continue
