@@ -18,7 +18,14 @@ from typing import Any
 import pandas as pd
 
 from nbtools.explorer._query import FILTERS, LIGHT_COLUMNS, SORTS, ExplorerData, Page, Query
-from nbtools.explorer._record import RecordView, Segment, record_view, reward_breakdown, tag_segments, token_table
+from nbtools.explorer._record import (
+    RecordView,
+    Segment,
+    record_view,
+    reward_breakdown,
+    tag_segments,
+    token_table,
+)
 from nbtools.explorer._widget import TrajectoryExplorer
 from nbtools.trajectories import Run
 
