@@ -203,3 +203,27 @@ def test_a_page_and_a_record_stay_fast_on_a_large_step(tmp_path):
     page = data.page(Query(step=2, sort="reward ↓"), number=-1)
     per_page = time.perf_counter() - t0
     assert per_record < 0.005 and per_page < 0.5 and page.last == 4096, (per_record, per_page)
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_keeps_the_widget_state_and_a_snapshot(tmp_path):
+    """What `make demo` writes (papermill): the widgets' state in the metadata, and an HTML snapshot with a re-run
+    note for viewers that do not restore widgets (an untrusted notebook shows it instead of `VBox(children=…`)."""
+    import nbformat
+    import papermill
+
+    exp = _hand_run(tmp_path)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"import nbtools\nrun = nbtools.trajectories.open_run({str(exp)!r})"),
+                nbformat.v4.new_code_cell("nbtools.explorer.explore(run, step=2)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src, out = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, src)
+    papermill.execute_notebook(str(src), str(out), kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    done = nbformat.read(out, as_version=4)
+    state = done.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    data = done.cells[1].outputs[0]["data"]
+    model = data["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert model in state and state[model]["model_name"] == "VBoxModel"
+    assert "re-run the cell" in data["text/html"] and "data-step='2' data-idx='5'" in data["text/html"]
+    assert "re-run this cell" in data["text/plain"] and "VBox(children" not in data["text/plain"]
