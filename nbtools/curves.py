@@ -97,9 +97,9 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
               "args": [{"y": [_ema(raw, s) for _, raw in smoothed]}, ids]} for s in SMOOTHING_LEVELS]
     runs = list(dict.fromkeys(df["run"])) if not df.empty else []
     fig.update_layout(
-        height=380, margin={"t": 60, "b": 90, "l": 50, "r": 20}, hovermode="x unified", uirevision="keep",
+        height=400, margin={"t": 90, "b": 90, "l": 50, "r": 20}, hovermode="x unified", uirevision="keep",
         title={"text": title or (", ".join(map(str, runs[:4])) or "no metrics yet"), "font": {"size": 14}},
-        legend={"orientation": "h", "y": 1.12, "x": 1, "xanchor": "right", "font": {"size": 12}},
+        legend={"orientation": "h", "y": 1.22, "x": 1, "xanchor": "right", "font": {"size": 12}},
         sliders=[{"active": start, "currentvalue": {"prefix": "smoothing "}, "pad": {"t": 40}, "steps": steps,
                   "len": 0.5}] if ids else [],
     )
@@ -107,8 +107,9 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
 
 
 def bundle(fig, png: bytes | None = None) -> dict:
-    """The figure as a display bundle: plotly's JSON (JupyterLab renders it interactively) plus an optional PNG
-    for viewers without the plotly extension.
+    """The figure as a display bundle: plotly's JSON (JupyterLab renders it interactively) plus, when given, the PNG
+    as ``text/html`` for viewers without the plotly extension (not as ``image/png``: JupyterLab's plotly renderer
+    shows a bundle's PNG instead of the interactive figure).
 
     Example:
         >>> IPython.display.display(nbtools.curves.bundle(fig), raw=True)
@@ -120,7 +121,8 @@ def bundle(fig, png: bytes | None = None) -> dict:
     out = {"application/vnd.plotly.v1+json": json.loads(pio.to_json(fig, validate=False)),
            "text/plain": f"training curves: {point_count(fig)} points (interactive in JupyterLab)"}
     if png:
-        out["image/png"] = base64.b64encode(png).decode()
+        out["text/html"] = (f"<img alt='training curves' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+                            "<div>Static copy: open in JupyterLab for the interactive curves.</div>")
     return out
 
 

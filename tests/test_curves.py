@@ -34,7 +34,8 @@ def test_figure_has_a_smoothing_slider_that_restyles_the_ema_traces():
     assert fig.layout.xaxis.title.text == "step" and "KL" in [a.text for a in fig.layout.annotations]
     assert curves.point_count(fig) == 6 * 20
     b = curves.bundle(fig, png=b"\x89PNG")
-    assert b["application/vnd.plotly.v1+json"]["data"][1]["x"][:3] == [1, 2, 3] and b["image/png"]
+    assert b["application/vnd.plotly.v1+json"]["data"][1]["x"][:3] == [1, 2, 3] and "data:image/png" in b["text/html"]
+    assert "image/png" not in b  # jupyterlab-plotly would show that PNG instead of the interactive figure
 
 
 def test_empty_frame_says_nothing_logged_yet():
@@ -76,4 +77,4 @@ def test_watch_interactive_redraws_in_place_with_more_points(tmp_path, monkeypat
     writer.close()
     counts = [len(b["application/vnd.plotly.v1+json"]["data"][1]["x"]) for b, _, _ in shown]
     assert counts[0] < counts[-1] and counts[-1] == 4 and [h for _, h, _ in shown][1:] == ["handle"] * (len(shown) - 1)
-    assert all(raw for _, _, raw in shown) and "image/png" in shown[0][0] and curves.point_count(fig) >= 4
+    assert all(raw for _, _, raw in shown) and "text/html" in shown[0][0] and curves.point_count(fig) >= 4
