@@ -227,3 +227,14 @@ def test_an_executed_notebook_keeps_the_widget_state_and_a_snapshot(tmp_path):
     assert model in state and state[model]["model_name"] == "VBoxModel"
     assert "re-run the cell" in data["text/html"] and "data-step='2' data-idx='5'" in data["text/html"]
     assert "re-run this cell" in data["text/plain"] and "VBox(children" not in data["text/plain"]
+
+
+def test_explore_takes_the_reward_mix_and_truth_from_the_experiment(run):
+    import nbtools
+
+    cfg = nbtools.config.load(Path(__file__).resolve().parent.parent / "experiments" / "local.yaml", backend="local")
+    ex = explorer.explore(run, step=2, cfg=cfg)
+    assert ex.mix.names == [r["name"] for r in rewards.trained_with(cfg)] and ex.ground_truth("max 1 2 3") == "3"
+    ex.record.value = 5  # "MAX is 3": format scores, the exact answer does not
+    table = ex.view.rewards.set_index("function")["score"]
+    assert ex.view.idx == 4 and table.notna().all() and "reward by function" in ex.record_panel.value

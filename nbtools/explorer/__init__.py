@@ -54,9 +54,13 @@ def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = N
     """
     if cfg is not None:
         from nbtools import rewards as _rewards
-        from nbtools.errors import NotFoundError
+        from nbtools.errors import ConfigError, NotFoundError
 
-        rewards = rewards if rewards is not None else _rewards.trained_with(cfg)
+        if rewards is None:
+            try:  # a mix naming rewards registered only in the cluster's reward module: no breakdown here
+                rewards = _rewards.combine(_rewards.trained_with(cfg))
+            except ConfigError:
+                rewards = None
         if ground_truth is None:
             try:
                 ground_truth = _rewards.ground_truth(cfg)
