@@ -41,7 +41,7 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
     """One panel per metric, one colour per run: raw values faint, the EMA bold, validation accuracy dashed.
 
     The slider under the figure sets the smoothing (TensorBoard's debiased EMA) in the browser; hovering shows
-    every run's value at a step; drag to zoom, double-click to reset. Zoom survives a live redraw (``uirevision``).
+    every run's value at a step; drag to zoom, double-click to reset. Each live redraw is a new output (see ``nbtools.plots.watch``).
 
     Args:
         df: a ``nbtools.metrics`` frame (one or several runs).

@@ -188,7 +188,8 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
         from nbtools import curves
 
         live = curves.figure(df, smoothing=smoothing, baseline=baseline, title=f"{cfg.name}")
-        return live, _show(curves.bundle(live, Path(save).read_bytes()), handle, raw=True)
+        _replace(curves.bundle(live, Path(save).read_bytes()))
+        return live, None
 
     while True:
         fig, handle = draw(handle)
@@ -238,6 +239,24 @@ def _job_done(job, seconds: float) -> bool:
             return job.status().is_terminal()  # still running: keep watching
         except NbtoolsError:
             return True
+
+
+def _replace(bundle: dict) -> None:
+    """Show ``bundle`` as the cell's only output, replacing the previous one.
+
+    Not ``update_display``: JupyterLab hands an updated output to the renderer already on screen, and the plotly
+    renderer ignores a model once it has drawn a graph (``renderModel`` returns early), so the curves would freeze.
+    ``clear_output(wait=True)`` makes JupyterLab build a new renderer for the next output, without a flicker.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import clear_output, display
+
+        if get_ipython() is not None:
+            clear_output(wait=True)
+            display(bundle, raw=True)
+    except ImportError:
+        pass
 
 
 def _show(fig, handle, raw: bool = False):

@@ -1,4 +1,4 @@
-"""nbtools.curves (plotly training curves: smoothing slider, hover, zoom kept across redraws) and
+"""nbtools.curves (plotly training curves: smoothing slider, hover, zoom) and
 nbtools.plots.watch(interactive=True) redrawing them in place while the job runs."""
 
 from __future__ import annotations
@@ -72,9 +72,21 @@ def test_watch_interactive_redraws_in_place_with_more_points(tmp_path, monkeypat
 
     shown = []
     monkeypatch.setattr(plots, "_find_job", lambda cfg: GrowingJob())
-    monkeypatch.setattr(plots, "_show", lambda obj, handle, raw=False: shown.append((obj, handle, raw)) or "handle")
+    monkeypatch.setattr(plots, "_replace", shown.append)
     fig = plots.watch(cfg, interval=0.01, interactive=True)
     writer.close()
-    counts = [len(b["application/vnd.plotly.v1+json"]["data"][1]["x"]) for b, _, _ in shown]
-    assert counts[0] < counts[-1] and counts[-1] == 4 and [h for _, h, _ in shown][1:] == ["handle"] * (len(shown) - 1)
-    assert all(raw for _, _, raw in shown) and "text/html" in shown[0][0] and curves.point_count(fig) >= 4
+    counts = [len(b["application/vnd.plotly.v1+json"]["data"][1]["x"]) for b in shown]
+    assert counts == [2, 4, 4] and "text/html" in shown[0] and curves.point_count(fig) == 4
+
+
+def test_replace_clears_then_displays_a_new_output(monkeypatch):
+    """The plotly renderer on screen ignores updated models, so each redraw must be a new output."""
+    import IPython
+    import IPython.display
+
+    calls = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "clear_output", lambda wait=False: calls.append(("clear", wait)))
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: calls.append(("display", raw)))
+    plots._replace({"text/plain": "x"})
+    assert calls == [("clear", True), ("display", True)]
