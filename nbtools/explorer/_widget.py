@@ -69,8 +69,8 @@ class TrajectoryExplorer:
                              continuous_update=False, layout=lay(width="360px"))
         self.regex = w.Checkbox(value=False, description="regex", indent=False, layout=lay(width="70px"))
         self.case = w.Checkbox(value=False, description="match case", indent=False, layout=lay(width="110px"))
-        self.first_page, self.prev_page = w.Button(description="⏮ first"), w.Button(description="◀ prev")
-        self.next_page, self.last_page = w.Button(description="next ▶"), w.Button(description="last ⏭")
+        self.first_page, self.prev_page = w.Button(description="« first"), w.Button(description="‹ prev")
+        self.next_page, self.last_page = w.Button(description="next ›"), w.Button(description="last »")
         for b in (self.first_page, self.prev_page, self.next_page, self.last_page):
             b.layout = lay(width="80px")
         self.page = w.BoundedIntText(value=1, min=1, max=1, description="page", layout=lay(width="150px"))
