@@ -238,3 +238,10 @@ def test_explore_takes_the_reward_mix_and_truth_from_the_experiment(run):
     ex.record.value = 5  # "MAX is 3": format scores, the exact answer does not
     table = ex.view.rewards.set_index("function")["score"]
     assert ex.view.idx == 4 and table.notna().all() and "reward by function" in ex.record_panel.value
+
+
+def test_record_panel_says_when_the_ground_truth_is_unknown(run):
+    ex = explorer.explore(run, step=2, rewards=MIX)
+    assert "the ground truth is not known here" in ex.record_panel.value
+    ex = explorer.explore(run, step=2, rewards=MIX, ground_truth=lambda p: "8")
+    assert "recomputed 1;" in ex.record_panel.value and "not known" not in ex.record_panel.value

@@ -119,7 +119,9 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
              f"{html.escape(repr(view.answer))}</td></tr></table>"]
     if view.rewards is not None:
         total, stored = view.rewards.attrs.get("total"), view.rewards.attrs.get("stored")
-        parts.append(f"<div class='note'><b>reward by function</b> (recomputed {_num(total)}; stored {_num(stored)})</div>"
+        again = (f"recomputed {_num(total)}" if total is not None and not math.isnan(total) else
+                 "the ground truth is not known here: pass explore(..., ground_truth=prompt -> answer)")
+        parts.append(f"<div class='note'><b>reward by function</b> ({again}; stored {_num(stored)})</div>"
                      + _frame_html(view.rewards, "nbx-rewards"))
     if view.tokens is not None:
         t = view.tokens
