@@ -171,6 +171,11 @@ def test_widget_pages_types_steps_filters_and_exports(run, tmp_path):
     ex.record.value = 1
     ex.compare.value = 2
     assert "step 2" in ex.compare_panel.value and ex.compare_panel.value.count("<tr><td class='num'>") == 6
+    ex.whole_run.value = True  # every step of the run, groups numbered within their step
+    assert ex.page_data.in_scope == 12 and "the run" in ex.summary.value
+    ex.sort.value = "reward ↓"
+    assert ex.page_data.rows["reward"].is_monotonic_decreasing and ex.page_data.total == 12
+    ex.sort.value, ex.whole_run.value = "file order", False
     out = ex.export(tmp_path / "sel.csv")
     assert len(pd.read_csv(out)) == 6 and {"group", "baseline"} <= set(pd.read_csv(out).columns)
     bundle = ex._repr_mimebundle_()
