@@ -10,7 +10,7 @@ export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test lab install clean-notebooks lint bench manifests
+.PHONY: demo test test-browser lab install clean-notebooks lint bench manifests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,23 @@ test: $(STAMP)
 	  -p no:cacheprovider --durations=10; nbs=$$?; \
 	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
+
+## Optional third command: notebooks 03 -> 04 -> 05 in a real JupyterLab driven by Playwright through Debian's
+## Chromium (installed with apt-get when missing and possible); screenshots under runs/browser/
+CHROMIUM ?= /usr/bin/chromium
+BROWSER_STAMP := $(VENV)/.nbtools-browser-installed
+$(BROWSER_STAMP): $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e '.[test,browser]'
+	@touch $(BROWSER_STAMP)
+
+test-browser: $(BROWSER_STAMP)
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "== installing Debian's chromium"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || exit 1; \
+	  else echo "test-browser needs $(CHROMIUM): install Debian's chromium (apt-get install chromium) as root"; exit 1; fi; \
+	fi
+	NBTOOLS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest tests/browser/test_lab.py -p no:cacheprovider -v -s --durations=5
 
 ## JupyterLab on the notebooks
 lab: $(STAMP)

@@ -151,8 +151,11 @@ def timing(df: pd.DataFrame, *, smoothing: float = 0.0, save: str | os.PathLike 
 
 
 def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: float | None = None,
-          smoothing: float = 0.6, baseline=None, save: str | os.PathLike | None = None):
+          smoothing: float = 0.6, baseline=None, save: str | os.PathLike | None = None, interactive: bool = False):
     """Redraw the training curves of ``cfg``'s run until its Ray job finishes; returns the last Figure.
+
+    With ``interactive=True`` the curves shown are ``nbtools.curves.figure`` (plotly: hover, zoom, a smoothing
+    slider), redrawn in place in the same output; the PNG is still written and the plotly Figure is returned.
 
     Waits on the job (``Job.wait(timeout=interval)``), not on a sleep: it redraws every ``interval`` seconds
     while the job runs and returns as soon as it ends — at once when it has already finished, or when the job
@@ -165,6 +168,7 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
         timeout: stop watching after this many seconds (None: until the job ends).
         smoothing / baseline: as in :func:`training_curves`.
         save: PNG path (default ``cfg.run_dir / "figures" / "training_curves.png"``).
+        interactive: show (and return) the plotly figure instead of the matplotlib one.
 
     Example:
         >>> fig = nbtools.plots.watch(cfg)          # returns when the job is done
@@ -176,18 +180,24 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
     if until_done:
         job = _find_job(cfg)
     deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
+    def draw(handle):
         df = _read(cfg, job)
         fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}")
-        handle = _show(fig, handle)
+        if not interactive:
+            return fig, _show(fig, handle)
+        from nbtools import curves
+
+        live = curves.figure(df, smoothing=smoothing, baseline=baseline, title=f"{cfg.name}")
+        _replace(curves.bundle(live, Path(save).read_bytes()))
+        return live, None
+
+    while True:
+        fig, handle = draw(handle)
         if job is None or (deadline is not None and time.monotonic() >= deadline):
             return fig
         wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
         if _job_done(job, wait):
-            df = _read(cfg, job)
-            fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}")
-            _show(fig, handle)
-            return fig
+            return draw(handle)[0]
 
 
 def _read(cfg, job) -> pd.DataFrame:
@@ -231,7 +241,25 @@ def _job_done(job, seconds: float) -> bool:
             return True
 
 
-def _show(fig, handle):
+def _replace(bundle: dict) -> None:
+    """Show ``bundle`` as the cell's only output, replacing the previous one.
+
+    Not ``update_display``: JupyterLab hands an updated output to the renderer already on screen, and the plotly
+    renderer ignores a model once it has drawn a graph (``renderModel`` returns early), so the curves would freeze.
+    ``clear_output(wait=True)`` makes JupyterLab build a new renderer for the next output, without a flicker.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import clear_output, display
+
+        if get_ipython() is not None:
+            clear_output(wait=True)
+            display(bundle, raw=True)
+    except ImportError:
+        pass
+
+
+def _show(fig, handle, raw: bool = False):
     try:
         from IPython import get_ipython
         from IPython.display import display
@@ -239,8 +267,8 @@ def _show(fig, handle):
         if get_ipython() is None:
             return handle
         if handle is None:
-            return display(fig, display_id=True)
-        handle.update(fig)
+            return display(fig, display_id=True, raw=raw)
+        handle.update(fig, raw=raw)
     except ImportError:
         pass
     return handle

@@ -33,7 +33,7 @@ from nbtools.rewards._ship import (
     reward_overrides,
     reward_py_modules,
 )
-from nbtools.rewards._text import extract_answer, split_think_answer
+from nbtools.rewards._text import extract_answer, split_think_answer, tag_span
 
 __all__ = [
     "ground_truth",
@@ -50,6 +50,7 @@ __all__ = [
     "group_baseline_std",
     "extract_answer",
     "split_think_answer",
+    "tag_span",
     "format_reward",
     "math_expr",
     "exact_answer",

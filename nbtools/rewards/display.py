@@ -10,7 +10,7 @@ import numpy as np
 
 from nbtools.rewards._rescore import RescoreResult
 
-__all__ = ["plot_rescore"]
+__all__ = ["plot_rescore", "compare_view", "flipped_groups", "group_html"]
 
 
 def _save_atomic(fig, path: str | os.PathLike) -> Path:
@@ -86,3 +86,72 @@ def plot_rescore(result: RescoreResult, *, save: str | os.PathLike | None = None
         _save_atomic(fig, save)
     plt.close(fig)
     return fig
+
+
+_WHICH = {"gained a signal": "to_signal", "lost a signal": "to_no_signal", "every group": None}
+
+
+def flipped_groups(result: RescoreResult, which: str = "gained a signal") -> list[int]:
+    """Group ids (``result.samples["group"]``) for the comparison view: those that gained or lost a GRPO signal
+    under the new mix, or every group.
+
+    Example:
+        >>> nbtools.rewards.display.flipped_groups(result)[:5]
+    """
+    if which not in _WHICH:
+        from nbtools.errors import ConfigError
+
+        raise ConfigError(f"which: expected one of {list(_WHICH)}, got {which!r}")
+    rows = result.samples if _WHICH[which] is None else result.flipped_samples(_WHICH[which])
+    return [int(g) for g in dict.fromkeys(rows["group"])]
+
+
+def group_html(result: RescoreResult, group: int) -> str:
+    """One group's samples, old vs new reward and advantage, responses left-aligned with their tags highlighted."""
+    import html
+
+    from nbtools.explorer._record import tag_segments
+    from nbtools.explorer._render import STYLE, segments_html
+
+    s = result.samples[result.samples["group"] == group]
+    if s.empty:
+        return "<div class='nbx'>no samples in this group</div>"
+    parts = [c for c in s.columns if c.startswith("r_")]
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["idx", "response", "truth", "old reward", "new reward",
+                                                          "old adv.", "new adv.", *parts])
+    body = "".join(
+        f"<tr class='nbx-row'><td class='num'>{r['idx']}</td><td class='txt'>{segments_html(tag_segments(r['response']), 400)}"
+        f"</td><td>{html.escape(str(r['ground_truth']))}</td>"
+        + "".join(f"<td class='num'>{r[c]:.3g}</td>" for c in ("old_reward", "new_reward", "old_advantage",
+                                                              "new_advantage", *parts)) + "</tr>"
+        for _, r in s.iterrows())
+    first = s.iloc[0]
+    return (f"<div class='nbx nbx-rescore'>{STYLE}<div class='note'>step {first['step']} · group {group} · "
+            f"{len(s)} samples · prompt: <span class='txt'>{html.escape(str(first['prompt']))}</span></div>"
+            f"<table><colgroup><col style='width:5%'><col style='width:40%'><col style='width:7%'></colgroup>"
+            f"<tr>{head}</tr>{body}</table></div>")
+
+
+def compare_view(result: RescoreResult, which: str = "gained a signal"):
+    """A small interactive view of a re-scoring: pick which groups (gained / lost a signal, every group) and step
+    through them one at a time, old vs new reward and advantage per sample.
+
+    Example:
+        >>> nbtools.rewards.display.compare_view(result)
+    """
+    import ipywidgets as w
+
+    pick = w.Dropdown(options=list(_WHICH), value=which, description="groups")
+    pos = w.BoundedIntText(value=1, min=1, max=1, description="group #", layout=w.Layout(width="170px"))
+    count, body = w.HTML(), w.HTML()
+
+    def show(_=None):
+        ids = flipped_groups(result, pick.value)
+        pos.max = max(len(ids), 1)
+        count.value = f"{len(ids)} groups" if ids else "no such group"
+        body.value = group_html(result, ids[pos.value - 1]) if ids else ""
+
+    pick.observe(lambda _: (setattr(pos, "value", 1), show()), names="value")
+    pos.observe(show, names="value")
+    show()
+    return w.VBox([w.HBox([pick, pos, count]), body])

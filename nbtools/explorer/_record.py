@@ -1,0 +1,161 @@
+"""One record as the reward saw it: tag spans from the reward functions' own parser, per-function rewards, tokens.
+
+Why: "what did the format reward judge?" is answered by showing exactly the spans ``nbtools.rewards.tag_span``
+finds (NeMo-RL's greedy ``<tag>([\\s\\S]*)</tag>``), so a malformed output shows its stray ``</think>`` where the
+reward saw it, not where a lenient display would guess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from nbtools.rewards import RewardMix, tag_span
+
+__all__ = ["Segment", "RecordView", "tag_segments", "record_view", "reward_breakdown", "token_table"]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text and what it is: any of ``think``/``answer`` (tag content), ``tag`` (the tag itself),
+    ``match`` (a search hit)."""
+
+    text: str
+    kinds: frozenset[str]
+
+
+def tag_segments(text: str | None, *, think_tag: str = "think", answer_tag: str = "answer",
+                 pattern: re.Pattern | None = None) -> list[Segment]:
+    """Split ``text`` at the tag spans the reward functions see and at search matches.
+
+    Example:
+        >>> [(s.text, sorted(s.kinds)) for s in tag_segments("<answer>7</answer>")]
+        [('<answer>', ['answer', 'tag']), ('7', ['answer']), ('</answer>', ['answer', 'tag'])]
+    """
+    if not isinstance(text, str) or not text:
+        return []
+    marks: list[tuple[int, int, str]] = []
+    for tag, kind in ((think_tag, "think"), (answer_tag, "answer")):
+        span = tag_span(text, tag) if tag else None
+        if span is None:
+            continue
+        a, b = span
+        opened, closed = a - len(f"<{tag}>"), b + len(f"</{tag}>")
+        marks += [(opened, closed, kind), (opened, a, "tag"), (b, closed, "tag")]
+    if pattern is not None:
+        marks += [(m.start(), m.end(), "match") for m in pattern.finditer(text) if m.end() > m.start()]
+    cuts = sorted({0, len(text), *(p for m in marks for p in m[:2])})
+    out = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        kinds = frozenset(k for s, e, k in marks if s <= a and b <= e)
+        if out and out[-1].kinds == kinds:
+            out[-1] = Segment(out[-1].text + text[a:b], kinds)
+        else:
+            out.append(Segment(text[a:b], kinds))
+    return out
+
+
+def reward_breakdown(mix: RewardMix | None, ground_truth: str | None, response: str | None,
+                     stored: float | None = None) -> pd.DataFrame:
+    """One row per reward function: weight (renormalised), score, weighted score and correctness flag.
+
+    Functions that compare with the ground truth score NaN when it is unknown (``ground_truth=None``).
+
+    Example:
+        >>> mix = nbtools.rewards.combine([{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}])
+        >>> reward_breakdown(mix, "7", "<think>a</think><answer>7</answer>")["weighted"].sum()
+        1.0
+    """
+    cols = ["function", "weight", "score", "weighted", "correct"]
+    if mix is None:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for c, w in zip(mix.components, mix.weights, strict=True):
+        needs_truth = c.name not in ("format", "length_penalty")
+        if ground_truth is None and needs_truth:
+            rows.append((c.name, float(w), np.nan, np.nan, None))
+            continue
+        score, correct = c("" if ground_truth is None else ground_truth, response or "")
+        rows.append((c.name, float(w), score, float(w) * score, correct))
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["total"] = float(df["weighted"].sum()) if df["weighted"].notna().all() else float("nan")
+    df.attrs["stored"] = stored
+    return df
+
+
+def token_table(rec: dict) -> pd.DataFrame | None:
+    """Per-token view of a record (position, token_id, mask, generation/prev log-probs, advantage), or None when
+    the record has no per-token arrays (NeMo-RL ≤ v0.5 or ``arrays=False``)."""
+    ids = rec.get("token_ids")
+    if ids is None:
+        return None
+    n = len(ids)
+    cols = {"position": np.arange(n), "token_id": np.asarray(ids)}
+    for key, name in (("token_loss_mask", "mask"), ("generation_logprobs", "logprob"),
+                      ("prev_logprobs", "prev_logprob"), ("advantages", "advantage")):
+        v = rec.get(key)
+        cols[name] = np.asarray(v, dtype=float) if v is not None and len(v) == n else np.full(n, np.nan)
+    return pd.DataFrame(cols)
+
+
+@dataclass
+class RecordView:
+    """Everything the record panel shows for one sample (data only; rendering is ``_render.record_html``)."""
+
+    step: int
+    idx: int
+    prompt: str | None
+    response: str | None
+    reward: float
+    advantage: float
+    generation_length: float
+    env_observation: str | None
+    think: str | None
+    answer: str | None
+    group: int | None = None
+    baseline: float | None = None
+    segments: list[Segment] = field(default_factory=list, repr=False)
+    prompt_segments: list[Segment] = field(default_factory=list, repr=False)
+    rewards: pd.DataFrame | None = field(default=None, repr=False)
+    tokens: pd.DataFrame | None = field(default=None, repr=False)
+
+
+def record_view(rec: dict, *, think_tag: str = "think", answer_tag: str = "answer", mix: RewardMix | None = None,
+                ground_truth: Callable[[str], Any] | None = None, pattern: re.Pattern | None = None,
+                group: int | None = None, baseline: float | None = None) -> RecordView:
+    """Build the record panel's data from a record dict (``Run.record(step, idx)``).
+
+    Example:
+        >>> view = record_view(run.record(5, 0), mix=nbtools.rewards.combine(nbtools.rewards.trained_with(cfg)))
+        >>> view.rewards
+    """
+    from nbtools.rewards import split_think_answer
+
+    prompt, response = rec.get("prompt"), rec.get("response")
+    think, answer = split_think_answer(response, think_tag, answer_tag) if isinstance(response, str) else (None, None)
+    truth = None
+    if ground_truth is not None and isinstance(prompt, str):
+        try:
+            truth = str(ground_truth(prompt))
+        except Exception:  # a prompt the function does not know: functions needing the truth show NaN
+            truth = None
+    return RecordView(
+        step=int(rec["step"]), idx=int(rec["idx"]), prompt=prompt, response=response, reward=float(rec["reward"]),
+        advantage=float(rec.get("advantage", np.nan)), generation_length=float(rec.get("generation_length", np.nan)),
+        env_observation=rec.get("env_observation"), think=think, answer=answer, group=group, baseline=baseline,
+        segments=tag_segments(response, think_tag=think_tag, answer_tag=answer_tag, pattern=pattern),
+        prompt_segments=tag_segments(prompt, think_tag="", answer_tag="", pattern=pattern),
+        rewards=reward_breakdown(mix, truth, response, float(rec["reward"])) if mix is not None else None,
+        tokens=token_table(rec),
+    )
+
+
+def columns_of(views: Sequence[RecordView]) -> pd.DataFrame:
+    """The views as a small frame (for the side-by-side comparison's export)."""
+    return pd.DataFrame([{k: getattr(v, k) for k in ("step", "idx", "reward", "advantage", "answer", "response")}
+                         for v in views])

@@ -1,0 +1,174 @@
+"""HTML for the explorer: a page as GRPO group blocks, one record with its tags highlighted, the step summary.
+
+Why: pure functions of the data layer's objects, so the same HTML is what the widget shows, what the browser test
+reads (stable class names and ``data-*`` attributes) and what a saved notebook keeps as its static snapshot.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import numpy as np
+import pandas as pd
+
+from nbtools.explorer._query import Page
+from nbtools.explorer._record import RecordView, Segment, tag_segments
+
+__all__ = ["STYLE", "page_html", "record_html", "summary_html", "compare_html", "segments_html"]
+
+STYLE = """<style>
+.nbx{font-family:var(--jp-content-font-family,sans-serif);font-size:12px;color:var(--jp-content-font-color1,#222)}
+.nbx table{border-collapse:collapse;table-layout:fixed;width:100%}
+.nbx th,.nbx td{border:1px solid #d0d7de;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+.nbx th{background:#f3f5f7;font-weight:600}
+.nbx tr.nbx-group td{background:#eef2f8;border-top:2px solid #6b7fa8;font-weight:600}
+.nbx tr.nbx-row.ok td{background:#f1f9f3}.nbx tr.nbx-row.bad td{background:#fdf3f2}
+.nbx .txt{white-space:pre-wrap;text-align:left;margin:0;font-family:var(--jp-code-font-family,monospace);font-size:11px}
+.nbx .think{background:#fff4d6}.nbx .answer{background:#dcf0ff}.nbx .tag{color:#8a3ffc;font-weight:700}
+.nbx mark{background:#ffe066;padding:0}.nbx .muted{color:#888}.nbx .num{text-align:right;font-variant-numeric:tabular-nums}
+.nbx .note{margin:4px 0}.nbx .bar{background:#4c72b0;height:10px}.nbx .side{display:flex;gap:8px}
+.nbx .side>div{flex:1;min-width:0}.nbx .tok{display:inline-block;margin:1px;padding:0 3px;border-radius:3px;font-size:10px}
+</style>"""
+
+
+def _num(x, fmt: str = ".3g") -> str:
+    try:
+        return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(float(x), fmt)
+    except (TypeError, ValueError):
+        return html.escape(str(x))
+
+
+def segments_html(segments: list[Segment], limit: int | None = None) -> str:
+    """Segments as HTML: think/answer content shaded, tags bold, search hits marked; cut after ``limit`` chars."""
+    out, used = [], 0
+    for s in segments:
+        text = s.text
+        if limit is not None and used + len(text) > limit:
+            text = text[: max(0, limit - used)]
+        used += len(text)
+        body = html.escape(text)
+        if "match" in s.kinds:
+            body = f"<mark>{body}</mark>"
+        cls = " ".join(k for k in ("think", "answer", "tag") if k in s.kinds)
+        out.append(f"<span class='{cls}'>{body}</span>" if cls else body)
+        if limit is not None and used >= limit:
+            total = sum(len(x.text) for x in segments)
+            if total > limit:
+                out.append(f"<span class='muted'>… ({total:,} chars)</span>")
+            break
+    return "".join(out) or "<span class='muted'>—</span>"
+
+
+def _verdict(correct) -> str:
+    return {True: "correct", False: "incorrect"}.get(correct, "—")
+
+
+def page_html(page: Page, *, think_tag: str = "think", answer_tag: str = "answer", pattern=None,
+              text_limit: int = 400, selected: tuple[int, int] | None = None) -> str:
+    """One page as a table: a header row per GRPO group (id, prompt, baseline, reward spread), then its samples."""
+    q = page.query
+    scope = f"step {q.step}" if q.step is not None else "the run"
+    note = (f"<div class='note nbx-note' data-total='{page.total}' data-first='{page.first}' data-last='{page.last}' "
+            f"data-page='{page.number + 1}' data-pages='{page.pages}'>records <b>{page.first}–{page.last}</b> of "
+            f"<b>{page.total}</b> matching ({page.in_scope} in {scope}) · page {page.number + 1} of {page.pages}</div>")
+    head = ("<colgroup><col style='width:5%'><col style='width:5%'><col style='width:7%'><col style='width:7%'>"
+            "<col style='width:6%'><col style='width:9%'><col style='width:10%'><col style='width:51%'></colgroup>"
+            "<tr><th>step</th><th>idx</th><th>reward</th><th>advantage</th><th>gen len</th><th>verdict</th>"
+            "<th>answer (parsed)</th><th>response (&lt;think&gt; / &lt;answer&gt; as the rewards parse them)</th></tr>")
+    body, last_group = [], None
+    for r in page.rows.itertuples(index=False):
+        key = (r.step, r.group)
+        if key != last_group:
+            flat = " · <b>no signal</b> (all rewards equal)" if r.no_signal else ""
+            prompt = segments_html(tag_segments(r.prompt, think_tag="", answer_tag="", pattern=pattern), 300)
+            body.append(f"<tr class='nbx-group' data-step='{r.step}' data-group='{r.group}'><td colspan='8'>"
+                        f"step {r.step} · group {r.group} · {r.group_size} samples · baseline (group mean reward) "
+                        f"{_num(r.baseline)}{flat}<div class='txt' style='font-weight:400'>{prompt}</div></td></tr>")
+            last_group = key
+        cls = {True: "ok", False: "bad"}.get(r.correct, "")
+        sel = " style='outline:2px solid #8a3ffc'" if selected == (r.step, r.idx) else ""
+        resp = segments_html(tag_segments(r.response, think_tag=think_tag, answer_tag=answer_tag, pattern=pattern),
+                             text_limit)
+        body.append(f"<tr class='nbx-row {cls}' data-step='{r.step}' data-idx='{r.idx}'{sel}><td class='num'>{r.step}</td>"
+                    f"<td class='num'>{r.idx}</td><td class='num'>{_num(r.reward)}</td>"
+                    f"<td class='num'>{_num(r.advantage)}</td><td class='num'>{_num(r.generation_length, '.0f')}</td>"
+                    f"<td>{_verdict(r.correct)}</td><td class='txt'>{html.escape(str(r.answer)) if r.answer is not None else '<span class=muted>none</span>'}</td>"
+                    f"<td class='txt'>{resp}</td></tr>")
+    if not body:
+        body.append("<tr><td colspan='8' class='muted'>no record matches</td></tr>")
+    return f"<div class='nbx'>{STYLE}{note}<table class='nbx-table'>{head}{''.join(body)}</table></div>"
+
+
+def _frame_html(df: pd.DataFrame, cls: str) -> str:
+    return df.to_html(index=False, classes=cls, border=0, na_rep="—", float_format=lambda v: f"{v:.4g}")
+
+
+def record_html(view: RecordView, *, tokens: int = 256) -> str:
+    """The record panel: prompt, raw response with tags highlighted, reward by function, token view."""
+    facts = (f"step {view.step} · idx {view.idx} · group {view.group if view.group is not None else '—'} · reward "
+             f"<b>{_num(view.reward)}</b> · advantage {_num(view.advantage)} · baseline {_num(view.baseline)} · "
+             f"generation length {_num(view.generation_length, '.0f')} · environment: "
+             f"{html.escape(str(view.env_observation or '—'))}")
+    parts = [f"<div class='note nbx-record' data-step='{view.step}' data-idx='{view.idx}'>{facts}</div>",
+             "<table><colgroup><col style='width:12%'><col></colgroup>",
+             f"<tr><th>prompt</th><td class='txt'>{segments_html(view.prompt_segments)}</td></tr>",
+             f"<tr><th>response<br><span class='think'>think</span> <span class='answer'>answer</span> "
+             f"<span class='tag'>&lt;tag&gt;</span></th><td class='txt nbx-response'>{segments_html(view.segments)}</td></tr>",
+             f"<tr><th>parsed</th><td class='txt'>think: {html.escape(repr(view.think))}<br>answer: "
+             f"{html.escape(repr(view.answer))}</td></tr></table>"]
+    if view.rewards is not None:
+        total, stored = view.rewards.attrs.get("total"), view.rewards.attrs.get("stored")
+        again = (f"recomputed {_num(total)}" if total is not None and not math.isnan(total) else
+                 "the ground truth is not known here: pass explore(..., ground_truth=prompt -> answer)")
+        parts.append(f"<div class='note'><b>reward by function</b> ({again}; stored {_num(stored)})</div>"
+                     + _frame_html(view.rewards, "nbx-rewards"))
+    if view.tokens is not None:
+        t = view.tokens
+        gen = t[t["mask"] > 0] if t["mask"].notna().any() else t
+        chips = []
+        for r in gen.head(tokens).itertuples(index=False):
+            p = math.exp(r.logprob) if not np.isnan(r.logprob) else None
+            shade = "#eee" if p is None else f"rgba(76,114,176,{0.15 + 0.85 * p:.2f})"
+            chips.append(f"<span class='tok' style='background:{shade}' title='pos {r.position} · logprob "
+                         f"{_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage {_num(r.advantage)}'>"
+                         f"{r.token_id}</span>")
+        parts.append(f"<div class='note nbx-tokens'><b>tokens</b>: {len(t)} in all, {int(np.nansum(t['mask']))} "
+                     f"generated (mask = 1; shade = probability under the policy; hover for log-probs)</div>"
+                     f"<div>{''.join(chips)}</div>")
+    return f"<div class='nbx'>{STYLE}{''.join(parts)}</div>"
+
+
+def compare_html(left: list[RecordView], right: list[RecordView], steps: tuple[int, int], elsewhere: list[int]) -> str:
+    """The same prompt at two steps, side by side (one column per step)."""
+    def col(views: list[RecordView], step: int) -> str:
+        if not views:
+            where = ", ".join(map(str, elsewhere[:20])) or "no other step"
+            return f"<div><b>step {step}</b><div class='muted'>this prompt is not in step {step}; it appears at: {where}</div></div>"
+        rows = "".join(f"<tr><td class='num'>{v.idx}</td><td class='num'>{_num(v.reward)}</td>"
+                       f"<td class='txt'>{segments_html(v.segments, 300)}</td></tr>" for v in views)
+        return (f"<div><b>step {step}</b> · mean reward {_num(np.mean([v.reward for v in views]))}<table>"
+                f"<colgroup><col style='width:10%'><col style='width:12%'><col></colgroup>"
+                f"<tr><th>idx</th><th>reward</th><th>response</th></tr>{rows}</table></div>")
+    return f"<div class='nbx nbx-compare'>{STYLE}<div class='side'>{col(left, steps[0])}{col(right, steps[1])}</div></div>"
+
+
+def summary_html(df: pd.DataFrame, label: str) -> str:
+    """Counts, mean reward, correct share, groups with no signal, and a reward histogram with labelled axes."""
+    if df.empty:
+        return f"<div class='nbx'>{STYLE}<b>{html.escape(label)}</b>: no samples (yet)</div>"
+    groups = df.drop_duplicates(["step", "group"])
+    known = df["correct"].dropna()
+    correct = f"{known.astype(bool).mean():.0%}" if len(known) else "n/a"
+    dist = df["reward"].round(3).value_counts().sort_index()
+    if len(dist) > 12:  # many distinct rewards: 12 equal bins
+        counts, edges = np.histogram(df["reward"].dropna(), bins=12)
+        dist = pd.Series(counts, index=[f"{a:.3g}…{b:.3g}" for a, b in zip(edges, edges[1:], strict=False)])
+    top = max(int(dist.max()), 1)
+    bars = "".join(f"<tr><td class='num'>{k if isinstance(k, str) else f'{k:g}'}</td><td><div class='bar' "
+                   f"style='width:{int(220 * n / top)}px'></div></td><td class='num'>{n}</td></tr>"
+                   for k, n in dist.items())
+    return (f"<div class='nbx nbx-summary'>{STYLE}<b>{html.escape(label)}</b>: {len(df)} samples in {len(groups)} groups · "
+            f"mean reward {df['reward'].mean():.3f} · correct {correct} · <b>groups with no signal "
+            f"{groups['no_signal'].mean():.0%}</b> · mean generation length {df['generation_length'].mean():.1f}"
+            f"<table style='width:auto'><tr><th>reward</th><th>samples (bar)</th><th>count</th></tr>{bars}</table></div>")

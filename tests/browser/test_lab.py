@@ -1,0 +1,314 @@
+"""A real JupyterLab in a real browser: notebooks 03 → 04 → 05 on the local backend, asserted through the DOM.
+
+Run with ``make test-browser`` (not part of ``make test``: it needs Debian's Chromium at /usr/bin/chromium and the
+``browser`` extra). JupyterLab is started from this venv on 127.0.0.1 with a token; Playwright drives Debian's
+Chromium (Playwright's own browser download cannot work here); the rehearsal is shortened through a copy of
+``experiments/local.yaml`` (fewer steps, free Ray ports) passed as the notebooks' ``CONFIG`` parameter.
+Screenshots go to ``runs/browser/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
+SHOTS = ROOT / "runs" / "browser"
+STEPS = int(os.environ.get("NBTOOLS_BROWSER_STEPS", "80"))  # rehearsal steps: long enough to watch 04 grow
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+# Console messages that are not the widgets' or the notebooks' (JupyterLab asks for extensions/news it cannot reach).
+BENIGN = re.compile(r"favicon|Failed to load resource|net::ERR|lab/api/(news|update)|ERR_CONNECTION_REFUSED")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Shortened experiment (free Ray ports, STEPS steps), parameterised notebooks, a running local Ray head."""
+    import papermill
+
+    import nbtools
+    from nbtools.backends import _head
+
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"expected Debian's Chromium at {CHROMIUM}; fix: run `make test-browser` (it installs it with "
+                    "apt-get) or `apt-get install -y chromium`")
+    work = tmp_path_factory.mktemp("lab")
+    runs = work / "runs"
+    spec = yaml.safe_load((ROOT / "experiments" / "local.yaml").read_text())
+    spec["ray"].update(port=_free_port(), dashboard_port=_free_port())
+    period = max(STEPS // 3, 1)
+    spec["grpo"].update(max_num_steps=STEPS, val_period=period)
+    spec["checkpointing"].update(save_period=period)
+    config = work / "experiment.yaml"
+    config.write_text(yaml.safe_dump(spec, sort_keys=False))
+    (work / "notebooks").mkdir()
+    params = {"03": {"BACKEND": "local", "CONFIG": str(config)},
+              "04": {"BACKEND": "local", "CONFIG": str(config), "REFRESH_SECONDS": 2.0},
+              "05": {"BACKEND": "local", "CONFIG": str(config)}}
+    names = {}
+    for prefix, p in params.items():
+        src = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
+        papermill.execute_notebook(str(src), str(work / "notebooks" / src.name), parameters=p, prepare_only=True,
+                                   progress_bar=False)
+        names[prefix] = src.name
+    os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
+    cfg = nbtools.config.load(config, backend="local")
+    _head.up(cfg, timeout=300, progress=False)
+    try:
+        yield {"dir": work, "cfg": cfg, "names": names, "runs": runs}
+    finally:
+        try:
+            nbtools.tensorboard.stop(cfg)
+        finally:
+            _head.stop_all_under(runs)
+
+
+@pytest.fixture(scope="module")
+def lab(workspace):
+    """JupyterLab from this venv on 127.0.0.1:<free port>, token auth, fresh settings; yields its base URL."""
+    port, token = _free_port(), secrets.token_hex(16)
+    home = workspace["dir"] / "jupyter"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_DATA_DIR": str(home / "data"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "MPLBACKEND": "Agg",
+           "NBTOOLS_RUNS_DIR": str(workspace["runs"])}
+    # the venv's kernelspec and labextensions (widgets, plotly) live in sys.prefix: keep them on the data path
+    env["JUPYTER_PATH"] = str(Path(sys.prefix) / "share" / "jupyter")
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "jupyter_server_config.json").write_text(json.dumps({  # nothing fetched from outside
+        "ServerApp": {"allow_root": True, "port_retries": 0},
+        "LabApp": {"expose_app_in_browser": True, "news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+                   "extension_manager": "readonly"}}))
+    notes = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notes.parent.mkdir(parents=True)
+    notes.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no news toast over the page
+    log = open(workspace["dir"] / "lab.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={workspace['dir']}",
+         f"--LabApp.user_settings_dir={home / 'settings'}", f"--LabApp.workspaces_dir={home / 'workspaces'}"],
+        cwd=workspace["dir"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start: {(workspace['dir'] / 'lab.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield {"url": url, "token": token}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        profile = Path(os.environ.get("TMPDIR", "/tmp")) / f"nbtools-chromium-{secrets.token_hex(4)}"
+        ctx = pw.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
+                                                    args=CHROMIUM_ARGS, viewport={"width": 1500, "height": 1000})
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+class Lab:
+    """One JupyterLab tab: open a notebook, run all cells, wait for the kernel, collect console errors."""
+
+    def __init__(self, ctx, lab):
+        self.page = ctx.pages[0] if ctx.pages else ctx.new_page()
+        self.lab, self.errors = lab, []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, name: str) -> None:
+        self.page.goto(f"{self.lab['url']}/lab/tree/notebooks/{name}?token={self.lab['token']}&reset")
+        self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        self.page.wait_for_timeout(500)
+
+    def run_all(self) -> None:
+        """Run > Run All Cells, through the app's command registry (``expose_app_in_browser``, as Galata does)."""
+        self.page.wait_for_function(  # a run-all sent before the kernel is ready runs nothing
+            """() => { const app = window.jupyterapp, w = app && app.shell.currentWidget;
+                const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+                return !!k && k.status === 'idle' && app.commands.isEnabled('notebook:run-all-cells'); }""",
+            timeout=120_000)
+        # not awaited: the command's promise resolves only when every cell has run (03 follows the job to its end)
+        self.page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+
+    def wait_done(self, timeout_s: float) -> None:
+        """Every code cell has run (prompts [n], none [*]); fails on a traceback in any output."""
+        self.page.wait_for_function(
+            """() => { const ps = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                return ps.length > 0 && ps.every(p => /\\[\\d+\\]/.test(p.textContent)); }""",
+            timeout=timeout_s * 1000)
+        self.assert_no_traceback()
+
+    def assert_no_traceback(self) -> None:
+        text = self.page.inner_text(".jp-Notebook")
+        assert "Traceback (most recent call last)" not in text and "Error displaying widget" not in text, text[-3000:]
+
+    def shot(self, name: str, locator=None) -> Path:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{name}.png"
+        (locator or self.page).screenshot(path=str(path), **({} if locator else {"full_page": False}))
+        return path
+
+    def widget_errors(self) -> list[str]:
+        return [e for e in self.errors if not BENIGN.search(e)]
+
+
+def _points(page) -> int:
+    return page.evaluate("""() => Math.max(0, ...[...document.querySelectorAll('.js-plotly-plot')].map(
+        d => (d.data || []).filter(t => t.hoverinfo !== 'skip').reduce((n, t) => n + (t.x ? t.x.length : 0), 0)))""")
+
+
+def _plot(page):
+    """The output holding 04's interactive curves (scrolled into view for the screenshot)."""
+    plot = page.locator(".js-plotly-plot").first
+    plot.scroll_into_view_if_needed()
+    return plot
+
+
+def _control(page, kind: str, label: str):
+    """The input/select of an ipywidgets control by its description label."""
+    box = page.locator(f".widget-inline-hbox.{kind}").filter(
+        has=page.locator("label.widget-label", has_text=re.compile(f"^{re.escape(label)}$")))
+    return box.locator("select" if kind == "widget-dropdown" else "input").first
+
+
+def _note(page) -> dict:
+    return page.evaluate("""() => { const n = document.querySelector('.nbx-note');
+        return n ? {...n.dataset} : null; }""")
+
+
+def _rows(page) -> list[tuple[int, int]]:
+    return [tuple(r) for r in page.evaluate("""() => [...document.querySelectorAll('tr.nbx-row')].map(
+        r => [Number(r.dataset.step), Number(r.dataset.idx)])""")]
+
+
+def test_notebooks_03_04_05_in_jupyterlab(workspace, lab, browser):
+    ui = Lab(browser, lab)
+    try:
+        _drive(workspace, ui)
+    except BaseException:
+        ui.shot("failure")  # the page as it was when the assertion failed
+        raise
+
+
+def _drive(workspace, ui: Lab) -> None:
+    import nbtools
+
+    cfg = workspace["cfg"]
+    t0 = time.monotonic()
+
+    # 03: submit and follow (the job runs on while we look at 04)
+    ui.open(workspace["names"]["03"])
+    ui.run_all()
+    logs = Path(cfg.logs_url)
+    deadline = time.monotonic() + 240
+    while not list(logs.glob("exp_*/train_data_step*.jsonl")):
+        assert time.monotonic() < deadline, f"the rehearsal finished no step in 240 s under {logs}"
+        time.sleep(1)
+    ui.shot("03_launch_running")
+
+    # 04 while the job runs: the interactive curves gain points in place
+    ui.open(workspace["names"]["04"])
+    ui.run_all()
+    ui.page.wait_for_selector(".js-plotly-plot", timeout=120_000)
+    first = _points(ui.page)
+    ui.shot("04_curves_early", _plot(ui.page))
+    job = nbtools.jobs.attach(cfg.dashboard_url, cfg.submission_id)
+    assert not job.status().is_terminal(), "the job ended before 04 could watch it: raise NBTOOLS_BROWSER_STEPS"
+    deadline = time.monotonic() + 120
+    while _points(ui.page) <= first:
+        assert time.monotonic() < deadline, f"04's curves stayed at {first} points while the job ran"
+        ui.page.wait_for_timeout(1000)
+    grown = _points(ui.page)
+    ui.shot("04_curves_live", _plot(ui.page))
+    job.wait(timeout=600, raise_on_failure=True)
+    ui.wait_done(180)  # watch() returns when the job ends; the rest of 04 runs
+    ui.shot("04_monitor_done")
+    assert _points(ui.page) >= grown > first
+    assert not ui.widget_errors(), ui.widget_errors()
+
+    # 05: the explorer over the finished run
+    run = nbtools.trajectories.open_run(cfg.logs_url)
+    steps = run.steps
+    ui.open(workspace["names"]["05"])
+    ui.run_all()
+    ui.wait_done(240)
+    ui.page.wait_for_selector(".nbx-note", timeout=30_000)
+    last = steps[-1]
+    n_last = len(run.read(last))
+    assert _note(ui.page)["total"] == str(n_last) and _rows(ui.page)[0] == (last, 0)
+    ui.shot("05_explorer_first_page")
+
+    ui.page.click("button:has-text('last »')")  # paging reaches the last record of the step
+    ui.page.wait_for_function(f"() => document.querySelector('.nbx-note').dataset.last === '{n_last}'")
+    assert _rows(ui.page)[-1] == (last, n_last - 1)
+    ui.shot("05_explorer_last_page")
+
+    typed = steps[len(steps) // 2]  # a typed step shows that step's records
+    box = _control(ui.page, "widget-text", "step")
+    box.fill(str(typed))
+    box.press("Enter")
+    ui.page.wait_for_function(f"() => [...document.querySelectorAll('tr.nbx-row')].every(r => r.dataset.step === "
+                              f"'{typed}') && document.querySelectorAll('tr.nbx-row').length > 0")
+    df = run.read(typed)
+    assert _note(ui.page)["total"] == str(len(df)) and {s for s, _ in _rows(ui.page)} == {typed}
+
+    correct = df["env_observation"].map(nbtools.trajectories.verdict).eq(True)  # a filter, as the data says
+    _control(ui.page, "widget-dropdown", "show").select_option("correct")
+    ui.page.wait_for_function(f"() => document.querySelector('.nbx-note').dataset.total === '{int(correct.sum())}'")
+    shown = _rows(ui.page)
+    assert all(bool(correct[df["idx"] == i].iloc[0]) for _, i in shown)
+
+    term = df.loc[correct, "prompt"].iloc[0].split("<|assistant|>")[0].strip()[-9:].upper()  # case-insensitive
+    hit = correct & (df["prompt"].str.contains(term, case=False, regex=False)
+                     | df["response"].str.contains(term, case=False, regex=False))
+    search = _control(ui.page, "widget-text", "search")
+    search.fill(term)
+    search.press("Enter")
+    ui.page.wait_for_function(f"() => document.querySelector('.nbx-note').dataset.total === '{int(hit.sum())}'")
+    assert sorted(i for _, i in _rows(ui.page)) == sorted(df.loc[hit, "idx"].head(16).tolist())
+    assert ui.page.locator(".nbx mark").count() > 0
+    ui.shot("05_explorer_filter_search")
+    record = ui.page.locator(".nbx-record").first.locator("xpath=../..")
+    assert ui.page.locator(".nbx-response .answer").count() > 0 and ui.page.locator(".nbx-tokens").count() == 1
+    ui.shot("05_record_view", record)
+    ui.page.locator(".nbx-group").first.scroll_into_view_if_needed()
+    assert ui.page.locator("tr.nbx-group").count() >= 1
+    assert not ui.widget_errors(), ui.widget_errors()
+    print(f"browser test: {time.monotonic() - t0:.0f} s, {len(steps)} steps, 04 curve {first} → {grown} points")
