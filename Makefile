@@ -53,7 +53,10 @@ $(BROWSER_STAMP): $(STAMP)
 	@touch $(BROWSER_STAMP)
 
 test-browser: $(BROWSER_STAMP)
-	@if [ ! -x "$(CHROMIUM)" ]; then \
+	@if [ ! -x "$(CHROMIUM)" ] && [ "$(CHROMIUM)" != /usr/bin/chromium ]; then \
+	  echo "test-browser: CHROMIUM=$(CHROMIUM) does not exist: unset CHROMIUM (Debian's /usr/bin/chromium) or point it at a Chromium"; exit 1; \
+	fi; \
+	if [ ! -x "$(CHROMIUM)" ]; then \
 	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	    echo "== installing Debian's chromium"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null || exit 1; \
