@@ -120,6 +120,11 @@ def cmd_launch(a) -> Out:
         text = f"{cli_words(str(report))}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
         fix = "" if report.ok else "launch refused by lint; fix: apply each blocking finding's fix (listed above), then launch"
         return Out(data, text, code=0 if report.ok else 1, error=fix or None)
+    from nbtools.cli._supervise import supervised_launch
+
+    out = supervised_launch(a, cfg)
+    if out is not None:
+        return out
     job = launch.submit(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
     status = launch.follow(cfg, job, timeout=a.timeout) if a.follow else job.status()
     data = {"submission_id": job.id, "status": _jsonable(status), "reattached": job.reattached,

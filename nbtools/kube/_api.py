@@ -16,6 +16,7 @@ import pandas as pd
 
 from nbtools.errors import ConfigError, ConflictError, DependencyError, NotFoundError, NotReadyError
 
+
 def kubeconfig_file(kubeconfig: str | None = None) -> str:
     """The kubeconfig file(s) to read now: the argument, else ``$KUBECONFIG`` as it is now, else ~/.kube/config.
 
@@ -234,6 +235,18 @@ def pod_events(api, namespace: str, name: str, limit: int = 10) -> list[str]:
     evs = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     evs = sorted(evs, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp or ""))
     return [f"{e.type or 'Normal'} {e.reason}: {e.message}" for e in evs[-limit:]]
+
+
+def cluster_events(api, namespace: str, name_prefix: str, limit: int = 50) -> list[str]:
+    """Events of every object named ``name_prefix…`` (a RayCluster's pods, also deleted ones: their events
+    outlive them) and of the nodes, as ``type reason: object: message`` lines, oldest first."""
+    from kubernetes import client
+
+    evs = [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
+           if (e.involved_object.name or "").startswith(name_prefix) or e.involved_object.kind == "Node"]
+    evs = sorted(evs, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp or ""))
+    return [f"{e.type or 'Normal'} {e.reason}: {e.involved_object.kind}/{e.involved_object.name}: {e.message}"
+            for e in evs[-limit:]]
 
 
 def _is_ready(pod) -> bool:

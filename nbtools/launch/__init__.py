@@ -39,6 +39,15 @@ __all__ = [
     "verl",
     "recipes",
     "runtime_env",
+    "Diagnosis",
+    "diagnose",
+    "diagnose_log",
+    "Attempt",
+    "attempts",
+    "read_attempts",
+    "resubmit",
+    "supervise",
+    "SupervisedRun",
 ]
 
 
@@ -269,3 +278,8 @@ def follow(cfg: Experiment, job, *, timeout: float | None = None):
         return jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=timeout)
     except NotReadyError:
         return job.status()
+
+
+from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit  # noqa: E402  (they use build/_send)
+from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log  # noqa: E402
+from nbtools.launch._supervise import SupervisedRun, supervise  # noqa: E402
