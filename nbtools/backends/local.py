@@ -127,7 +127,7 @@ class LocalBackend:
         """None: the rehearsal trains on CPUs, so there is no GPU count to check."""
         return None
 
-    def events(self, *, limit: int = 50) -> list[str]:
+    def events(self, *, since: float | None = None, until: float | None = None, limit: int = 50) -> list[str]:
         """None to ask: the rehearsal's processes run on this machine (a dead rank shows in the job's log)."""
         return []
 

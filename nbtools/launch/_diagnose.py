@@ -185,7 +185,8 @@ def diagnose(cfg_or_address: Any, submission_id: str | None = None, *, events: l
     Args:
         cfg_or_address: the experiment (its dashboard and backend are used) or a dashboard address.
         submission_id: the job (default: the experiment's latest attempt, else ``cfg.submission_id``).
-        events: Kubernetes events to weigh (default: ``nbtools.backends.get(cfg).events()`` for an experiment).
+        events: Kubernetes events to weigh (default: ``nbtools.backends.get(cfg).events(...)`` of the job's run
+            time, for an experiment).
         tail: log lines read from the end.
 
     Raises:
@@ -216,7 +217,9 @@ def diagnose(cfg_or_address: Any, submission_id: str | None = None, *, events: l
     if events is None and cfg is not None:
         from nbtools import backends
 
-        events = backends.get(cfg).events()
+        start = info.start_time / 1000 if info.start_time else None
+        end = info.end_time / 1000 + 300 if info.end_time else None  # the node's events may trail the job's end
+        events = backends.get(cfg).events(since=start, until=end)
     message = (info.message or "").split(", last available logs")[0]
     return diagnose_log(job.log_tail(tail), status=info.status.value, message=message, events=events or [],
                         submission_id=submission_id)
