@@ -73,7 +73,7 @@ def supervised(ray_cfg, tmp_path_factory):
         result = nbtools.launch.supervise(cfg, max_attempts=3, timeout=400)
         seen["wall_s"] = time.monotonic() - t0
         print(f"supervise: {seen['wall_s']:.1f} s; attempts:", [(a.n, a.status, round((a.ended or 0) - (a.started or 0), 1))
-                                                          for a in result.attempts])
+                                                          for a in result.attempts], f"\n{result}")
         t.join(5)
         yield cfg, result, seen
     finally:

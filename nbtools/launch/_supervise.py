@@ -71,7 +71,8 @@ class SupervisedRun:
                     cost += f", {a.lost_s:.1f} s"
                 if a.gpu_hours_lost is not None:
                     cost += f", {a.gpu_hours_lost:.3f} GPU-h"
-            lines.append(f"  {a.n}. {a.submission_id}: {a.status} {a.cause or ''} resumed from "
+            why = f" ({a.cause})" if a.cause and a.cause != "succeeded" else ""
+            lines.append(f"  {a.n}. {a.submission_id}: {a.status}{why}, resumed from "
                          f"{a.resumed_from if a.resumed_from is not None else 'scratch'}, reached step "
                          f"{a.last_step if a.last_step is not None else '?'}{cost}")
         if self.note:
