@@ -60,7 +60,7 @@ class Attempt:
 
     @property
     def terminal(self) -> bool:
-        return self.status in ("SUCCEEDED", "FAILED", "STOPPED")
+        return self.status in ("SUCCEEDED", "FAILED", "STOPPED", "LOST")  # LOST: the cluster no longer knows it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,7 +153,14 @@ def finalize(cfg, attempt: Attempt, job=None) -> Attempt:
     from nbtools import jobs
     from nbtools.launch._diagnose import diagnose
 
-    job = job or jobs.attach(cfg.dashboard_url, attempt.submission_id)
+    try:
+        job = job or jobs.attach(cfg.dashboard_url, attempt.submission_id)
+    except NotFoundError:  # the cluster was replaced or its head restarted: the job went with it
+        if not attempt.terminal:
+            attempt.status, attempt.cause, attempt.retry = "LOST", "lost-node", True
+            attempt.evidence = f"the cluster at {cfg.dashboard_url} no longer knows job {attempt.submission_id!r}"
+            attempt.fix = "resubmit (nbtools.launch.resubmit(cfg)): the run resumes from the newest complete step_N"
+        return attempt
     info = job.info()
     attempt.status = info.status.value
     attempt.started = info.start_time / 1000 if info.start_time else attempt.started

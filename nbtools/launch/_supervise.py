@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import html
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools.errors import NotReadyError
+from nbtools.errors import NotFoundError, NotReadyError
 from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
 from nbtools.launch._diagnose import Diagnosis
 
@@ -121,16 +122,19 @@ def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo:
         raise ConfigError(f"max_attempts: expected 1 or more, got {max_attempts}; fix: e.g. max_attempts=3")
     deadline = None if timeout is None else time.monotonic() + timeout
     items = read_attempts(cfg)
-    if items:
-        job = jobs.attach(cfg.dashboard_url, items[-1].submission_id)
-    else:
+    job = None
+    if not items:
         job = submit(cfg)
         items = record_first(cfg, job)
+    else:
+        with contextlib.suppress(NotFoundError):  # gone with a restarted cluster: finalize records it as LOST
+            job = jobs.attach(cfg.dashboard_url, items[-1].submission_id)
     while True:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
-                                      raise_on_failure=False)
+            if job is not None:
+                jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
+                                          raise_on_failure=False)
         except NotReadyError:
             items = read_attempts(cfg)
             return SupervisedRun(cfg.name, job.status().value, items, max_attempts,
