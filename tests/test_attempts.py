@@ -77,7 +77,7 @@ def test_resubmit_refuses_what_a_retry_does_not_fix(cfg):
     with pytest.raises(NotFoundError, match=r"launch it first: nbtools.launch.submit\(cfg\)"):
         nbtools.launch.resubmit(cfg)
     _fail(cfg, cfg.submission_id, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-    with pytest.raises(ConflictError, match=r"cause 'oom'.*lower the memory per GPU.*force=True"):
+    with pytest.raises(ConflictError, match=r"(?s)cause 'oom'.*lower the memory per GPU.*force=True"):
         nbtools.launch.resubmit(cfg)
     assert [a.cause for a in nbtools.launch.read_attempts(cfg)] == ["oom"]
     assert f"{cfg.submission_id}-attempt2" not in set(nbtools.jobs.list_jobs(cfg.dashboard_url).submission_id)

@@ -6,8 +6,6 @@ torch.distributed prints them, and kubelet's graceful-node-shutdown event."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -101,21 +99,33 @@ def test_diagnosis_is_a_typed_result_with_json_and_html():
     assert "oom" in d._repr_html_() and "run-1" in d._repr_html_() and str(d).startswith("run-1: oom (retry: no)")
 
 
-def _cli(*argv):
-    r = subprocess.run([sys.executable, "-m", "nbtools.cli", *argv], capture_output=True, text=True, timeout=120)
-    return r.returncode, r.stdout, r.stderr
+@pytest.fixture
+def cli_run(capfd, monkeypatch):
+    """``nbtools ARGS`` in this process -> (exit status, stdout, stderr)."""
+    from nbtools import cli
+
+    monkeypatch.delenv("NBTOOLS_DEBUG", raising=False)
+
+    def go(*argv):
+        capfd.readouterr()
+        code = cli.main([str(a) for a in argv])
+        out, err = capfd.readouterr()
+        assert "Traceback" not in out + err, err
+        return code, out, err
+
+    return go
 
 
-def test_cli_diagnose_a_saved_log(tmp_path):
+def test_cli_diagnose_a_saved_log(tmp_path, cli_run):
     (tmp_path / "oom.log").write_text(OOM)
     (tmp_path / "node.log").write_text(PREEMPTED)
-    rc, out, err = _cli("diagnose", "--log", str(tmp_path / "oom.log"), "--json")
+    rc, out, err = cli_run("diagnose", "--log", str(tmp_path / "oom.log"), "--json")
     data = json.loads(out)
     assert rc == 1 and data["cause"] == "oom" and data["retry"] is False and "CUDA out of memory" in data["evidence"]
     assert data["fix"].startswith("a retry fails the same way") and data["exit"] == 1
-    rc, out, err = _cli("diagnose", "--log", str(tmp_path / "node.log"))
+    rc, out, err = cli_run("diagnose", "--log", str(tmp_path / "node.log"))
     assert rc == 0 and out.startswith("preempted (retry: yes)") and "Actor died by preemption." in out
-    rc, out, err = _cli("diagnose", "--log", str(tmp_path / "missing.log"), "--json")
+    rc, out, err = cli_run("diagnose", "--log", str(tmp_path / "missing.log"), "--json")
     assert rc == 1 and "expected a job log" in json.loads(out)["error"] and "nbtools jobs logs" in json.loads(out)["fix"]
-    rc, out, err = _cli("diagnose", "--json")
+    rc, out, err = cli_run("diagnose", "--json")
     assert rc == 1 and "pass SUBMISSION_ID" in json.loads(out)["fix"]

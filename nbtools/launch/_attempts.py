@@ -248,7 +248,8 @@ def resubmit(cfg, *, force: bool = False):
                                 f"{cfg.dashboard_url}", fix="launch it first: nbtools.launch.submit(cfg) (or "
                                 "nbtools.launch.supervise(cfg))") from None
         items = record_first(cfg, first)
-    last = finalize(cfg, items[-1])
+    last = items[-1] = finalize(cfg, items[-1])
+    _save(cfg, items)  # the diagnosis is kept even when this refuses to resubmit
     if not last.terminal:
         raise ConflictError(f"attempt {last.n} ({last.submission_id}) is still {last.status}",
                             fix="follow it (nbtools.launch.follow(cfg, job)) or stop it (job.stop()) before "
@@ -267,7 +268,6 @@ def resubmit(cfg, *, force: bool = False):
         **spec.metadata, "nbtools.attempt": str(n), "nbtools.run": cfg.submission_id,
         "nbtools.resumed_from": str(resumed if resumed is not None else 0)})
     job = _send(spec, cfg)
-    items[-1] = last
     items.append(Attempt(n, job.id, started=time.time(), resumed_from=resumed, gpus=_gpus(cfg)))
     _save(cfg, items)
     return job
