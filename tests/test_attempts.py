@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import nbtools
+import nbtools.cli
 from nbtools.errors import ConflictError, NotFoundError
 from nbtools.launch._attempts import RECORD_NAME, Attempt, _save, steps_from_log
 
@@ -73,7 +74,7 @@ def test_resubmit_gives_the_next_attempt_its_own_id_and_charges_the_loss(cfg):
     assert list(table.n) == [1, 2] and "step_seconds" not in table
 
 
-def test_resubmit_refuses_what_a_retry_does_not_fix(cfg):
+def test_resubmit_refuses_what_a_retry_does_not_fix(cfg, capfd):
     with pytest.raises(NotFoundError, match=r"launch it first: nbtools.launch.submit\(cfg\)"):
         nbtools.launch.resubmit(cfg)
     _fail(cfg, cfg.submission_id, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -81,6 +82,11 @@ def test_resubmit_refuses_what_a_retry_does_not_fix(cfg):
         nbtools.launch.resubmit(cfg)
     assert [a.cause for a in nbtools.launch.read_attempts(cfg)] == ["oom"]
     assert f"{cfg.submission_id}-attempt2" not in set(nbtools.jobs.list_jobs(cfg.dashboard_url).submission_id)
+    # the same diagnosis from a terminal, by submission id on the experiment's cluster
+    code = nbtools.cli.main(["diagnose", cfg.submission_id, "--experiment", str(ROOT / "experiments" / "local.yaml"),
+                     f"ray.dashboard_port={cfg.ray.dashboard_port}", f"ray.port={cfg.ray.port}", "--json"])
+    data = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and (data["cause"], data["retry"], data["submission_id"]) == ("oom", False, cfg.submission_id)
 
 
 def test_an_attempt_the_cluster_no_longer_knows_is_lost_and_counts(cfg):
@@ -91,3 +97,15 @@ def test_an_attempt_the_cluster_no_longer_knows_is_lost_and_counts(cfg):
     assert "gave up after 1 attempt(s)" in run.note and "resubmit" in str(run)
     with pytest.raises(nbtools.errors.ConfigError, match="max_attempts=3"):
         nbtools.launch.supervise(cfg, max_attempts=0)
+
+
+def test_cli_retry_says_what_to_run_first(cfg, capfd):
+    ports = [f"ray.dashboard_port={cfg.ray.dashboard_port}", f"ray.port={cfg.ray.port}"]
+    args = ["launch", ROOT / "experiments" / "local.yaml", "--retry", "--json", "grpo.max_num_steps=3",
+            f"grpo.seed={cfg.grpo.seed}", "checkpointing.save_period=1", *ports]
+    capfd.readouterr()
+    code = nbtools.cli.main([str(a) for a in args])
+    out, err = capfd.readouterr()
+    data = json.loads(out)
+    assert code == 1 and "expected a first attempt" in data["error"], data
+    assert "`nbtools launch EXPERIMENT.yaml`" in data["fix"] and "--supervise" in data["fix"], data

@@ -27,6 +27,7 @@ def register_diagnose(sub) -> None:
     p.set_defaults(func=cmd_diagnose)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")
     p.add_argument("submission_id", nargs="?", metavar="SUBMISSION_ID", help="the job (on the experiment's cluster)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of --experiment (e.g. ray.dashboard_port=8266)")
     p.add_argument("--log", metavar="FILE", help="diagnose a saved job log alone (no cluster needed)")
     p.add_argument("--experiment", metavar="EXPERIMENT.yaml", default=None,
                    help="the experiment whose cluster ran the job (default: experiments/local.yaml)")
@@ -65,7 +66,6 @@ def cmd_diagnose(a) -> Out:
         from nbtools.cli._commands import _load_cfg
 
         a.experiment = a.experiment or _default_experiment()
-        a.overrides = []
         d = launch.diagnose(_load_cfg(a), a.submission_id)
     else:
         raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")

@@ -387,7 +387,7 @@ class Run:
         names = {files[s].name for s in wanted if s in files}
         info = [v for n, v in self._info[kind].items() if n in names]
         df.attrs.update(pending_bytes=sum(i["pending"] for i in info), skipped=sum(i["skipped"] for i in info),
-                        missing_steps=missing, overlap_steps=[s for s in self._overlap[kind] if s in set(sel)],
+                        missing_steps=missing, overlap_steps=sorted(set(self._overlap[kind]) & set(sel)),
                         unreadable_steps=sorted(i["step"] for i in info if any(p[1] == "unreadable"
                                                                                for p in i["problems"])))
         return df
