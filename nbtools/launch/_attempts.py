@@ -119,7 +119,12 @@ def attempts(cfg) -> pd.DataFrame:
 
 
 def newest_checkpoint(cfg) -> int | None:
-    """The highest complete ``step_N`` where the run's checkpoints are (what the trainer resumes from), or None."""
+    """The highest complete ``step_N`` where the run's checkpoints are (what the trainer resumes from), or None.
+
+    Example:
+        >>> nbtools.launch._attempts.newest_checkpoint(cfg)    # tmp_step_N / old_step_N never count
+        20
+    """
     try:
         entries = storage.ls(cfg.checkpoints_url)
     except (FileNotFoundError, NotFoundError):
@@ -133,6 +138,10 @@ def steps_from_log(log: str) -> tuple[int | None, int | None, dict[int, float]]:
 
     NeMo-RL (and the rehearsal) print ``===== Step k/N =====`` when step k starts, ``Training Results`` when its
     update is done and ``Total step time: …s`` after it.
+
+    Example:
+        >>> steps_from_log("Step 1/3\nTraining Results:\n  Total step time: 0.5s\nStep 2/3\n")
+        (1, None, {1: 0.5})
     """
     current = done = resumed = None
     times: dict[int, float] = {}
