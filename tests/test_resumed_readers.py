@@ -106,3 +106,14 @@ def test_a_resumed_run_in_a_bucket_reads_like_on_disk(logs, tmp_path, monkeypatc
         assert remote.record(3, 1)["reward"] == pytest.approx(10.03)
         df = metrics.read_tensorboard(url)
         assert list(metrics.select(df, "reward").step) == list(range(1, 11)) and df.attrs["overlap_steps"] == [6, 7]
+
+
+def test_cli_trajectories_reports_the_resumed_run(logs, capfd):
+    from nbtools import cli
+
+    capfd.readouterr()
+    assert cli.main(["trajectories", str(logs), "--json"]) == 0
+    data = json.loads(capfd.readouterr().out)
+    assert data["steps"] == list(range(1, 11)) and data["records"] == 10 * PER and data["overlap_steps"] == [6, 7]
+    assert cli.main(["trajectories", str(logs)]) == 0
+    assert "steps written twice (newest shown): 6, 7" in capfd.readouterr().out

@@ -163,6 +163,10 @@ def cmd_trajectories(a) -> Out:
     counts = run.read(columns=["step"])  # the whole run (column cache): records and skipped lines
     data: dict[str, Any] = {"steps": run.steps, "records": int(len(counts)), "skipped_lines": int(run.skipped)}
     text = f"{run.path}: {len(run.steps)} steps, {data['records']} records, {data['skipped_lines']} skipped lines"
+    if len(run.segments) > 1:  # a resumed run (issue 16): which exp dirs, which steps two attempts wrote
+        data.update(segments=run.segments, overlap_steps=run.overlap["train"])
+        text += (f"\nresumed run: {' + '.join(run.segments)}; steps written twice (newest shown): "
+                 f"{', '.join(map(str, data['overlap_steps'])) or 'none'}")
     if a.step is not None:
         df = run.read(a.step, columns=TRAJECTORY_ROW)
         data["rows"] = _records(df)
