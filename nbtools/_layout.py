@@ -7,10 +7,11 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["EXP_RE", "STEP_RE", "exp_dirs", "step_dirs"]
+__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "exp_dirs", "step_dirs", "resumed_chain"]
 
 EXP_RE = re.compile(r"^exp_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
+TRAIN_RE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 
 
 def _numbered(parent: str | os.PathLike, pattern: re.Pattern) -> list[tuple[int, Path]]:
@@ -28,3 +29,40 @@ def exp_dirs(log_dir: str | os.PathLike) -> list[tuple[int, Path]]:
 def step_dirs(checkpoint_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(N, path)`` of every complete ``step_N`` dir in a checkpoint_dir, lowest first; [] when it does not exist."""
     return _numbered(checkpoint_dir, STEP_RE)
+
+
+def resumed_chain(exps: list, names_of) -> list:
+    """The exp dirs that make up the latest run, oldest first: a resumed run writes a new ``exp_NNN`` whose first
+    training dump is step s > 1 (it resumed from ``step_{s-1}``); the exp dir before it belongs to the same run
+    when it starts earlier and reached step s-1. Exp dirs with no dumps between them (an attempt that died while
+    starting) are skipped. A run that starts again at step 1 is a new run and ends the chain.
+
+    Args:
+        exps: ``(N, dir)`` pairs, oldest first (``dir`` a Path or a URL).
+        names_of: ``dir -> iterable of file names`` in it (one listing per exp dir, read only while chaining).
+
+    Example:
+        >>> resumed_chain(exp_dirs(log_dir), lambda d: os.listdir(d))[-1] == exp_dirs(log_dir)[-1][1]
+        True
+    """
+    if not exps:
+        return []
+
+    def steps(d) -> list[int]:
+        return [int(m.group(1)) for n in names_of(d) if (m := TRAIN_RE.match(n))]
+
+    chain = [exps[-1][1]]
+    own = steps(exps[-1][1])
+    first = min(own) if own else None
+    for _, d in reversed(exps[:-1]):
+        if first is None or first <= 1:
+            break
+        s = steps(d)
+        if not s:
+            continue
+        if min(s) < first <= max(s) + 1:
+            chain.insert(0, d)
+            first = min(s)
+        else:
+            break
+    return chain

@@ -18,6 +18,10 @@ directory's run began) continues that run, and where it re-logs a step the last 
 over (first step after 0 at or before that point) is another run, labelled ``<run>#2``, ``#3``… and warned
 about, never spliced into the first run's curve. ``df.attrs["files"]`` maps each label to its event files.
 
+A log_dir whose latest exp dir resumed an earlier attempt (``nbtools.launch.resubmit``; see
+``nbtools._layout.resumed_chain``) is read with the exp dirs it continues, under the latest one's label: a step both
+attempts logged keeps the newest value, and ``df.attrs["overlap_steps"]`` lists those steps (``segments``: the dirs).
+
 Example:
     >>> df = nbtools.metrics.read_tensorboard(cfg.log_dir)           # latest exp_NNN
     >>> nbtools.metrics.select(df, "reward").tail()
@@ -34,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nbtools._layout import exp_dirs
+from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import NotFoundError
 
@@ -85,14 +89,16 @@ def _empty() -> pd.DataFrame:
                          "wall_time": pd.Series(dtype="float64")})
 
 
-def _resolve_tb(path: Path) -> tuple[Path, list[Path]]:
-    """(run root, event files): an event file, a tensorboard dir, an exp dir, or a log_dir (latest exp)."""
+def _resolve_tb(path: Path, chain: list[Path] | None = None) -> tuple[Path, list[Path], list[Path]]:
+    """(run root, event files, earlier exp dirs): an event file, a tensorboard dir, an exp dir, or a log_dir (its
+    latest exp, with the exp dirs of the earlier attempts it resumed: ``_layout.resumed_chain``)."""
     if path.is_file():
-        return path.parent, [path]
+        return path.parent, [path], []
     exps = exp_dirs(path)
     if exps and not any(path.glob("events.out.tfevents.*")) and not (path / "tensorboard").is_dir():
-        path = exps[-1][1]
-    return path, event_files(path)
+        chain = chain or resumed_chain(exps, os.listdir)
+        return chain[-1], [f for d in chain for f in event_files(d)], chain[:-1]
+    return path, event_files(path), []
 
 
 def _scalar(value) -> float | None:
@@ -165,12 +171,18 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
             raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
                                 fix="pass cfg.logs_url (or an exp_NNN URL); the job creates it when it starts")
         p = storage.fetch(text) if not found.is_dir else storage.mirror(text, include=lambda rel: "tfevents" in rel)
+        chain = None
+        if found.is_dir and not EXP_RE.match(storage.name_of(text)):  # a log_dir: which exp dirs make the run
+            exps = sorted((int(m.group(1)), e.name) for e in storage.ls(text)
+                          if e.is_dir and (m := EXP_RE.match(e.name)))
+            names = resumed_chain(exps, lambda n: [e.name for e in storage.ls(storage.join(text, n))])
+            chain = [p / n for n in names] or None
     else:
-        p = Path(path)
+        p, chain = Path(path), None
     if not p.exists():
         raise NotFoundError(f"expected TensorBoard event files under {p}, found no such path",
                             fix="pass cfg.log_dir (or an exp_NNN dir); the job creates it when it starts")
-    root, files = _resolve_tb(p)
+    root, files, earlier = _resolve_tb(p, chain)
     label = run or (root.parent.name if root.name == "tensorboard" else root.name)
     problems: list[dict] = []
     per_file: dict[Path, tuple[list, list, list, list]] = {}
@@ -202,12 +214,21 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
                             "value": np.asarray(v, dtype=np.float64), "wall_time": np.asarray(w, dtype=np.float64)})
               for f, (t, s, v, w) in per_file.items() if t]
     df = pd.concat(frames, ignore_index=True) if frames else _empty()
+    overlap: list[int] = []
+    if earlier:  # a resumed run: steps logged by two attempts (the newest wins below)
+        by_exp: dict[Path, set[int]] = {}
+        for f, (_, s, _, _) in per_file.items():
+            exp = next((d for d in [*earlier, root] if f.is_relative_to(d)), root)
+            by_exp.setdefault(exp, set()).update(x for x in s if x > 0)
+        counts = pd.Series([x for v in by_exp.values() for x in v], dtype="int64").value_counts()
+        overlap = sorted(int(x) for x in counts[counts > 1].index)
     df = df.sort_values("wall_time", kind="stable").drop_duplicates(["run", "tag", "step"], keep="last")
     df = df.sort_values(["run", "tag", "step"], kind="stable").reset_index(drop=True)
     files_of: dict[str, list[str]] = {}
     for f in files:
         files_of.setdefault(labels[f], []).append(str(f))
-    df.attrs.update(problems=problems, files=files_of)
+    df.attrs.update(problems=problems, files=files_of, overlap_steps=overlap,
+                    segments=[str(d) for d in [*earlier, root]])
     return df
 
 
@@ -219,7 +240,7 @@ def read_hparams(path: str | os.PathLike) -> dict:
     """
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    _, files = _resolve_tb(Path(path))
+    _, files, _ = _resolve_tb(Path(path))
     out: dict = {}
     for f in files:
         for event in events(f, []):

@@ -272,3 +272,54 @@ def _show(fig, handle, raw: bool = False):
     except ImportError:
         pass
     return handle
+
+
+def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float = 0.6,
+                      save: str | os.PathLike | None = None):
+    """The attempts of a supervised run over its reward curve: each attempt's span of steps, the steps redone after
+    each loss (hatched) and where each attempt resumed.
+
+    Args:
+        run: ``nbtools.launch.supervise``'s result (or a list of ``nbtools.launch.Attempt``).
+        df: a ``nbtools.metrics`` frame of the run (its reward is drawn; None draws the spans alone).
+        smoothing: EMA weight of the reward line.
+        save: PNG path (written atomically).
+
+    Example:
+        >>> run = nbtools.launch.supervise(cfg)
+        >>> nbtools.plots.attempts_timeline(run, nbtools.metrics.read_tensorboard(cfg.logs_url))
+    """
+    import matplotlib.pyplot as plt
+
+    attempts = list(getattr(run, "attempts", run))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    if df is not None and not df.empty:
+        r = _metrics.select(df, "reward")
+        if not r.empty:
+            ax.plot(r.step, r.value, color="0.75", lw=0.8)
+            ax.plot(r.step, ema(r.value.to_numpy(), smoothing), color="black", lw=1.4, label="reward (train)")
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, a in enumerate(attempts):
+        start = a.resumed_from or 0
+        end = a.last_step if a.last_step is not None else start
+        c = colors[i % len(colors)]
+        ax.axvspan(start, max(end, start + 0.5), color=c, alpha=0.15,
+                   label=f"attempt {a.n}: {a.cause or a.status}" + (f", resumed from step {start}" if start else ""))
+        if start:
+            ax.axvline(start, color=c, ls="--", lw=1)
+        nxt = attempts[i + 1].resumed_from if i + 1 < len(attempts) else None
+        if a.steps_redone and end > (nxt or 0):
+            cost = f"{a.steps_redone} steps redone" + (f", {a.gpu_hours_lost:.2f} GPU-h" if a.gpu_hours_lost else "")
+            ax.axvspan(nxt or 0, end, facecolor="none", edgecolor=c, hatch="///", lw=0, label=f"attempt {a.n}: {cost}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title(f"attempts ({len(attempts)})", fontsize=11)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    if save is not None:
+        save_figure(fig, save)
+    plt.close(fig)
+    return fig
+
+
+__all__ += ["attempts_timeline"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as _dt
 import itertools
 import json
 import threading
@@ -139,7 +140,7 @@ class KubeDouble:
             "metadata": {"name": f"{pod}.{n}", "namespace": namespace},
             "involvedObject": {"kind": kind, "name": pod, "namespace": namespace},
             "reason": reason, "message": message, "type": type_,
-            "lastTimestamp": f"2026-01-01T00:00:{n % 60:02d}Z",
+            "lastTimestamp": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),  # like the kubelet's
         }
         if component:
             event["source"] = {"component": component}

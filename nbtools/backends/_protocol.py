@@ -74,6 +74,12 @@ class Backend(Protocol):
     def gpus(self) -> int | None:
         """The GPUs jobs can use (None where no GPU count applies, e.g. the CPU rehearsal)."""
 
+    def events(self, *, since: float | None = None, until: float | None = None, limit: int = 50) -> list[str]:
+        """Infrastructure events of the cluster's machines between ``since`` and ``until`` (Unix seconds; a job's
+        run): Kubernetes events of its pods, deleted ones included, and of the nodes (spot preemption, node
+        shutdown, OOM kills), oldest first; empty where the backend has none to ask (what ``launch.diagnose``
+        weighs besides the job's log)."""
+
     def describe(self) -> list[tuple[str, str]]:
         """Rows that say where this experiment runs (shown with the config)."""
 

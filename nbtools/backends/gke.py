@@ -260,6 +260,11 @@ class GkeBackend:
         """The GPUs the config provisions (``cluster.worker_replicas`` × ``gpus_per_node``)."""
         return self.cfg.cluster.total_gpus
 
+    def events(self, *, since: float | None = None, until: float | None = None, limit: int = 50) -> list[str]:
+        """Kubernetes events of the RayCluster's pods (also the deleted ones) and of the nodes, oldest first."""
+        return kube.cluster_events(self.api(), self.cfg.cluster.namespace, self.cfg.cluster.name, limit, since=since,
+                                   until=until)
+
     def describe(self) -> list[tuple[str, str]]:
         c, g = self.cfg.cluster, self.cfg.gcp
         return [("GCP", f"{g.project} / {g.zone}"),

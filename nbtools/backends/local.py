@@ -127,6 +127,10 @@ class LocalBackend:
         """None: the rehearsal trains on CPUs, so there is no GPU count to check."""
         return None
 
+    def events(self, *, since: float | None = None, until: float | None = None, limit: int = 50) -> list[str]:
+        """None to ask: the rehearsal's processes run on this machine (a dead rank shows in the job's log)."""
+        return []
+
     def describe(self) -> list[tuple[str, str]]:
         return [("cluster", f"local Ray head on 127.0.0.1:{self.cfg.ray.dashboard_port}"), ("runs", str(self.cfg.run_dir))]
 

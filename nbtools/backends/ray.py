@@ -111,6 +111,10 @@ class RayBackend:
         except Exception:  # noqa: BLE001 - unknown means "not checked", which lint reports
             return None
 
+    def events(self, *, since: float | None = None, until: float | None = None, limit: int = 50) -> list[str]:
+        """None to ask: a plain Ray address has no infrastructure API here (Ray's own errors are in the log)."""
+        return []
+
     def describe(self) -> list[tuple[str, str]]:
         return [("address", self.dashboard_url), ("storage", self.storage.root)]
 

@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", default=None, help="allow resuming from existing step_N checkpoints")
     p.add_argument("--timeout", type=float, default=None, help="seconds to follow at most")
     p.add_argument("--ignore-fit", action="store_true", help="submit even if the GPU memory fit check says it cannot fit")
+    from nbtools.cli._supervise import add_launch_flags, register_diagnose
+
+    add_launch_flags(p)
     p = sub.add_parser("jobs", help="list jobs, or show the status / logs of one, or stop it",
                        description="list jobs, or show the status / logs of one, or stop it")
     p.set_defaults(func=cmd_jobs)
@@ -169,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nbtools.cli._fit import register_fit
 
     register_fit(sub)
+    register_diagnose(sub)
     register_card(sub)
     return ap
 

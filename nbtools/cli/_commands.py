@@ -120,6 +120,11 @@ def cmd_launch(a) -> Out:
         text = f"{cli_words(str(report))}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
         fix = "" if report.ok else "launch refused by lint; fix: apply each blocking finding's fix (listed above), then launch"
         return Out(data, text, code=0 if report.ok else 1, error=fix or None)
+    from nbtools.cli._supervise import supervised_launch
+
+    out = supervised_launch(a, cfg)
+    if out is not None:
+        return out
     job = launch.submit(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
     status = launch.follow(cfg, job, timeout=a.timeout) if a.follow else job.status()
     data = {"submission_id": job.id, "status": _jsonable(status), "reattached": job.reattached,
@@ -158,6 +163,10 @@ def cmd_trajectories(a) -> Out:
     counts = run.read(columns=["step"])  # the whole run (column cache): records and skipped lines
     data: dict[str, Any] = {"steps": run.steps, "records": int(len(counts)), "skipped_lines": int(run.skipped)}
     text = f"{run.path}: {len(run.steps)} steps, {data['records']} records, {data['skipped_lines']} skipped lines"
+    if len(run.segments) > 1:  # a resumed run (issue 16): which exp dirs, which steps two attempts wrote
+        data.update(segments=run.segments, overlap_steps=run.overlap["train"])
+        text += (f"\nresumed run: {' + '.join(run.segments)}; steps written twice (newest shown): "
+                 f"{', '.join(map(str, data['overlap_steps'])) or 'none'}")
     if a.step is not None:
         df = run.read(a.step, columns=TRAJECTORY_ROW)
         data["rows"] = _records(df)

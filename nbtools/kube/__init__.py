@@ -17,6 +17,7 @@ from nbtools.kube._api import (
     CompletedExec,
     ReadyReport,
     apply,
+    cluster_events,
     connect,
     delete,
     exec_pod,
@@ -30,6 +31,6 @@ from nbtools.kube._api import (
 
 __all__ = [
     "kubeconfig_file",
-    "RESOURCES", "CompletedExec", "ReadyReport", "apply", "connect", "delete", "exec_pod", "find_pod", "forward",
+    "RESOURCES", "CompletedExec", "ReadyReport", "apply", "cluster_events", "connect", "delete", "exec_pod", "find_pod", "forward",
     "get", "list_pods", "pod_events", "wait_ready",
 ]

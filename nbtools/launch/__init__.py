@@ -3,6 +3,8 @@
 Why: one call per step, the same on every backend. The backend says which trainer runs there (the local backend
 runs the miniature rehearsal; ``gke`` and ``ray`` run the experiment's ``trainer.kind``: NeMo-RL (``examples/run_grpo_math.py`` up to v0.5, ``examples/run_grpo.py`` from v0.6) or verl from the container.
 Re-running ``submit`` with the same config re-attaches to the job instead of starting a second one.
+``supervise`` follows it and resubmits after a preemption (``resubmit``: attempt 2, 3, … from the newest ``step_N``);
+``diagnose`` says why a job ended.
 
 Example:
     >>> spec = nbtools.launch.build(cfg)          # the exact entrypoint and runtime env
@@ -19,7 +21,10 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.errors import LintError, NotFoundError
 from nbtools.launch import nemo_rl, recipes, runtime_env, verl
+from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
+from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
+from nbtools.launch._supervise import SupervisedRun, supervise
 from nbtools.launch.lint import Finding, LintReport, StepsSource, existing_steps_in, lint
 
 __all__ = [
@@ -39,6 +44,15 @@ __all__ = [
     "verl",
     "recipes",
     "runtime_env",
+    "Diagnosis",
+    "diagnose",
+    "diagnose_log",
+    "Attempt",
+    "attempts",
+    "read_attempts",
+    "resubmit",
+    "supervise",
+    "SupervisedRun",
 ]
 
 

@@ -24,6 +24,11 @@ in int64 is skipped and listed. A step file that cannot be opened (a dangling sy
 ``run.problems`` and the other steps are read. ``read()``, ``read(arrays=True)`` and ``iter_records`` give the
 same rows: read + skipped = complete lines.
 
+Resumed runs: a run resumed from a checkpoint writes a new ``exp_NNN`` starting at the step after it. Opening the
+log_dir reads the latest exp dir together with the earlier attempts' exp dirs it continues (``run.segments``); a
+step that two attempts wrote (the first one got past its last checkpoint before it died) is read once, from the
+newest, and listed in ``run.overlap`` and ``df.attrs["overlap_steps"]``.
+
 Example:
     >>> run = nbtools.trajectories.open_run(cfg.log_dir)       # latest exp_NNN
     >>> df = run.read(range(1, 11))                             # steps 1..10
@@ -36,7 +41,7 @@ import os
 from pathlib import Path
 
 from nbtools import storage
-from nbtools._layout import EXP_RE, exp_dirs
+from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
@@ -93,8 +98,10 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
             raise NotFoundError(f"expected exp_{want:03d} under {p}, found {[d.name for _, d in exps] or 'none'}",
                                 fix="pass one of the listed exp numbers, or exp=None for the latest")
         p = match[0]
-    elif exps and not _has_dumps(p):
-        p = exps[-1][1]
+    elif exps and not _has_dumps(p):  # the latest exp dir, with those of earlier attempts when it resumed
+        chain = resumed_chain(exps, os.listdir)
+        return Run(chain[-1], think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir,
+                   earlier=chain[:-1])
     elif not exps and not _has_dumps(p) and not (p / "tensorboard").is_dir():
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(os.listdir(p))[:8]}",
                             fix="pass the NeMo-RL logger.log_dir (cfg.log_dir) or one exp_NNN dir inside it")
@@ -121,7 +128,8 @@ def _open_remote(url: str, exp, **kw) -> Run:
                                 fix="pass one of the listed exp numbers, or exp=None for the latest")
         return Run(None, remote=match[0], **kw)
     if exps and not has_dumps:
-        return Run(None, remote=exps[-1][1], **kw)
+        chain = resumed_chain(exps, lambda u: [e.name for e in storage.ls(u)])
+        return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
     if not has_dumps and not any(e.name == "tensorboard" for e in entries):
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
                             f"{[e.name for e in entries][:8]}", fix="pass the run's log URL (cfg.logs_url) or one exp_NNN inside it")

@@ -45,8 +45,14 @@ class Run:
     """
 
     def __init__(self, path: str | os.PathLike | None, *, think_tag: str = "think", answer_tag: str = "answer",
-                 cache: bool = True, cache_dir: str | os.PathLike | None = None, remote: str | None = None):
+                 cache: bool = True, cache_dir: str | os.PathLike | None = None, remote: str | None = None,
+                 earlier: list | tuple = ()):
         self.remote = remote.rstrip("/") if remote else None
+        # exp dirs of earlier attempts of a resumed run (oldest first; URLs for a remote run): their steps are shown
+        # where this exp dir has none, and a step both wrote is read from the newest (``overlap`` lists them)
+        self.earlier = [str(e).rstrip("/") for e in earlier] if self.remote else [Path(e) for e in earlier]
+        self._src: dict[str, str] = {}  # remote: file name -> the exp URL it is read from (when not self.remote)
+        self._overlap: dict[str, list[int]] = {"train": [], "val": []}
         self._entries: dict[str, storage.Entry] = {}
         self._listed_at = -1e9  # when the remote listing was last read (monotonic seconds)
         if self.remote:
@@ -72,6 +78,8 @@ class Run:
         """{step: path} of the dumps of this kind ("train" or "val"), sorted by step (local copies' paths for a
         remote run: they exist once read)."""
         found = {}
+        if self.earlier:
+            return self._merged_files(kind)
         if self.remote:
             self._entries.update({e.name: e for e in storage.ls(self.remote) if not e.is_dir})
             self._listed_at = time.monotonic()
@@ -86,6 +94,56 @@ class Run:
                 if m and m.group(1) == kind:
                     found[int(m.group(2))] = Path(e.path)
         return dict(sorted(found.items()))
+
+    def _merged_files(self, kind: str) -> dict[int, Path]:
+        """files() of a resumed run: every exp dir's dumps, oldest first, so the newest attempt's file wins."""
+        found: dict[int, Path] = {}
+        seen: dict[int, int] = {}
+        if self.remote:
+            self._listed_at = time.monotonic()
+            for url in [*self.earlier, self.remote]:
+                for e in storage.ls(url):
+                    m = FILE_RE.match(e.name)
+                    if e.is_dir or (url != self.remote and not m):
+                        continue
+                    self._entries[e.name] = e
+                    if m:
+                        self._src[e.name] = url
+                    if m and m.group(1) == kind:
+                        s = int(m.group(2))
+                        found[s], seen[s] = self._path_for(e.name), seen.get(s, 0) + 1
+        else:
+            for d in [*self.earlier, self.path]:
+                with os.scandir(d) as it:
+                    for e in it:
+                        m = FILE_RE.match(e.name)
+                        if m and m.group(1) == kind:
+                            s = int(m.group(2))
+                            found[s], seen[s] = Path(e.path), seen.get(s, 0) + 1
+        self._overlap[kind] = sorted(s for s, c in seen.items() if c > 1)
+        return dict(sorted(found.items()))
+
+    def _path_for(self, name: str) -> Path:
+        """Remote run: where the local copy of ``name`` lives (the mirror of the exp dir it is read from)."""
+        src = self._src.get(name, self.remote)
+        return self.path / name if src == self.remote else storage.cache_path(src) / name
+
+    @property
+    def overlap(self) -> dict[str, list[int]]:
+        """Steps of a resumed run written by more than one attempt (read from the newest), per kind.
+
+        Example:
+            >>> run.overlap["train"]       # attempt 1 got past its last checkpoint, attempt 2 wrote these again
+            [21, 22, 23]
+        """
+        if self.earlier:
+            self.files("train"), self.files("val")
+        return {k: list(v) for k, v in self._overlap.items()}
+
+    @property
+    def segments(self) -> list[str]:
+        """The exp dirs this run reads, oldest first (one unless it was resumed in a new exp dir)."""
+        return [str(x) for x in [*self.earlier, self.remote or self.path]]
 
     @property
     def steps(self) -> list[int]:
@@ -106,7 +164,7 @@ class Run:
     def _file(self, step: int, kind: str) -> Path:
         direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
         if (direct.name in self._entries) if self.remote else direct.is_file():
-            return direct
+            return self._path_for(direct.name) if self.remote else direct
         files = self.files(kind)
         if step not in files:
             near = sorted(files, key=lambda s: abs(s - step))[:5]
@@ -143,7 +201,7 @@ class Run:
 
     # ---- remote runs ---------------------------------------------------------------------------------------
     def _url(self, path: Path) -> str:
-        return storage.join(self.remote, path.name)
+        return storage.join(self._src.get(path.name, self.remote), path.name)
 
     def _ensure(self, paths: list[Path]) -> None:
         """Remote run: local copies of these files at their current generation (downloaded only when stale)."""
@@ -329,7 +387,7 @@ class Run:
         names = {files[s].name for s in wanted if s in files}
         info = [v for n, v in self._info[kind].items() if n in names]
         df.attrs.update(pending_bytes=sum(i["pending"] for i in info), skipped=sum(i["skipped"] for i in info),
-                        missing_steps=missing,
+                        missing_steps=missing, overlap_steps=sorted(set(self._overlap[kind]) & set(sel)),
                         unreadable_steps=sorted(i["step"] for i in info if any(p[1] == "unreadable"
                                                                                for p in i["problems"])))
         return df
@@ -428,7 +486,7 @@ class Run:
         size = (sum(self._entries[p.name].size for p in self.files("train").values()) if self.remote
                 else sum(p.stat().st_size for p in self.files("train").values() if p.exists()))
         gaps = self.gaps
-        rows = [("exp dir", self.remote or str(self.path)), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
+        rows = [("exp dir", " + ".join(self.segments)), ("overlap", ", ".join(map(str, self._overlap["train"])) or "none"), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
                 ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
                 ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"

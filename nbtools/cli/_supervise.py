@@ -1,0 +1,94 @@
+"""`nbtools diagnose` and the launch flags that survive preemption (`--supervise`, `--retry`).
+
+Why: a script or a CI job needs the same answer a notebook gets — why a job ended, and whether a retry helps — as
+one JSON document: ``{"cause", "retry", "evidence", "fix", ...}``; exit 0 when the diagnosis says a retry helps
+(or the job succeeded), 1 when it does not.
+
+Example:
+    $ nbtools diagnose local-rehearsal-1a2b3c4d5e --experiment experiments/local.yaml --json
+    $ nbtools diagnose --log job.log --json
+    $ nbtools launch experiments/local.yaml --supervise --max-attempts 3
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbtools.cli import Out, _jsonable
+
+__all__ = ["register_diagnose", "add_launch_flags", "cmd_diagnose", "supervised_launch"]
+
+
+def register_diagnose(sub) -> None:
+    """Add the ``diagnose`` subcommand to the ``nbtools`` parser."""
+    what = ("why a finished job ended: preempted | lost-node | oom | nccl | user-error | stopped | unknown, whether "
+            "a retry helps, the lines that decided it and the fix")
+    p = sub.add_parser("diagnose", help=what, description=what + ". Exit 0 when a retry helps (or it succeeded), 1 not.")
+    p.set_defaults(func=cmd_diagnose)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")
+    p.add_argument("submission_id", nargs="?", metavar="SUBMISSION_ID", help="the job (on the experiment's cluster)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides of --experiment (e.g. ray.dashboard_port=8266)")
+    p.add_argument("--log", metavar="FILE", help="diagnose a saved job log alone (no cluster needed)")
+    p.add_argument("--experiment", metavar="EXPERIMENT.yaml", default=None,
+                   help="the experiment whose cluster ran the job (default: experiments/local.yaml)")
+    p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the experiment's backend")
+    p.add_argument("--status", default="FAILED", help="with --log: the job's Ray status (default FAILED)")
+
+
+def add_launch_flags(p) -> None:
+    """``nbtools launch`` flags: follow-and-resubmit, one retry."""
+    p.add_argument("--supervise", action="store_true",
+                   help="follow and resubmit from the newest step_N on preemption / lost node / NCCL (never on OOM or a "
+                        "user error); prints the attempts")
+    p.add_argument("--max-attempts", type=int, default=3, help="with --supervise: submissions in all (default 3)")
+    p.add_argument("--retry", action="store_true",
+                   help="submit the next attempt (own submission id) resuming from the newest complete step_N")
+    p.add_argument("--force", action="store_true", help="with --retry: even when the last cause is OOM or a user error")
+
+
+def _default_experiment() -> str:
+    return str(Path(__file__).resolve().parents[2] / "experiments" / "local.yaml")
+
+
+def cmd_diagnose(a) -> Out:
+    from nbtools import launch
+    from nbtools.errors import ConfigError, NotFoundError
+
+    if a.log and a.submission_id:
+        raise ConfigError("pass either SUBMISSION_ID or --log FILE, not both; fix: drop one of them")
+    if a.log:
+        p = Path(a.log)
+        if not p.is_file():
+            raise NotFoundError(f"expected a job log at {p}, found {'a directory' if p.exists() else 'nothing'}",
+                                fix="save it first: `nbtools jobs logs EXPERIMENT.yaml --id ID > job.log`")
+        d = launch.diagnose_log(p.read_text(errors="replace"), status=a.status)
+    elif a.submission_id:
+        from nbtools.cli._commands import _load_cfg
+
+        a.experiment = a.experiment or _default_experiment()
+        d = launch.diagnose(_load_cfg(a), a.submission_id)
+    else:
+        raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")
+    ok = d.retry or d.cause == "succeeded"
+    return Out(_jsonable(d.to_dict()), str(d), code=0 if ok else 1,
+               error=None if ok else f"{d.cause}: a retry does not fix it; fix: {d.fix}")
+
+
+def supervised_launch(a, cfg) -> Out | None:
+    """``--retry`` / ``--supervise`` of ``nbtools launch``; None when neither was given."""
+    from nbtools import launch
+
+    if a.retry:
+        job = launch.resubmit(cfg, force=a.force)
+        rows = launch.attempts(cfg)
+        data = {"submission_id": job.id, "status": _jsonable(job.status()), "attempts": _jsonable(rows.to_dict("records"))}
+        last = rows.iloc[-1]
+        return Out(data, f"submitted attempt {int(last.n)}: {job.id}, resuming from step "
+                         f"{'scratch' if last.resumed_from is None or last.resumed_from != last.resumed_from else int(last.resumed_from)}")
+    if a.supervise:
+        run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout)
+        fix = run.diagnosis.fix if run.diagnosis else ""
+        code = 0 if run.ok or run.status == "RUNNING" else 1
+        return Out(_jsonable(run.to_dict()), str(run), code=code,
+                   error=None if code == 0 else f"run ended {run.status}: {run.note}; fix: {fix}")
+    return None

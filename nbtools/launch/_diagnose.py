@@ -1,0 +1,225 @@
+"""Why did a Ray job end: preempted, lost node, CUDA out of memory, NCCL, a Python error, stopped, or unknown.
+
+Why: a run on spot GPUs dies for reasons a retry fixes (the node was reclaimed) and for reasons it never fixes (the
+batch does not fit). Deciding which from Ray's status, the job's log tail and, on GKE, the Kubernetes events of the
+cluster's pods is what lets ``launch.supervise`` resubmit safely. The patterns are the real messages: Ray's
+``ActorDiedError`` / "The node with node id: … has been marked dead because the detector has missed too many
+heartbeats" / "The actor died because its node has died", torch's ``torch.OutOfMemoryError: CUDA out of memory``,
+NCCL's "NCCL error … unhandled system error" / ``ncclRemoteError`` / "remote process exited or there was a network
+error", kubelet's ``TerminationByKubelet`` "Pod was terminated in response to imminent node shutdown." and GKE's
+spot reclaim events.
+
+Example:
+    >>> d = nbtools.launch.diagnose_log(open("job.log").read())
+    >>> d.cause, d.retry
+    ('oom', False)
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Diagnosis", "CAUSES", "diagnose_log", "diagnose", "RETRYABLE"]
+
+CAUSES = ("preempted", "lost-node", "oom", "nccl", "user-error", "stopped", "unknown", "succeeded", "running")
+RETRYABLE = frozenset({"preempted", "lost-node", "nccl"})
+
+# (cause, pattern) checked against Kubernetes events first, then the log; the first cause with a match wins.
+_EVENT_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("preempted", re.compile(r"TerminationByKubelet|imminent node shutdown|Node is shutting down|\bPreempt(ed|ing|ion)"
+                             r"|spot VM .* reclaimed|being reclaimed", re.I)),
+    ("lost-node", re.compile(r"\bNodeNotReady\b|\bDeletingNode\b|\bRemovingNode\b|node .* (is )?not ready|"
+                             r"\bKilling\b.*(ray-worker|ray-head)", re.I)),
+    ("oom", re.compile(r"\bOOMKill(ed|ing)\b|\bEvicted\b.*memory", re.I)),
+]
+_LOG_RULES: list[tuple[str, re.Pattern[str]]] = [
+    ("oom", re.compile(r"torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
+                       r"\bOOMKilled\b|ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory")),
+    ("preempted", re.compile(r"Actor died by preemption|AUTOSCALER_DRAIN_PREEMPTED|Node was forcibly preempted|"
+                             r"the actor's node was preempted|imminent node shutdown|TerminationByKubelet")),
+    ("lost-node", re.compile(r"has been marked dead because the detector has missed too many heartbeats|"
+                             r"The actor died because its node has died|Owner's node has crashed|"
+                             r"node it was running on is dead or unavailable|ray\.exceptions\.NodeDiedError|"
+                             r"ActorDiedError|RayActorError|The actor died unexpectedly before finishing this task|"
+                             r"rank exited abnormally|process \d+ terminated with signal SIG(KILL|TERM)|"
+                             r"gloo.*Connection (closed|reset) by peer")),
+    ("nccl", re.compile(r"NCCL error|ncclRemoteError|ncclSystemError|ncclInternalError|unhandled system error|"
+                        r"remote process exited or there was a network error|NCCL communicator was aborted|"
+                        r"Watchdog caught collective operation timeout")),
+]
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
+_EXC = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)|AssertionError)\b(:.*)?$")
+
+_FIXES = {
+    "preempted": "nothing to change: the node was reclaimed (spot); resubmit and the run resumes from the newest "
+                 "complete step_N (nbtools.launch.resubmit(cfg), or supervise(cfg) does it for you)",
+    "lost-node": "resubmit (nbtools.launch.resubmit(cfg)); if the same node keeps dying, check its GPUs and the pod "
+                 "events (nbtools.backends.get(cfg).events())",
+    "nccl": "resubmit once (transient network faults clear); if it repeats, check the NCCL/gIB settings in "
+            "nbtools.launch.build(cfg).runtime_env and the nodes' network",
+    "oom": "a retry fails the same way: lower the memory per GPU (smaller micro-batch, activation checkpointing, "
+           "shorter max sequence length, lower vLLM gpu_memory_utilization; nbtools.fit.check(cfg) lists changes that "
+           "fit), then launch again",
+    "user-error": "a retry fails the same way: fix the error at the frame shown (config or code), then launch again",
+    "stopped": "it was stopped on purpose; resubmit when you want it to continue (nbtools.launch.resubmit(cfg))",
+    "unknown": "read the whole log (nbtools.jobs.logs(...)) and the cluster's events; resubmit if it was the "
+               "infrastructure (nbtools.launch.resubmit(cfg))",
+    "succeeded": "nothing to do",
+    "running": "wait for it to end (nbtools.launch.follow(cfg, job))",
+}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a job ended: ``cause`` (one of ``CAUSES``), whether a retry can fix it, the lines that decided it, the fix.
+
+    Example:
+        >>> d = nbtools.launch.diagnose(cfg)
+        >>> d.to_dict()["cause"]
+        'preempted'
+    """
+
+    cause: str
+    retry: bool
+    evidence: str
+    fix: str
+    submission_id: str = ""
+    status: str = ""
+    frame: str = ""  # user-error: the traceback's last frame (file:line in function)
+    events: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's JSON: cause, retry, evidence, fix (and the job's id, status, frame and events)."""
+        d = asdict(self)
+        d["events"] = list(self.events)
+        return d
+
+    def __str__(self) -> str:
+        head = f"{self.submission_id}: " if self.submission_id else ""
+        return f"{head}{self.cause} (retry: {'yes' if self.retry else 'no'})\n{self.evidence}\nfix: {self.fix}"
+
+    def _repr_html_(self) -> str:
+        color = "orange" if self.retry else ("green" if self.cause == "succeeded" else "red")
+        rows = [("job", self.submission_id), ("status", self.status), ("retry", "yes" if self.retry else "no"),
+                ("frame", self.frame), ("fix", self.fix)]
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+                       for k, v in rows if v)
+        return (f"<b>diagnosis: <span style='color:{color}'>{html.escape(self.cause)}</span></b><table>{body}</table>"
+                f"<pre>{html.escape(self.evidence)}</pre>")
+
+
+def _first(rules, lines: list[str]) -> tuple[str, list[str]] | None:
+    for cause, pattern in rules:
+        hits = [ln for ln in lines if pattern.search(ln)]
+        if hits:
+            return cause, hits
+    return None
+
+
+def _last_traceback(lines: list[str]) -> tuple[str, str] | None:
+    """(the exception line, the last frame) of the last Python traceback in ``lines``."""
+    starts = [i for i, ln in enumerate(lines) if _TRACEBACK.search(ln.strip())]
+    if not starts:
+        return None
+    block = lines[starts[-1]:]
+    frames = [m for ln in block if (m := _FRAME.match(ln))]
+    exc = next((ln.strip() for ln in block[1:] if _EXC.match(ln.strip())), "")
+    if not exc:
+        return None
+    frame = f"{frames[-1].group(1)}:{frames[-1].group(2)} in {frames[-1].group(3)}" if frames else ""
+    return exc, frame
+
+
+def diagnose_log(log: str, *, status: str = "FAILED", message: str = "", events: list[str] | tuple[str, ...] = (),
+                 submission_id: str = "") -> Diagnosis:
+    """Diagnose from text alone: a job log (its tail is enough), Ray's status and message, Kubernetes events.
+
+    Events decide first (a spot reclaim explains the Ray errors that follow it), then the log: OOM before node loss
+    (an OOM-killed worker also shows up as a dead actor), then NCCL, then a Python traceback (user error with its
+    last frame); a STOPPED job is ``stopped`` unless the events say the node went away.
+
+    Example:
+        >>> nbtools.launch.diagnose_log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB").cause
+        'oom'
+    """
+    status = (status or "").upper()
+    lines = [ln.rstrip() for ln in (log or "").splitlines() if ln.strip()]
+    lines += [ln for ln in (message or "").splitlines()[:3] if ln.strip()]  # Ray's message, not its copy of the log
+    ev = [str(e) for e in events]
+
+    def make(cause: str, evidence: list[str], frame: str = "") -> Diagnosis:
+        shown = "\n".join(dict.fromkeys(e.strip() for e in evidence))[-2000:]
+        return Diagnosis(cause, cause in RETRYABLE, shown, _FIXES[cause], submission_id, status, frame, tuple(ev))
+
+    if status == "SUCCEEDED":
+        return make("succeeded", [f"job status {status}"])
+    if status in ("PENDING", "RUNNING"):
+        return make("running", [f"job status {status}"])
+    found_ev = _first(_EVENT_RULES, ev)
+    if found_ev and found_ev[0] != "oom":
+        return make(found_ev[0], found_ev[1])
+    found = _first(_LOG_RULES, lines)
+    if found_ev and found_ev[0] == "oom" and (found is None or found[0] != "oom"):
+        return make("oom", found_ev[1])
+    if found is not None and found[0] in ("oom", "preempted", "nccl"):
+        return make(*found)
+    if status == "STOPPED":
+        return make("stopped", [f"job status STOPPED: {message or 'stopped through the Jobs API'}"])
+    tb = _last_traceback(lines)
+    if found is not None:  # lost-node: a dead actor/rank explains the traceback that follows it
+        return make(*found)
+    if tb is not None:
+        exc, frame = tb
+        return make("user-error", [exc] + ([f"at {frame}"] if frame else []), frame)
+    return make("unknown", [f"job status {status or 'unknown'}"] + ([message] if message else []) + lines[-3:])
+
+
+def diagnose(cfg_or_address: Any, submission_id: str | None = None, *, events: list[str] | None = None,
+             tail: int = 400) -> Diagnosis:
+    """Diagnose a finished job from Ray's status, its log tail and (GKE) the pods' Kubernetes events.
+
+    Args:
+        cfg_or_address: the experiment (its dashboard and backend are used) or a dashboard address.
+        submission_id: the job (default: the experiment's latest attempt, else ``cfg.submission_id``).
+        events: Kubernetes events to weigh (default: ``nbtools.backends.get(cfg).events(...)`` of the job's run
+            time, for an experiment).
+        tail: log lines read from the end.
+
+    Raises:
+        NotFoundError: no job with that id on the cluster.
+
+    Example:
+        >>> nbtools.launch.diagnose(cfg).cause
+        'preempted'
+    """
+    from nbtools import jobs
+
+    if isinstance(cfg_or_address, str):
+        address, cfg = cfg_or_address, None
+    else:
+        cfg = cfg_or_address
+        address = cfg.dashboard_url
+    if submission_id is None:
+        if cfg is None:
+            from nbtools.errors import ConfigError
+
+            raise ConfigError("diagnose: a dashboard address needs a submission id; fix: pass submission_id=...")
+        from nbtools.launch._attempts import read_attempts
+
+        recorded = read_attempts(cfg)
+        submission_id = recorded[-1].submission_id if recorded else cfg.submission_id
+    job = jobs.attach(address, submission_id)
+    info = job.info()
+    if events is None and cfg is not None:
+        from nbtools import backends
+
+        start = info.start_time / 1000 if info.start_time else None
+        end = info.end_time / 1000 + 300 if info.end_time else None  # the node's events may trail the job's end
+        events = backends.get(cfg).events(since=start, until=end)
+    message = (info.message or "").split(", last available logs")[0]
+    return diagnose_log(job.log_tail(tail), status=info.status.value, message=message, events=events or [],
+                        submission_id=submission_id)

@@ -1,0 +1,155 @@
+"""Follow a run and resubmit it when a retry can fix what killed it (spot preemption, a lost node, a transient NCCL
+fault); never on CUDA OOM or a user error, where it stops and says what to change.
+
+Why: on spot GPUs a multi-hour GRPO run loses nodes; the trainer already resumes from the newest complete
+``step_N``, so what is missing is someone who notices, diagnoses, resubmits with a new submission id and keeps the
+books (steps redone, GPU-hours lost). This is that loop, on Ray's Jobs API, the same on every backend; re-running
+the cell re-attaches to the attempt in flight.
+
+Example:
+    >>> run = nbtools.launch.supervise(cfg, max_attempts=3)
+    >>> run.attempts_table()[["n", "status", "cause", "resumed_from", "last_step", "steps_redone"]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from nbtools.errors import NotFoundError, NotReadyError
+from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
+from nbtools.launch._diagnose import Diagnosis
+
+__all__ = ["SupervisedRun", "supervise"]
+
+
+@dataclass
+class SupervisedRun:
+    """What ``supervise`` saw: the attempts (oldest first), the final status and, when it gave up, why.
+
+    ``ok`` is True when the last attempt SUCCEEDED. ``costs`` is one row per lost attempt: steps redone and the
+    GPU-hours spent since the checkpoint it was resumed from (GPUs × wall time of those steps).
+    """
+
+    experiment: str
+    status: str
+    attempts: list[Attempt]
+    max_attempts: int
+    diagnosis: Diagnosis | None = None  # of the last attempt when it did not succeed
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "SUCCEEDED"
+
+    def attempts_table(self) -> pd.DataFrame:
+        cols = ["n", "submission_id", "status", "cause", "retry", "resumed_from", "last_step", "steps_redone",
+                "lost_s", "gpus", "gpu_hours_lost", "started", "ended"]
+        return pd.DataFrame([{c: getattr(a, c) for c in cols} for a in self.attempts], columns=cols)
+
+    @property
+    def costs(self) -> pd.DataFrame:
+        t = self.attempts_table()
+        return t[t.steps_redone.notna()][["n", "cause", "steps_redone", "lost_s", "gpus", "gpu_hours_lost"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"experiment": self.experiment, "status": self.status, "ok": self.ok, "max_attempts": self.max_attempts,
+                "attempts": [a.to_dict() for a in self.attempts], "note": self.note,
+                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None}
+
+    def __str__(self) -> str:
+        lines = [f"{self.experiment}: {self.status} after {len(self.attempts)} attempt(s) (max {self.max_attempts})"]
+        for a in self.attempts:
+            cost = ""
+            if a.steps_redone is not None:
+                cost = f"; lost {a.steps_redone} step(s)"
+                if a.lost_s is not None:
+                    cost += f", {a.lost_s:.1f} s"
+                if a.gpu_hours_lost is not None:
+                    cost += f", {a.gpu_hours_lost:.3f} GPU-h"
+            why = f" ({a.cause})" if a.cause and a.cause != "succeeded" else ""
+            lines.append(f"  {a.n}. {a.submission_id}: {a.status}{why}, resumed from "
+                         f"{a.resumed_from if a.resumed_from is not None else 'scratch'}, reached step "
+                         f"{a.last_step if a.last_step is not None else '?'}{cost}")
+        if self.note:
+            lines.append(self.note)
+        if self.diagnosis and not self.ok:
+            lines.append(f"fix: {self.diagnosis.fix}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        color = "green" if self.ok else ("blue" if self.status == "RUNNING" else "red")
+        table = self.attempts_table().drop(columns=["started", "ended"]).to_html(index=False, na_rep="")
+        extra = f"<p>{html.escape(self.note)}</p>" if self.note else ""
+        if self.diagnosis and not self.ok:
+            extra += self.diagnosis._repr_html_()
+        return (f"<b>supervised run {html.escape(self.experiment)}: <span style='color:{color}'>{self.status}</span>"
+                f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
+
+
+def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False) -> SupervisedRun:
+    """Submit (or re-attach to) the run, follow it, and resubmit from the newest ``step_N`` when a retry can help.
+
+    Each ended attempt is diagnosed (``nbtools.launch.diagnose``) and recorded beside the logs. Preemption, a lost
+    node and NCCL faults are retried until ``max_attempts`` submissions; CUDA OOM, a Python error or a stop by the
+    user end supervision with the fix. Reaching ``timeout`` returns with the attempt still RUNNING (call again to
+    continue following it).
+
+    Args:
+        cfg: the experiment.
+        max_attempts: submissions in all, the first included.
+        timeout: seconds to follow in this call (None: until the run ends).
+        echo: print the job's log lines while following.
+
+    Raises:
+        LintError: the first submission is refused by lint (as ``launch.submit``).
+
+    Example:
+        >>> run = nbtools.launch.supervise(cfg, max_attempts=3)
+        >>> run.ok, [a.cause for a in run.attempts]
+        (True, ['preempted', 'succeeded'])
+    """
+    from nbtools import jobs
+    from nbtools.launch import submit
+    if max_attempts < 1:
+        from nbtools.errors import ConfigError
+
+        raise ConfigError(f"max_attempts: expected 1 or more, got {max_attempts}; fix: e.g. max_attempts=3")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    items = read_attempts(cfg)
+    job = None
+    if not items:
+        job = submit(cfg)
+        items = record_first(cfg, job)
+    else:
+        with contextlib.suppress(NotFoundError):  # gone with a restarted cluster: finalize records it as LOST
+            job = jobs.attach(cfg.dashboard_url, items[-1].submission_id)
+    while True:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            if job is not None:
+                jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
+                                          raise_on_failure=False)
+        except NotReadyError:
+            items = read_attempts(cfg)
+            return SupervisedRun(cfg.name, job.status().value, items, max_attempts,
+                                 note=f"still running after {timeout:g} s; call supervise again to keep following")
+        current = finalize(cfg, read_attempts(cfg)[-1], job)
+        update(cfg, current)
+        if current.status == "SUCCEEDED":
+            return SupervisedRun(cfg.name, "SUCCEEDED", read_attempts(cfg), max_attempts)
+        d = Diagnosis(current.cause, bool(current.retry), current.evidence, current.fix, current.submission_id,
+                      current.status)
+        if not d.retry:
+            return SupervisedRun(cfg.name, current.status, read_attempts(cfg), max_attempts, d,
+                                 note=f"not retried: {d.cause} is not something a new attempt fixes")
+        if current.n >= max_attempts:
+            return SupervisedRun(cfg.name, current.status, read_attempts(cfg), max_attempts, d,
+                                 note=f"gave up after {current.n} attempt(s) (max_attempts={max_attempts}); "
+                                      "nbtools.launch.resubmit(cfg) submits one more")
+        job = resubmit(cfg)
