@@ -108,7 +108,7 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
     """The record panel: prompt, raw response with tags highlighted, reward by function, token view."""
     facts = (f"step {view.step} · idx {view.idx} · group {view.group if view.group is not None else '—'} · reward "
              f"<b>{_num(view.reward)}</b> · advantage {_num(view.advantage)} · baseline {_num(view.baseline)} · "
-             f"generation length {_num(view.generation_length, '.0f')} · environment: "
+             f"generation length {_num(view.generation_length, '.0f')} · env_observation: "
              f"{html.escape(str(view.env_observation or '—'))}")
     parts = [f"<div class='note nbx-record' data-step='{view.step}' data-idx='{view.idx}'>{facts}</div>",
              "<table><colgroup><col style='width:12%'><col></colgroup>",
