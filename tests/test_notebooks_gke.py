@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
-STEPS = int(os.environ.get("NBTOOLS_SIM_STEPS", "200"))  # shorter than local's 300 steps: keeps make test fast
+STEPS = int(os.environ.get("NBTOOLS_SIM_STEPS", "200"))  # as many as local's demo run
 
 SIM_GKE = {"provisioned": False, "steps": STEPS}  # notebook 01 provisions it through the shims
 

@@ -127,6 +127,8 @@ def test_rehearsal_config_fields_have_working_defaults():
     assert cfg.rehearsal.warmup_think == "running_max" and cfg.rehearsal.tie_word_embeddings is True
     with pytest.raises(ConfigError, match="rehearsal.lr_warmup_steps"):
         cfg.replace(**{"rehearsal.lr_warmup_steps": "soon"})
+    with pytest.raises(ConfigError, match=r"lr_warmup_start_factor: 0(\.0)? is outside \(0, 1\].*fix: 0.1 as in NeMo-RL"):
+        cfg.replace(**{"rehearsal.lr_warmup_start_factor": 0})  # torch's LinearLR refuses it too
     with pytest.raises(ConfigError, match="fix: set `rehearsal.warmup_think` to one of them"):
         cfg.replace(**{"rehearsal.warmup_think": "sorted"})
 
@@ -206,12 +208,13 @@ def test_clip_grad_norm_matches_torch_and_lr_schedule_is_nemo_rls():
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
         assert torch.allclose(pa.grad, pb.grad, rtol=1e-6, atol=1e-7)
     lr = functools.partial(_grpo.lr_factor, warmup=10, total=110, min_ratio=0.2)
-    linear = torch.optim.lr_scheduler.LinearLR(torch.optim.SGD(a.parameters(), lr=1.0), start_factor=0.1,
-                                               total_iters=10)
-    for step in range(11):  # the warmup is torch's LinearLR
-        assert lr(step, decay="cosine") == pytest.approx(linear.get_last_lr()[0], rel=1e-6)
-        linear.optimizer.step()
-        linear.step()
+    for start in (0.1, 0.01):  # the warmup is torch's LinearLR, from NeMo-RL's start factor or the demo's
+        linear = torch.optim.lr_scheduler.LinearLR(torch.optim.SGD(a.parameters(), lr=1.0), start_factor=start,
+                                                   total_iters=10)
+        for step in range(11):
+            assert lr(step, decay="cosine", start=start) == pytest.approx(linear.get_last_lr()[0], rel=1e-6)
+            linear.optimizer.step()
+            linear.step()
     assert [lr(s, decay="constant") for s in (10, 60, 110)] == [1.0, 1.0, 1.0]
     assert [round(lr(s, decay="cosine"), 6) for s in (10, 60, 110, 500)] == [1.0, 0.6, 0.2, 0.2]
 
@@ -405,6 +408,7 @@ def test_kill_mid_checkpoint_leaves_tmp_and_rerun_resumes(tmp_path):
     acc.Reload()
     cfg = load_config(str(CONFIG), TINY, None)
     warm = cfg.rehearsal.lr_warmup_steps
-    expected = cfg.grpo.learning_rate * ((0.1 + 0.9 * min(1, warm) / warm) if warm else 1.0)
+    start = cfg.rehearsal.lr_warmup_start_factor
+    expected = cfg.grpo.learning_rate * ((start + (1 - start) * min(1, warm) / warm) if warm else 1.0)
     assert [e.step for e in acc.Scalars("train/lr")] == [2]
     assert acc.Scalars("train/lr")[0].value == pytest.approx(expected, rel=1e-5)  # scheduler resumed, not restarted

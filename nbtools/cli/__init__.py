@@ -10,7 +10,7 @@ path, before or after the flags (``nbtools launch experiments/local.yaml --lint-
 
 Example:
     $ nbtools checkpoints runs/local-rehearsal/checkpoints --json
-    $ nbtools merge runs/local-rehearsal/checkpoints/step_300 /tmp/merged --json
+    $ nbtools merge runs/local-rehearsal/checkpoints/step_200 /tmp/merged --json
 """
 
 from __future__ import annotations

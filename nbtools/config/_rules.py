@@ -204,4 +204,8 @@ def _rehearsal_checks(cfg: Experiment, add) -> None:
     r = cfg.rehearsal
     if r.ranks < 1:
         add(("rehearsal.ranks",), f"rehearsal.ranks: {r.ranks} must be >= 1; fix: 2 runs FSDP2 on two CPU processes")
+    if not 0.0 < r.lr_warmup_start_factor <= 1.0:
+        add(("rehearsal.lr_warmup_start_factor",), f"rehearsal.lr_warmup_start_factor: {r.lr_warmup_start_factor} "
+            "is outside (0, 1] (torch's LinearLR start_factor); fix: 0.1 as in NeMo-RL's configs, or 0.01 to start "
+            "the warmup near zero")
 

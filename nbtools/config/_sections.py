@@ -266,7 +266,8 @@ class RehearsalConfig:
     warmup_lr: float = 3.0e-3
     max_new_tokens: int = 12
     ratio_clip: float = 0.2
-    lr_warmup_steps: int = 100  # NeMo-RL-style LinearLR warmup (start factor 0.1) over this many GRPO steps
+    lr_warmup_steps: int = 100  # NeMo-RL-style LinearLR warmup over this many GRPO steps
+    lr_warmup_start_factor: float = 0.1  # LinearLR's start_factor (NeMo-RL's configs: 0.1); torch needs 0 < f <= 1
     lr_decay: Literal["constant", "cosine"] = "constant"  # after warmup: ConstantLR, or cosine to lr_min_ratio·lr at max_num_steps
     lr_min_ratio: float = 0.1  # the cosine's floor, as a fraction of grpo.learning_rate
     tie_word_embeddings: bool = True  # tiny Llama: share the input embedding and lm_head

@@ -119,16 +119,17 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> float:
     return float(total)
 
 
-def lr_factor(step: int, *, warmup: int, decay: str, total: int, min_ratio: float) -> float:
-    """Learning-rate multiplier after ``step`` optimizer steps: NeMo-RL's LinearLR warmup (0.1 → 1 over ``warmup``),
-    then constant, or cosine down to ``min_ratio`` at ``total`` (LinearLR + CosineAnnealingLR in a SequentialLR).
+def lr_factor(step: int, *, warmup: int, decay: str, total: int, min_ratio: float, start: float = 0.1) -> float:
+    """Learning-rate multiplier after ``step`` optimizer steps: NeMo-RL's LinearLR warmup (``start`` → 1 over
+    ``warmup``; its configs use 0.1), then constant, or cosine down to ``min_ratio`` at ``total`` (LinearLR +
+    CosineAnnealingLR in a SequentialLR).
 
     Example:
         >>> [round(lr_factor(s, warmup=10, decay="cosine", total=110, min_ratio=0.1), 3) for s in (0, 5, 10, 60, 110)]
         [0.1, 0.55, 1.0, 0.55, 0.1]
     """
     if warmup > 0 and step < warmup:
-        return 0.1 + 0.9 * step / warmup
+        return start + (1.0 - start) * step / warmup
     if decay != "cosine" or total <= warmup:
         return 1.0
     frac = min(1.0, (step - warmup) / (total - warmup))

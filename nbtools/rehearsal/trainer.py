@@ -155,7 +155,7 @@ class _Run:
         # NeMo-RL's scheduler list (LinearLR warmup, then ConstantLR or CosineAnnealingLR) as one pure function of
         # the step, so a resumed run continues exactly where it stopped
         self.lr_at = functools.partial(_grpo.lr_factor, warmup=r.lr_warmup_steps, decay=r.lr_decay, total=self.N,
-                                       min_ratio=r.lr_min_ratio)
+                                       min_ratio=r.lr_min_ratio, start=r.lr_warmup_start_factor)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self.lr_at)
         self.refitted = False
         self.sampler = _grpo.PromptSampler(self.train_set, self.P, g.seed)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nbtools import storage
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
+from nbtools.trajectories._files import FILE_RE, StepFiles
 from nbtools.trajectories._index import FileIndex, build_index, inode, load_index, save_index
 from nbtools.trajectories._parse import record_dict
 from nbtools.trajectories._read import (
@@ -31,8 +29,6 @@ from nbtools.trajectories._summary import step_summary
 
 __all__ = ["Run", "FILE_RE"]
 
-FILE_RE = re.compile(r"^(train|val)_data_step(\d+)\.jsonl$")
-_FRESH_S = 5.0  # a remote run's listing younger than this is trusted for record() (no metadata request)
 _PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
 
 
@@ -47,18 +43,8 @@ class Run:
     def __init__(self, path: str | os.PathLike | None, *, think_tag: str = "think", answer_tag: str = "answer",
                  cache: bool = True, cache_dir: str | os.PathLike | None = None, remote: str | None = None,
                  earlier: list | tuple = ()):
-        self.remote = remote.rstrip("/") if remote else None
-        # exp dirs of earlier attempts of a resumed run (oldest first; URLs for a remote run): their steps are shown
-        # where this exp dir has none, and a step both wrote is read from the newest (``overlap`` lists them)
-        self.earlier = [str(e).rstrip("/") for e in earlier] if self.remote else [Path(e) for e in earlier]
-        self._src: dict[str, str] = {}  # remote: file name -> the exp URL it is read from (when not self.remote)
-        self._overlap: dict[str, list[int]] = {"train": [], "val": []}
-        self._entries: dict[str, storage.Entry] = {}
-        self._listed_at = -1e9  # when the remote listing was last read (monotonic seconds)
-        if self.remote:
-            path = storage.cache_path(self.remote)
-            Path(path).mkdir(parents=True, exist_ok=True)
-        self.path = Path(path)
+        self._fs = StepFiles(path, remote=remote, earlier=earlier)
+        self.remote, self.earlier, self.path = self._fs.remote, self._fs.earlier, self._fs.path
         self.think_tag, self.answer_tag = think_tag, answer_tag
         self.cache = cache
         if not cache:
@@ -73,60 +59,11 @@ class Run:
         key = f"{think_tag}|{answer_tag}|{','.join(ALL_COLUMNS)}"
         self._key = hashlib.sha1(key.encode()).hexdigest()[:10]
 
-    # ---- listing -------------------------------------------------------------------------------------------
+    # ---- listing (nbtools.trajectories._files) ------------------------------------------------------------
     def files(self, kind: str = "train") -> dict[int, Path]:
         """{step: path} of the dumps of this kind ("train" or "val"), sorted by step (local copies' paths for a
         remote run: they exist once read)."""
-        found = {}
-        if self.earlier:
-            return self._merged_files(kind)
-        if self.remote:
-            self._entries.update({e.name: e for e in storage.ls(self.remote) if not e.is_dir})
-            self._listed_at = time.monotonic()
-            for name in self._entries:
-                m = FILE_RE.match(name)
-                if m and m.group(1) == kind:
-                    found[int(m.group(2))] = self.path / name
-            return dict(sorted(found.items()))
-        with os.scandir(self.path) as it:
-            for e in it:
-                m = FILE_RE.match(e.name)
-                if m and m.group(1) == kind:
-                    found[int(m.group(2))] = Path(e.path)
-        return dict(sorted(found.items()))
-
-    def _merged_files(self, kind: str) -> dict[int, Path]:
-        """files() of a resumed run: every exp dir's dumps, oldest first, so the newest attempt's file wins."""
-        found: dict[int, Path] = {}
-        seen: dict[int, int] = {}
-        if self.remote:
-            self._listed_at = time.monotonic()
-            for url in [*self.earlier, self.remote]:
-                for e in storage.ls(url):
-                    m = FILE_RE.match(e.name)
-                    if e.is_dir or (url != self.remote and not m):
-                        continue
-                    self._entries[e.name] = e
-                    if m:
-                        self._src[e.name] = url
-                    if m and m.group(1) == kind:
-                        s = int(m.group(2))
-                        found[s], seen[s] = self._path_for(e.name), seen.get(s, 0) + 1
-        else:
-            for d in [*self.earlier, self.path]:
-                with os.scandir(d) as it:
-                    for e in it:
-                        m = FILE_RE.match(e.name)
-                        if m and m.group(1) == kind:
-                            s = int(m.group(2))
-                            found[s], seen[s] = Path(e.path), seen.get(s, 0) + 1
-        self._overlap[kind] = sorted(s for s, c in seen.items() if c > 1)
-        return dict(sorted(found.items()))
-
-    def _path_for(self, name: str) -> Path:
-        """Remote run: where the local copy of ``name`` lives (the mirror of the exp dir it is read from)."""
-        src = self._src.get(name, self.remote)
-        return self.path / name if src == self.remote else storage.cache_path(src) / name
+        return self._fs.files(kind)
 
     @property
     def overlap(self) -> dict[str, list[int]]:
@@ -136,14 +73,12 @@ class Run:
             >>> run.overlap["train"]       # attempt 1 got past its last checkpoint, attempt 2 wrote these again
             [21, 22, 23]
         """
-        if self.earlier:
-            self.files("train"), self.files("val")
-        return {k: list(v) for k, v in self._overlap.items()}
+        return self._fs.overlap
 
     @property
     def segments(self) -> list[str]:
         """The exp dirs this run reads, oldest first (one unless it was resumed in a new exp dir)."""
-        return [str(x) for x in [*self.earlier, self.remote or self.path]]
+        return self._fs.segments
 
     @property
     def steps(self) -> list[int]:
@@ -161,18 +96,6 @@ class Run:
         s = self.steps
         return sorted(set(range(s[0], s[-1] + 1)) - set(s)) if s else []
 
-    def _file(self, step: int, kind: str) -> Path:
-        direct = self.path / f"{kind}_data_step{step}.jsonl"  # no listing: O(1) in the number of steps
-        if (direct.name in self._entries) if self.remote else direct.is_file():
-            return self._path_for(direct.name) if self.remote else direct
-        files = self.files(kind)
-        if step not in files:
-            near = sorted(files, key=lambda s: abs(s - step))[:5]
-            raise NotFoundError(f"expected {kind}_data_step{step}.jsonl in {self.path}, found steps {sorted(near) or 'none'}",
-                                fix=f"use one of run.{'steps' if kind == 'train' else 'val_steps'} (a live run adds "
-                                    "a file at the end of each step)")
-        return files[step]
-
     # ---- index and single records --------------------------------------------------------------------------
     def index(self, step: int, *, kind: str = "train") -> FileIndex:
         """The line index of one step file (cached; extended when the file grew; rebuilt when rewritten).
@@ -180,8 +103,8 @@ class Run:
         Raises:
             NotFoundError: no such step, or its file cannot be read (e.g. a dangling symlink).
         """
-        path = self._file(step, kind)
-        self._ensure([path])
+        path = self._fs.file(step, kind)
+        self._fs.ensure([path])
         try:
             st = os.stat(path)
             cur = self._indexes.get(path) or load_index(self.cache_dir, path)
@@ -196,52 +119,11 @@ class Run:
                                 ) from None
         self._indexes[path] = new
         save_index(self.cache_dir, new)
-        self._mark_version(path)
+        self._fs.mark_version(self.cache_dir, path)
         return new
 
-    # ---- remote runs ---------------------------------------------------------------------------------------
-    def _url(self, path: Path) -> str:
-        return storage.join(self._src.get(path.name, self.remote), path.name)
-
-    def _ensure(self, paths: list[Path]) -> None:
-        """Remote run: local copies of these files at their current generation (downloaded only when stale)."""
-        if not self.remote:
-            return
-        missing = [p for p in paths if p.name not in self._entries]
-        if missing:
-            self.files("train"), self.files("val")
-        storage.fetch_many([(self._url(p), self._entries[p.name]) for p in paths if p.name in self._entries])
-
-    def _version_file(self, path: Path) -> Path | None:
-        return self.cache_dir / "index" / (path.name + ".version") if self.cache_dir else None
-
-    def _mark_version(self, path: Path) -> None:
-        """Remote run: remember which object generation the saved index describes."""
-        vf = self._version_file(path)
-        entry = self._entries.get(path.name)
-        if self.remote and vf is not None and entry is not None:
-            from nbtools._atomic import write_text
-
-            write_text(vf, entry.version)
-
-    def _ranged_line(self, step: int, idx: int, kind: str) -> bytes | None:
-        """Remote run: line ``idx`` by one ranged GET when the index of the object's current generation is known
-        and its local copy is not; None otherwise (the caller reads the local copy)."""
-        path = self._file(step, kind)
-        entry = self._entries.get(path.name)
-        if entry is None or time.monotonic() - self._listed_at > _FRESH_S:  # else the listing is seconds old
-            entry = storage.info(self._url(path))
-            if entry is None:
-                return None
-            self._entries[path.name] = entry
-        vf = self._version_file(path)
-        if storage.is_cached(self._url(path), entry) or vf is None or not vf.is_file() or vf.read_text() != entry.version:
-            return None
-        ix = self._indexes.get(path) or load_index(self.cache_dir, path)
-        if ix is None or not 0 <= idx < ix.n_lines:
-            return None
-        off, n = ix.line_span(idx)
-        return storage.read_bytes(self._url(path), off, off + n)
+    def _known_index(self, path: Path) -> FileIndex | None:
+        return self._indexes.get(path) or load_index(self.cache_dir, path)
 
     def record(self, step: int, idx: int, *, kind: str = "train", arrays: bool = True) -> dict:
         """One record as a dict: the table's columns plus (``arrays=True``) the per-token arrays as numpy.
@@ -259,8 +141,8 @@ class Run:
             >>> rec = run.record(run.steps[-1], 0)
             >>> rec["generation_length"], rec["token_loss_mask"].sum()
         """
-        if self.remote and (line := self._ranged_line(step, idx, kind)) is not None:
-            path = self._file(step, kind)
+        if self.remote and (line := self._fs.ranged_line(path := self._fs.file(step, kind), idx, self.cache_dir,
+                                                          self._known_index)) is not None:
             rec, problems = self._record_dict(step, idx, line, path, arrays, kind)
             if rec is None:
                 raise NotFoundError(f"expected a record at {path.name} line {idx + 1}, got: {problems[0][2]}",
@@ -352,7 +234,7 @@ class Run:
         if step is None:
             wanted = list(files)
         elif isinstance(step, int):
-            self._file(step, kind)
+            self._fs.file(step, kind)
             wanted = [step]
         else:
             wanted = sorted(set(step))
@@ -362,7 +244,7 @@ class Run:
         bad = [c for c in cols if c not in ALL_COLUMNS]
         if bad:
             raise NotFoundError(f"expected columns from {list(ALL_COLUMNS)}, got {bad}", fix="drop the unknown names")
-        self._ensure([files[s] for s in sel])
+        self._fs.ensure([files[s] for s in sel])
         stats, broken = {}, []
         for s in sel:
             try:
@@ -387,7 +269,7 @@ class Run:
         names = {files[s].name for s in wanted if s in files}
         info = [v for n, v in self._info[kind].items() if n in names]
         df.attrs.update(pending_bytes=sum(i["pending"] for i in info), skipped=sum(i["skipped"] for i in info),
-                        missing_steps=missing, overlap_steps=sorted(set(self._overlap[kind]) & set(sel)),
+                        missing_steps=missing, overlap_steps=sorted(set(self._fs.overlap_seen(kind)) & set(sel)),
                         unreadable_steps=sorted(i["step"] for i in info if any(p[1] == "unreadable"
                                                                                for p in i["problems"])))
         return df
@@ -430,7 +312,7 @@ class Run:
                 continue
             self._indexes[Path(r.path)] = r.index()
             save_index(self.cache_dir, r.index())
-            self._mark_version(Path(r.path))
+            self._fs.mark_version(self.cache_dir, Path(r.path))
             if r.skipped:
                 new_skips.append(f"{name} ({r.skipped})")
         if new_skips:
@@ -483,10 +365,9 @@ class Run:
         import html
 
         s = self.steps
-        size = (sum(self._entries[p.name].size for p in self.files("train").values()) if self.remote
-                else sum(p.stat().st_size for p in self.files("train").values() if p.exists()))
+        size = sum(self._fs.size(p) for p in self.files("train").values())
         gaps = self.gaps
-        rows = [("exp dir", " + ".join(self.segments)), ("overlap", ", ".join(map(str, self._overlap["train"])) or "none"), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
+        rows = [("exp dir", " + ".join(self.segments)), ("overlap", ", ".join(map(str, self._fs.overlap_seen("train"))) or "none"), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
                 ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
                 ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
