@@ -5,7 +5,10 @@ The double has no controller: each test plays the KubeRay operator by adding pod
 from __future__ import annotations
 
 import http.server
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -248,6 +251,44 @@ def test_up_applies_waits_forwards_and_down_stops_the_forward(kd, kc, cfg):
     assert not Path(f"/proc/{pid}").exists() or b"nbtools.kube.forward" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{cfg.ray.dashboard_port}/", timeout=2)
+
+
+_OTHER_THREAD_SIGTERM = """
+import signal, sys, threading, time
+from nbtools.kube import forward
+
+def sigterm_to_this_thread():
+    while signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # until main() installed its handler
+        time.sleep(0.05)
+    time.sleep(0.5)  # main is in its wait by now
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=sigterm_to_this_thread).start()
+sys.exit(forward.main(sys.argv[1:]))
+"""
+
+
+def test_the_forward_acts_on_a_sigterm_another_thread_took_and_a_stuck_one_is_killed(kc, tmp_path):
+    """Python runs a signal handler in the main thread only; the forward's main loop must wake up to run it. A
+    process that ignores SIGTERM is killed after the timeout, and ``stop`` says so (notebook 09 shows it)."""
+    args = ["--namespace", NS, "--selector", "ray.io/node-type=head", "--map", f"8265:{_free()}", "--kubeconfig", kc]
+    proc = subprocess.Popen([sys.executable, "-c", _OTHER_THREAD_SIGTERM, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        assert proc.wait(timeout=20) == 0, proc.stdout.read().decode()  # an untimed wait never returned
+    finally:
+        proc.kill()
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); print('ready', flush=True); time.sleep(60)", "nbtools.kube.forward"],
+                             stdout=subprocess.PIPE)
+    assert stuck.stdout.readline() == b"ready\n"
+    pid_file = tmp_path / "forward.json"
+    pid_file.write_text("{}")
+    t0 = time.monotonic()
+    how = kube.forward.ForwardHandle(stuck.pid, {}, pid_file).stop(timeout=1)
+    assert how == "killed: it did not exit within 1s of SIGTERM" and time.monotonic() - t0 < 10
+    assert stuck.wait(timeout=10) == -signal.SIGKILL and not pid_file.exists()
+    assert kube.forward.ForwardHandle(stuck.pid, {}, pid_file).stop() == "absent"
 
 
 def test_ray_resources_through_the_forward_of_a_real_ray_head(kd, kc, cfg, ray_head):

@@ -182,14 +182,13 @@ class GkeBackend:
         return ClusterHandle(backend=self.name, dashboard_url=fwd.url(8265), started_by_us=created, reattached=not created,
                              pid_file=self._pid_file, extra=extra)
 
-    def stop_port_forward(self, *, timeout: float = 10) -> bool:
-        """Stop this cluster's forward process (exactly the recorded pid); False when none was running."""
+    def stop_port_forward(self, *, timeout: float = 10) -> str:
+        """Stop this cluster's forward process (exactly the recorded pid): "stopped", "killed: …" or "absent"."""
         handle = kube.forward.attach(self._pid_file)
         if handle is None:
             self._pid_file.unlink(missing_ok=True)
-            return False
-        handle.stop(timeout=timeout)
-        return True
+            return "absent"
+        return handle.stop(timeout=timeout)
 
     def reattach(self) -> ClusterHandle | None:
         """The dashboard forward when the head pod exists (re-attached or started again), else None; never raises.
@@ -209,8 +208,7 @@ class GkeBackend:
     def down(self, *, timeout: float = 30, storage: bool = True) -> Teardown:
         """Stop the forward; delete the RayCluster first, then (with ``storage``) its PVC, PV and KSA — only the
         objects nbtools labelled for this experiment; anything else with the same name is kept and reported."""
-        stopped = self.stop_port_forward(timeout=timeout)
-        rows = [{"kind": "port-forward", "name": str(self._pid_file), "action": "stopped" if stopped else "absent"}]
+        rows = [{"kind": "port-forward", "name": str(self._pid_file), "action": self.stop_port_forward(timeout=timeout)}]
         objs = list(reversed(manifests.workload_objects(self.cfg)))  # RayCluster first, then PVC, PV, KSA
         if not storage:
             objs = [o for o in objs if o["kind"] == "RayCluster"]

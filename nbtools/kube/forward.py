@@ -124,18 +124,26 @@ class ForwardHandle:
     def alive(self) -> bool:
         return _is_ours(self.pid)
 
-    def stop(self, timeout: float = 10) -> None:
-        """Terminate the forward process (SIGTERM, then SIGKILL after ``timeout``) and remove its pid file."""
+    def stop(self, timeout: float = 10) -> str:
+        """Terminate the forward process (SIGTERM, then SIGKILL after ``timeout``) and remove its pid file.
+
+        Returns:
+            how it ended: "stopped" (it exited on SIGTERM), "killed" (it did not within ``timeout``), or "absent".
+        """
+        how = "absent"
         if _is_ours(self.pid):
             os.kill(self.pid, signal.SIGTERM)
             end = time.monotonic() + timeout
             while _is_ours(self.pid) and time.monotonic() < end:
                 _reap(self.pid)
                 time.sleep(0.05)
+            how = "stopped"
             if _is_ours(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
+                how = f"killed: it did not exit within {timeout:g}s of SIGTERM"
             _reap(self.pid)
         self.pid_file.unlink(missing_ok=True)
+        return how
 
     def _repr_html_(self) -> str:
         ports = ", ".join(f"pod:{r} &rarr; <a href='{self.url(r)}'>{self.url(r)}</a>" for r in self.ports)
@@ -228,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     print(f"forwarding {a.selector}: {fwd.mapping}", flush=True)
-    stop.wait()
+    # Python runs signal handlers in the main thread only, at its next bytecode: a SIGTERM that another thread took
+    # would wait for a wake-up that an untimed wait never has
+    while not stop.wait(0.5):
+        pass
     fwd.stop()
     sys.stdout.flush()
     # kubernetes' port-forward proxy threads are not daemons: one live connection (a dashboard tab, a log stream)
