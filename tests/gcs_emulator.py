@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from ports import free_port as _free_port
 
 
 def _binary() -> Path:
@@ -26,12 +27,6 @@ def _binary() -> Path:
     exe = next((Path(w.__file__).parent / "vendor" / "fake-gcs-server" / "bin").glob("fake-gcs-server-linux-*"))
     exe.chmod(exe.stat().st_mode | 0o111)
     return exe
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class GcsEmulator:

@@ -41,7 +41,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from unittest import mock
 import yaml
 from gcs_emulator import GcsEmulator
 from kube_double import TOKEN, KubeDouble
+from ports import free_port as _free_port
 from sim_files import BUCKET, PROJECT, in_pods, pods_launcher, write_checkout, write_experiment, write_shims
 from sim_gcsfuse import BucketMirror
 from sim_kuberay import KubeRayController, local_exec
@@ -62,12 +62,6 @@ TESTS = Path(__file__).resolve().parent
 FAKE_HF_TOKEN = "hf_SIMULATEDgkeTOKENnotARealOne0000"
 KUBERAY_ASSET = TESTS / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @functools.cache

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kube_double import KubeDouble
+from ports import free_port as _free
 
 import nbtools
 from nbtools import kube, manifests
@@ -27,12 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 KUBERAY = Path(__file__).resolve().parent / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NS, NAME = "default", "nbtools-b200"
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
-
-
-def _free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

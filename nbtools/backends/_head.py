@@ -32,6 +32,7 @@ from nbtools.backends._proc import (
     _dashboard_version,
     _fatal_lines,
     _free_port,
+    _free_ports,
     _kill_members,
     _log_tail,
     _members,
@@ -189,15 +190,16 @@ def _spawn(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress
         link.symlink_to(temp, target_is_directory=True)
     log = pf.parent / "head.log"
     num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
+    client, listen, grpc, runtime_env, metrics = _free_ports(5, exclude={cfg.ray.port, cfg.ray.dashboard_port})
     cmd = [
         *_ray_cli(), "start", "--head", "--block", "--port", str(cfg.ray.port),
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(cfg.ray.dashboard_port), "--include-dashboard", "true",
         "--temp-dir", str(temp), "--num-cpus", str(num_cpus),
         # Explicit ports: Ray's fixed defaults (10001, 52365) would collide with any other head on this machine,
         # and with port 0 the raylet waits for the agents to write port files, which times out on a busy machine.
-        "--ray-client-server-port", str(_free_port()),
-        "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
-        "--runtime-env-agent-port", str(_free_port()), "--metrics-export-port", str(_free_port()),
+        "--ray-client-server-port", str(client),
+        "--dashboard-agent-listen-port", str(listen), "--dashboard-agent-grpc-port", str(grpc),
+        "--runtime-env-agent-port", str(runtime_env), "--metrics-export-port", str(metrics),
         "--disable-usage-stats", *extra_args,
     ]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}

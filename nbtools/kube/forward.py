@@ -128,7 +128,8 @@ class ForwardHandle:
         """Terminate the forward process (SIGTERM, then SIGKILL after ``timeout``) and remove its pid file.
 
         Returns:
-            how it ended: "stopped" (it exited on SIGTERM), "killed" (it did not within ``timeout``), or "absent".
+            how it ended: "stopped" (it exited on SIGTERM), "killed: …" (it did not within ``timeout``; SIGKILL),
+            or "absent" (no such process of ours).
         """
         how = "absent"
         if _is_ours(self.pid):

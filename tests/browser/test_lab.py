@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("NBTOOLS_CHROMIUM", "/usr/bin/chromium")
@@ -33,12 +33,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-dev-shm-usage"]
 # Console messages that are not the widgets' or the notebooks' (JupyterLab asks for extensions/news it cannot reach).
 BENIGN = re.compile(r"favicon|Failed to load resource|net::ERR|lab/api/(news|update)|ERR_CONNECTION_REFUSED")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
