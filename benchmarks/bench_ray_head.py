@@ -48,10 +48,12 @@ def _free_port() -> int:
 
 def bench_nbtools(runs: Path) -> dict:
     import nbtools
+    from nbtools.backends._proc import _free_ports
 
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
+    gcs, dashboard = _free_ports(2)  # two picks in a row can return the same port
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local",
-                              overrides={"ray.port": _free_port(), "ray.dashboard_port": _free_port(), "ray.num_cpus": 2})
+                              overrides={"ray.port": gcs, "ray.dashboard_port": dashboard, "ray.num_cpus": 2})
     t0 = time.perf_counter()
     head = nbtools.backends.get(cfg).up(timeout=600, progress=False)
     nbtools.jobs.list_jobs(head.dashboard_url)

@@ -66,17 +66,14 @@ def scalars(exp: Path, tag: str) -> np.ndarray:
     return np.array([e.value for e in sorted(acc.Scalars(tag), key=lambda e: e.step)])
 
 
-def _free_port() -> int:
-    from nbtools.rehearsal._launch import free_port
-
-    return free_port()
-
-
 def run_seed(args, overrides: list[str], seed: int) -> dict:
     """One seed end to end; returns its figures."""
     runs = Path(args.runs_dir) / f"seed{seed}"
     shutil.rmtree(runs, ignore_errors=True)
-    ov = [*overrides, f"grpo.seed={seed}", f"ray.port={_free_port()}", f"ray.dashboard_port={_free_port()}"]
+    from nbtools.backends._proc import _free_ports
+
+    gcs, dashboard = _free_ports(2)  # two picks in a row can return the same port
+    ov = [*overrides, f"grpo.seed={seed}", f"ray.port={gcs}", f"ray.dashboard_port={dashboard}"]
     cfg = load_config(args.config, ov, str(runs))  # sets NBTOOLS_RUNS_DIR for this seed
     out: dict = {"seed": seed, "load_start": os.getloadavg()[0]}
     if args.direct:
