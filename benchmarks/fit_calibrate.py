@@ -135,6 +135,60 @@ CASES_H100: list[tuple] = [
     (Q17, 2, 4096, False), (Q17, 4, 4096, True), (Q17, 4, 4096, False), (L32, 2, 8192, False), (Q15, 2, 8192, True),
     (Q17, 8, 4096, True),
 ]
+# Fourth run: two H100s (FSDP2 over both), NeMo-RL's log-prob paths (default and ``logprob_chunk_size``), Gemma-3's
+# 262k vocabulary at 8k-16k tokens per micro-batch with and without activation checkpointing, Llama-3.1-8B. Cases
+# on both sides of the 79.2 GiB card, a third or more expected out of memory; cheap cases first.
+L8 = "meta-llama--Llama-3.1-8B-Instruct"
+CH = {"logprob_chunk": 1024}
+CASES_2GPU: list[tuple] = [
+    (L32, 4, 4096, False, {"probe": True}),
+    (G1, 1, 8192, False, {"probe": True}),
+    (Q15, 4, 4096, True),
+    (Q17, 4, 4096, True),
+    (G1, 2, 8192, True),
+    (G1, 1, 16384, True),
+    (G1, 1, 8192, True, {"logprob_batch": 2}),
+    (G1, 1, 8192, True, {"logprob_batch": 2, **CH}),
+    (G1, 1, 8192, True, {"logprob_batch": 4}),
+    (G1, 1, 8192, True, {"logprob_batch": 4, **CH}),
+    (Q4, 2, 4096, True),
+    (L8, 1, 2048, True),
+    (G1, 2, 8192, False),
+    (G1, 2, 16384, True),
+    (G1, 1, 16384, False, CH),
+    (L32, 4, 8192, False),
+    (Q15, 4, 8192, True),
+    (Q17, 2, 16384, True),
+    (Q4, 4, 4096, False),
+    (L32, 8, 8192, True),
+    (L8, 1, 4096, True),
+    (L8, 2, 4096, True),
+]
+# Fifth run, same machine kind: the boundary of the two-GPU card (16k tokens per micro-batch in several shapes),
+# expandable segments on the two cases that ran out with >10 GiB reserved but unallocated, the per-parameter AdamW.
+CASES_2GPU_B: list[tuple] = [
+    (G1, 2, 8192, True, ES),
+    (Q15, 4, 8192, True, ES),
+    (G1, 4, 4096, True),
+    (G1, 8, 2048, True),
+    (L32, 4, 4096, True),
+    (L32, 2, 8192, True),
+    (L32, 1, 16384, True),
+    (L32, 4, 8192, True),
+    (Q4, 2, 8192, True),
+    (Q4, 1, 4096, False),
+    (Q17, 1, 16384, True),
+    (Q17, 2, 8192, True),
+    (G1, 1, 16384, True, CH),
+    (G1, 1, 16384, True, {"logprob_batch": 2}),
+    (L8, 1, 2048, True, {"foreach": False}),
+    (L8, 1, 2048, False),
+    (L8, 1, 8192, True),
+    (Q15, 8, 4096, True),
+    (G1, 4, 4096, False),
+    (Q17, 4, 8192, True),
+    (G1, 4, 4096, True, ES),
+]
 CASES_SMOKE: list[tuple] = [(L32, 1, 512, False, {"probe": True}), (G1, 1, 512, True)]
 
 
@@ -144,6 +198,15 @@ def _case_dict(t: tuple) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ worker side
+
+
+def _fwd_kwargs(cfg, data, torch) -> dict:
+    """Keyword arguments of NeMo-RL's ``model_forward`` (v0.7.0 ``nemo_rl/models/automodel/train.py``)."""
+    kw = {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"],
+          "position_ids": data["position_ids"], "use_cache": False}
+    if str(getattr(cfg, "model_type", "")).startswith("gemma3"):
+        kw["token_type_ids"] = torch.zeros_like(data["input_ids"])
+    return kw
 
 
 def _load_config(configs: Path, name: str):
@@ -230,12 +293,62 @@ def _saved_probe(model, batch, torch, autocast):
     return sum(seen.values())
 
 
-def _grpo_loss(logits, batch, torch):
-    """NeMo-RL's ClippedPGLossFn on fp32 logits (token-level, k3 KL penalty 0.01, ratio clip 0.2)."""
-    logits.div_(1.0)  # _apply_temperature_scaling (generation temperature 1.0)
+def _nemo_rl_next_token_logprobs():
+    """NeMo-RL's ``get_next_token_logprobs_from_logits`` (v0.7.0 ``nemo_rl/distributed/model_utils.py``) if it imports.
+
+    The GPU run puts the file (with ``nemo_rl/algorithms/logits_sampling_utils.py``, its one import) on ``sys.path``
+    through ``--nemo-rl DIR``; the files are never committed here. Without them the reproduction below is used.
+    """
+    try:
+        from nemo_rl.distributed.model_utils import get_next_token_logprobs_from_logits
+    except Exception:  # noqa: BLE001 - the reproduction is used instead; the meta says which ran
+        return None
+    return get_next_token_logprobs_from_logits
+
+
+_NEXT_TOKEN_LOGPROBS = None
+
+
+def _train_logprobs(logits, input_ids, torch):
+    """The training loss's log-probs on NeMo-RL's DTensor path (no TP: ``vocab_parallel_group`` is None).
+
+    v0.7.0 ``prepare_loss_input`` passes no ``chunk_size`` here, so ``policy.logprob_chunk_size`` does not change the
+    training step: ``to(float32)`` (a no-op, the root's ``output_dtype`` is fp32), ``log_softmax(logits[:, :-1])``,
+    ``gather``.
+    """
+    if _NEXT_TOKEN_LOGPROBS is not None:
+        return _NEXT_TOKEN_LOGPROBS(input_ids=input_ids, next_token_logits=logits)
     logits = logits.to(torch.float32)
     lp = torch.nn.functional.log_softmax(logits[:, :-1], dim=-1)
-    curr = lp.gather(dim=-1, index=batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+    return lp.gather(dim=-1, index=input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def _local_logprobs(logits, input_ids, chunk, torch):
+    """NeMo-RL v0.7.0 ``LogprobsPostProcessor._compute_local_logprobs`` (``nemo_rl/models/automodel/train.py``).
+
+    With ``logprob_chunk_size`` each sequence chunk is cast and log-softmaxed, the chunks are kept in a list and
+    concatenated: the full fp32 log-probs exist twice at the ``cat`` (the chunking bounds nothing on this path).
+    """
+    if chunk:
+        n = (int(logits.shape[1]) + chunk - 1) // chunk
+        parts = []
+        for i in range(n):
+            c = logits[:, i * chunk:min(int(logits.shape[1]), (i + 1) * chunk), :].to(torch.float32)
+            parts.append(torch.nn.functional.log_softmax(c, dim=-1))
+        log_probs = torch.cat(parts, dim=1)
+        del parts
+    else:
+        log_probs = torch.nn.functional.log_softmax(logits.to(torch.float32), dim=-1)
+    tok = log_probs[:, :-1].gather(dim=-1, index=input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    del log_probs
+    tok = torch.cat([torch.zeros_like(tok[:, :1]), tok], dim=1)
+    return tok * torch.ones_like(input_ids, dtype=torch.bool)  # post-attention mask (all tokens valid)
+
+
+def _grpo_loss(logits, batch, torch):
+    """NeMo-RL's ClippedPGLossFn on fp32 logits (token-level, k3 KL penalty 0.01, ratio clip 0.2)."""
+    # temperature 1.0: apply_temperature_scaling leaves the logits alone
+    curr = _train_logprobs(logits, batch["input_ids"], torch)
     prev, ref, adv, mask = batch["prev_logprobs"], batch["ref_logprobs"], batch["advantages"], batch["mask"]
     kl = torch.exp((ref - curr).clamp(-20, 20)) - (ref - curr) - 1
     ratio = torch.exp(curr - prev)
@@ -307,8 +420,7 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
                 ph = meter.phase if measure else (lambda _n: contextlib.nullcontext())
                 with ph("forward"):
                     with autocast():
-                        out = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"],
-                                    position_ids=data["position_ids"], use_cache=False)
+                        out = model(**_fwd_kwargs(cfg, data, torch))
                     logits = out.logits
                     del out
                     if measure and mb == 1 and cuda:
@@ -341,15 +453,11 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
         with meter.phase("logprob"), torch.no_grad():
             data = batch(case.get("logprob_batch") or B)
             with autocast():
-                out = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"],
-                            position_ids=data["position_ids"], use_cache=False)
+                out = model(**_fwd_kwargs(cfg, data, torch))
             logits = out.logits
             del out
-            logits.div_(1.0)
-            lp = torch.nn.functional.log_softmax(logits.to(torch.float32)[:, :-1], dim=-1)
+            _local_logprobs(logits, data["input_ids"], case.get("logprob_chunk"), torch)
             del logits
-            lp.gather(dim=-1, index=data["input_ids"][:, 1:].unsqueeze(-1))
-            del lp
         res["status"] = "ok"
     except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
         res["status"] = "oom"
@@ -359,6 +467,7 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
             res["oom_allocated_bytes"] = torch.cuda.memory_allocated()
             res["oom_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
         res["error"] = str(e).splitlines()[0][:300]
+        res["oom_message"] = str(e)[:2000]
     except Exception as e:  # noqa: BLE001 - recorded, the driver goes on with the next case
         res["error"] = f"{type(e).__name__}: {e}"[:500]
         res["traceback"] = traceback.format_exc()[-3000:]
@@ -415,6 +524,8 @@ def run_forked(case: dict, nproc: int, configs: Path, device_kind: str, timeout:
     while len(out) < nproc and time.time() < deadline:
         try:
             out.append(q.get(timeout=1.0))
+            if out[-1].get("status") != "ok":  # a failed rank leaves its peers in a collective: a short grace only
+                deadline = min(deadline, time.time() + 15)
         except Exception:  # noqa: BLE001 - queue.Empty: keep waiting until the deadline
             if all(not p.is_alive() for p in procs) and q.empty():
                 break
@@ -422,10 +533,10 @@ def run_forked(case: dict, nproc: int, configs: Path, device_kind: str, timeout:
         p.join(timeout=5)
         if p.is_alive():
             p.kill()
-    got = {r["rank"] for r in out}
-    out += [{"case": case, "rank": r, "status": "timeout" if time.time() >= deadline else "died"}
-            for r in range(nproc) if r not in got]
-    return sorted(out, key=lambda r: r["rank"])
+    hung = "timeout" if not any(r.get("status") not in ("ok", None) for r in out) else "peer-failed"
+    return sorted(out, key=lambda r: r["rank"]) if len(out) == nproc else sorted(
+        out + [{"case": case, "rank": r, "status": hung} for r in range(nproc) if r not in {o["rank"] for o in out}],
+        key=lambda r: r["rank"])
 
 
 def summarize(case: dict, ranks: list[dict]) -> dict:
@@ -448,6 +559,10 @@ def summarize(case: dict, ranks: list[dict]) -> dict:
         "saved_activation_gib": round(g("saved_activation_bytes"), 4) or None,
         "phase_peaks_gib": {k: round(v["peak"] / GIB, 3) for k, v in (r0.get("phases") or {}).items()},
         "rank_peaks_gib": [round((r.get("peak_train_bytes") or 0) / GIB, 3) for r in ranks],
+        "rank_logprob_peaks_gib": [round((r.get("peak_logprob_bytes") or 0) / GIB, 3) for r in ranks],
+        "logprob_chunk": case.get("logprob_chunk"), "oom_message": r0.get("oom_message") or next(
+            (r.get("oom_message") for r in ranks if r.get("oom_message")), None),
+        "oom_ranks": [r["rank"] for r in ranks if r.get("status") == "oom"],
         "oom_stage": r0.get("oom_stage"), "oom_tried_gib": r0.get("oom_tried_gib"),
         "oom_allocated_gib": round((r0.get("oom_allocated_bytes") or 0) / GIB, 3) or None,
         "params": r0.get("params"), "seconds": r0.get("seconds"), "error": r0.get("error"),
@@ -466,13 +581,17 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_BOUNDARY]
     if spec == "h100":
         return [_case_dict(t) for t in CASES_H100]
+    if spec == "2gpu":
+        return [_case_dict(t) for t in CASES_2GPU]
+    if spec == "2gpu-boundary":
+        return [_case_dict(t) for t in CASES_2GPU_B]
     return json.loads(Path(spec).read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
-    ap.add_argument("--cases", default="default", help="default | boundary | h100 | smoke | a JSON file of cases")
+    ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | smoke | a JSON file of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -481,7 +600,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="JSON results (a .csv with the same stem is written beside it)")
     ap.add_argument("--worker", action="store_true", help="run one --case in this process (torchrun sets the ranks)")
     ap.add_argument("--case", help="the case as JSON (with --worker)")
+    ap.add_argument("--nemo-rl", type=Path, help="a directory holding NeMo-RL's nemo_rl package (model_utils.py and its "
+                    "import): the training loss then calls NeMo-RL's own get_next_token_logprobs_from_logits")
     a = ap.parse_args(argv)
+    global _NEXT_TOKEN_LOGPROBS
+    if a.nemo_rl:
+        sys.path.insert(0, str(a.nemo_rl))
+    _NEXT_TOKEN_LOGPROBS = _nemo_rl_next_token_logprobs()
+    if a.nemo_rl and _NEXT_TOKEN_LOGPROBS is None:
+        print(f"warning: nemo_rl did not import from {a.nemo_rl}; using the reproduction", flush=True)
 
     if a.worker:  # torchrun-style: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_PORT from the environment
         env = os.environ
@@ -503,7 +630,10 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if any(s in c["model"] for s in a.only)]
     meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0], "nproc": a.nproc,
-            "device": a.device, "script": "benchmarks/fit_calibrate.py"}
+            "device": a.device, "script": "benchmarks/fit_calibrate.py",
+            "train_logprobs": ("nemo_rl v0.7.0 get_next_token_logprobs_from_logits" if _NEXT_TOKEN_LOGPROBS
+                               else "reproduction of nemo_rl v0.7.0 get_next_token_logprobs_from_logits"),
+            "logprob_pass": "reproduction of nemo_rl v0.7.0 LogprobsPostProcessor._compute_local_logprobs"}
     rows: list[dict] = []
     start, method = time.time(), "fork"
     for i, case in enumerate(cases):
@@ -543,7 +673,7 @@ def _write(out: Path, meta: dict, rows: list[dict]) -> None:
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(out)
     cols = ["model", "micro_batch", "seq_len", "activation_checkpointing", "gpus", "optimizer_foreach", "logprob_batch",
-            "alloc_conf", "status",
+            "alloc_conf", "logprob_chunk", "status",
             "peak_gib", "peak_train_gib", "peak_logprob_gib", "static_gib", "after_forward_gib", "max_reserved_gib",
             "oom_stage", "oom_tried_gib", "oom_allocated_gib", "seconds"]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
