@@ -38,10 +38,16 @@ def _rows():
 
 
 def _inputs(meta: dict, row: dict) -> fit.FitInputs:
+    chunk = row.get("logprob_chunk")
+    if "logprob_pass" not in meta and (row.get("logprob_batch") or row["micro_batch"]) > 1:
+        # Tables written before the script followed NeMo-RL's log-prob pass: it log-softmaxed the non-contiguous
+        # logits[:, :-1], a third fp32 [B, L-1, V] copy - the same three blocks as the chunked path, so modelled so.
+        chunk = row["seq_len"]
     return fit.FitInputs(
         arch=fit.resolve_arch(row["model"].replace("--", "/", 1)), gpu=fit.gpu_spec(GPU_OF[meta["gpu"]]),
         micro_batch=row["micro_batch"], seq_len=row["seq_len"], gpus=row["gpus"],
-        logprob_batch=row.get("logprob_batch"), activation_checkpointing=row["activation_checkpointing"],
+        logprob_batch=row.get("logprob_batch"), logprob_chunk_size=chunk,
+        activation_checkpointing=row["activation_checkpointing"],
         optimizer_foreach=row["optimizer_foreach"], expandable_segments="expandable" in (row.get("alloc_conf") or ""),
         phase="training", colocated=False,
     )
