@@ -189,6 +189,16 @@ CASES_2GPU_B: list[tuple] = [
     (Q17, 4, 8192, True),
     (G1, 4, 4096, True, ES),
 ]
+# Sixth run, out of sample: verdicts predicted by nbtools.fit after the two runs above were fitted, committed first
+# (benchmarks/results/fit_predictions_h100x2.json) - fits, tight and does-not-fit, same machine kind.
+CASES_2GPU_OOS: list[tuple] = [
+    (Q17, 8, 2048, True), (L32, 2, 8192, False), (G1, 2, 4096, True), (G1, 1, 12288, True), (L8, 1, 1024, False),
+    (G1, 2, 6144, True), (Q15, 2, 4096, False, {"logprob_batch": 8, "logprob_chunk": 2048}), (Q4, 2, 6144, True),
+    (L8, 1, 4096, True, {"foreach": False}), (Q15, 4, 6144, True),
+    (Q17, 2, 12288, True), (G1, 2, 7168, True), (L32, 2, 10240, False), (G1, 1, 10240, False),
+    (Q15, 2, 8192, False), (G1, 1, 20480, True), (Q17, 2, 14336, True), (L32, 4, 9216, True), (Q4, 2, 9216, True),
+    (L8, 1, 6144, True, {"foreach": False}), (Q4, 1, 6144, False),
+]
 CASES_SMOKE: list[tuple] = [(L32, 1, 512, False, {"probe": True}), (G1, 1, 512, True)]
 
 
@@ -585,13 +595,15 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_2GPU]
     if spec == "2gpu-boundary":
         return [_case_dict(t) for t in CASES_2GPU_B]
+    if spec == "2gpu-oos":
+        return [_case_dict(t) for t in CASES_2GPU_OOS]
     return json.loads(Path(spec).read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
-    ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | smoke | a JSON file of cases")
+    ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | 2gpu-oos | smoke | a JSON file of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
