@@ -479,6 +479,10 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
         res["error"] = str(e).splitlines()[0][:300]
         res["oom_message"] = str(e)[:2000]
     except Exception as e:  # noqa: BLE001 - recorded, the driver goes on with the next case
+        if "CUBLAS_STATUS_ALLOC_FAILED" in str(e):  # cuBLAS could not allocate (a handle for the backward thread)
+            res["status"], res["oom_kind"] = "oom", "cublas"
+            res["oom_stage"] = f"{stage}/{meter.current}" if stage in ("step1", "step2") else stage
+            res["oom_message"] = str(e)[:2000]
         res["error"] = f"{type(e).__name__}: {e}"[:500]
         res["traceback"] = traceback.format_exc()[-3000:]
     finally:
@@ -573,6 +577,7 @@ def summarize(case: dict, ranks: list[dict]) -> dict:
         "logprob_chunk": case.get("logprob_chunk"), "oom_message": r0.get("oom_message") or next(
             (r.get("oom_message") for r in ranks if r.get("oom_message")), None),
         "oom_ranks": [r["rank"] for r in ranks if r.get("status") == "oom"],
+        "oom_kind": next((r["oom_kind"] for r in ranks if r.get("oom_kind")), "torch" if status == "oom" else None),
         "oom_stage": r0.get("oom_stage"), "oom_tried_gib": r0.get("oom_tried_gib"),
         "oom_allocated_gib": round((r0.get("oom_allocated_bytes") or 0) / GIB, 3) or None,
         "params": r0.get("params"), "seconds": r0.get("seconds"), "error": r0.get("error"),

@@ -294,7 +294,7 @@ def _key(i: FitInputs, name: str, value: Any) -> str:
         return f"set {key}={max(1, value // per)} ({value} training GPUs)"
     if key.startswith("--"):
         return f"use {key}" if value is True else f"use {key} {value}"
-    v = str(value).lower() if isinstance(value, bool) else value
+    v = "null" if value is None else (str(value).lower() if isinstance(value, bool) else value)
     if key.startswith(("policy.", "actor_rollout_ref.", "data.")):  # trainer keys travel as overrides
         return f"set {key}={v} (in trainer.overrides)"
     return f"set {key}={v}"
@@ -312,6 +312,8 @@ def _suggestions(i: FitInputs, rep: FitReport, limit: int = 3) -> list[str]:
         if not i.expandable_segments:
             cands.append((_key(i, "expandable_segments", True), i.with_(expandable_segments=True)))
         lp = i.logprob_batch or i.micro_batch
+        if rep.training.peak_phase == "logprob" and i.logprob_chunk_size:  # the chunked local path costs a block more
+            cands.append((_key(i, "logprob_chunk_size", None), i.with_(logprob_chunk_size=None)))
         if rep.training.peak_phase == "logprob" and lp > 1:
             cands += [(_key(i, "logprob_batch", n), i.with_(logprob_batch=n)) for n in _halvings(lp)]
         cands += [(_key(i, "micro_batch", n), i.with_(micro_batch=n, logprob_batch=min(lp, n) if i.logprob_batch else None))
@@ -396,6 +398,7 @@ def estimate(
         raise ConfigError(f"unknown option(s) {unknown}; fix: use FitInputs fields: {', '.join(sorted(known))}")
     keys = {"activation_checkpointing": "--activation-checkpointing", "micro_batch": "--micro-batch",
             "seq_len": "--seq-len", "gpus": "--gpus", "logprob_batch": "logprob_batch",
+            "logprob_chunk_size": "logprob_chunk_size",
             "gpu_memory_utilization": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
             "vllm_tensor_parallel": "--vllm-tensor-parallel"}
     inp = FitInputs(arch=resolve_arch(model), gpu=gpu_spec(gpu), micro_batch=micro_batch, seq_len=seq_len, gpus=gpus,
