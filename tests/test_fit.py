@@ -324,3 +324,35 @@ def test_submit_refuses_a_certain_oom_unless_told_to_go_ahead(monkeypatch):
     assert "gpu-memory-fit" not in str(err.value) or "ignore_fit=True" in str(err.value)
     assert sent == []
     assert launch.submit(cfg, ignore_fit=True) == "submitted" and sent == [cfg.submission_id]
+
+
+def test_non_colocated_gpu_suggestion_counts_the_vllm_nodes_and_never_repeats_a_set_value():
+    """Issue #27: tutorial 001's Gemma-3-27B run (2 nodes, one of them vLLM's) was told to set worker_replicas=2."""
+    from nbtools.launch import recipes
+
+    cfg = recipes.get("tutorial-001-gemma3-27b-it")
+    assert cfg.cluster.worker_replicas == 2
+    r = fit.check(cfg)
+    assert r.inputs.gpus == 8 and not r.inputs.colocated and r.inputs.generation_nodes == 1
+    gpu_fixes = [s for s in r.suggestions if s.startswith("set cluster.worker_replicas=")]
+    assert gpu_fixes and gpu_fixes[0].startswith("set cluster.worker_replicas=3 (16 training GPUs + 1 for vLLM)")
+    for s in r.suggestions:
+        assert not s.startswith(f"set cluster.worker_replicas={cfg.cluster.worker_replicas} "), s
+    # the suggested size really trains on 16 GPUs when the experiment says so
+    more = recipes.get("tutorial-001-gemma3-27b-it", cluster={**dataclasses.asdict(cfg.cluster), "worker_replicas": 3})
+    assert fit.check(more).inputs.gpus == 16
+
+
+def test_multi_node_training_shards_over_every_training_gpu():
+    """Tutorial 004's Llama-3.1-8B: four 8-GPU nodes train on 32 GPUs when colocated, fewer when vLLM has its own."""
+    from nbtools.launch import recipes
+
+    names = [n for n in recipes.names() if "004" in n and "8b" in n.lower()]
+    assert names, recipes.names()
+    cfg = recipes.get(names[0])
+    r = fit.check(cfg)
+    assert r.inputs.gpus == cfg.cluster.worker_replicas * cfg.cluster.gpus_per_node == 32
+    solo = fit.evaluate(r.inputs.with_(gpus=8), suggest=False)
+    assert r.training.terms["adamw_states_fp32"] == pytest.approx(solo.training.terms["adamw_states_fp32"] / 4, rel=0.01)
+    apart = fit.evaluate(r.inputs.with_(colocated=False, generation_nodes=1, gpus=24), suggest=False)
+    assert apart.usable_gib > r.usable_gib  # no sleeping vLLM beside the trainer

@@ -93,6 +93,7 @@ class FitInputs:
     reference_on_gpu: bool | None = None
     phase: str = "both"  # training | generation | both
     colocated: bool = True
+    generation_nodes: int = 0  # nodes vLLM holds when not colocated (cluster.worker_replicas counts them too)
     gpu_memory_utilization: float = 0.6
     max_model_len: int | None = None
     vllm_tensor_parallel: int = 1
@@ -263,7 +264,7 @@ def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
         certain = i.framework != "verl" and t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
         notes += t.notes
         allowance = _allowance(i, t)
-        notes.append(f"margin {margin:.1f} GiB = estimate error {ERROR_MARGIN:.0%} of the peak (largest measured "
+        notes.append(f"margin {margin:.1f} GiB = estimate error {ERROR_MARGIN:.2%} of the peak (largest measured "
                      f"excess over the calibration) + {allowance:.1f} GiB "
                      + ("page rounding (expandable segments)" if i.expandable_segments else
                         "for blocks PyTorch's default allocator strands (PYTORCH_CUDA_ALLOC_CONF="
@@ -290,8 +291,9 @@ def _key(i: FitInputs, name: str, value: Any) -> str:
         return "set " + i.keys.get(name, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the training processes")
     key = i.keys.get(name, name)
     if name == "gpus" and i.keys.get("gpus_per_node"):
-        per = int(i.keys["gpus_per_node"])
-        return f"set {key}={max(1, value // per)} ({value} training GPUs)"
+        nodes = _nodes_for(i, value)
+        extra = f" + {i.generation_nodes} for vLLM" if i.generation_nodes else ""
+        return f"set {key}={nodes} ({value} training GPUs{extra})"
     if key.startswith("--"):
         return f"use {key}" if value is True else f"use {key} {value}"
     v = "null" if value is None else (str(value).lower() if isinstance(value, bool) else value)
@@ -300,36 +302,56 @@ def _key(i: FitInputs, name: str, value: Any) -> str:
     return f"set {key}={v}"
 
 
+def _nodes_for(i: FitInputs, training_gpus: int) -> int:
+    """``cluster.worker_replicas`` that gives ``training_gpus`` (vLLM's own nodes added when not colocated)."""
+    per = max(1, int(i.keys.get("gpus_per_node") or 1))
+    return max(1, -(-training_gpus // per)) + (i.generation_nodes if not i.colocated else 0)
+
+
+def training_candidates(i: FitInputs, peak_phase: str) -> list[tuple[str, Any, FitInputs]]:
+    """Single changes of the training side, smallest first: ``(field, new value, inputs)``; none repeats a value set."""
+    cands: list[tuple[str, Any, FitInputs]] = []
+    if not i.activation_checkpointing:
+        cands.append(("activation_checkpointing", True, i.with_(activation_checkpointing=True)))
+    if not i.expandable_segments:
+        cands.append(("expandable_segments", True, i.with_(expandable_segments=True)))
+    lp = i.logprob_batch or i.micro_batch
+    if peak_phase == "logprob" and i.logprob_chunk_size:  # the chunked local path costs a block more
+        cands.append(("logprob_chunk_size", None, i.with_(logprob_chunk_size=None)))
+    if peak_phase == "logprob" and lp > 1:
+        cands += [("logprob_batch", n, i.with_(logprob_batch=n)) for n in _halvings(lp)]
+    cands += [("micro_batch", n, i.with_(micro_batch=n, logprob_batch=min(lp, n) if i.logprob_batch else None))
+              for n in _halvings(i.micro_batch)]
+    per = max(1, int(i.keys.get("gpus_per_node") or 1))
+    more = sorted({g for g in (i.gpus * 2, i.gpus * 4, -(-(i.gpus + 1) // per) * per) if g > i.gpus})
+    cands += [("gpus", g, i.with_(gpus=g)) for g in more if _nodes_for(i, g) != _nodes_for(i, i.gpus)]
+    cands += [("seq_len", n, i.with_(seq_len=n, max_model_len=n)) for n in _halvings(i.seq_len, 256)]
+    return cands
+
+
+def generation_candidates(i: FitInputs) -> list[tuple[str, Any, FitInputs]]:
+    """Single changes of the generation side, smallest first."""
+    top = round(max(0.3, 1 - (RUNTIME_GIB + 1) / i.gpu.gib), 2)
+    cands: list[tuple[str, Any, FitInputs]] = [
+        ("gpu_memory_utilization", u, i.with_(gpu_memory_utilization=u)) for u in (0.7, 0.8, 0.9, top)
+        if i.gpu_memory_utilization < u <= top]
+    cands += [("vllm_tensor_parallel", i.vllm_tensor_parallel * k, i.with_(vllm_tensor_parallel=i.vllm_tensor_parallel * k))
+              for k in (2, 4, 8)]
+    mml = i.max_model_len or i.seq_len
+    cands += [("max_model_len", n, i.with_(max_model_len=n)) for n in _halvings(mml, 256)]
+    return cands
+
+
 def _suggestions(i: FitInputs, rep: FitReport, limit: int = 3) -> list[str]:
     """Single changes, smallest first, that turn the failing side into ``fits`` (else ``tight``)."""
     out: list[str] = []
     if rep.training is not None and rep.training_need_gib is not None and rep.verdict != "fits" and \
             _train_verdict(rep.training_need_gib, rep.usable_gib,
                            rep.training_need_gib - rep.training.peak_gib) != "fits":
-        cands: list[tuple[str, FitInputs]] = []
-        if not i.activation_checkpointing:
-            cands.append((_key(i, "activation_checkpointing", True), i.with_(activation_checkpointing=True)))
-        if not i.expandable_segments:
-            cands.append((_key(i, "expandable_segments", True), i.with_(expandable_segments=True)))
-        lp = i.logprob_batch or i.micro_batch
-        if rep.training.peak_phase == "logprob" and i.logprob_chunk_size:  # the chunked local path costs a block more
-            cands.append((_key(i, "logprob_chunk_size", None), i.with_(logprob_chunk_size=None)))
-        if rep.training.peak_phase == "logprob" and lp > 1:
-            cands += [(_key(i, "logprob_batch", n), i.with_(logprob_batch=n)) for n in _halvings(lp)]
-        cands += [(_key(i, "micro_batch", n), i.with_(micro_batch=n, logprob_batch=min(lp, n) if i.logprob_batch else None))
-                  for n in _halvings(i.micro_batch)]
-        cands += [(_key(i, "gpus", i.gpus * k), i.with_(gpus=i.gpus * k)) for k in (2, 4)]
-        cands += [(_key(i, "seq_len", n), i.with_(seq_len=n, max_model_len=n)) for n in _halvings(i.seq_len, 256)]
+        cands = [(_key(i, name, v), inp) for name, v, inp in training_candidates(i, rep.training.peak_phase)]
         out += _first_fitting(cands, "training", limit)
     if rep.generation is not None and rep.generation.verdict != "fits":
-        cands = []
-        top = round(max(0.3, 1 - (RUNTIME_GIB + 1) / i.gpu.gib), 2)
-        cands += [(_key(i, "gpu_memory_utilization", u), i.with_(gpu_memory_utilization=u))
-                  for u in (0.7, 0.8, 0.9, top) if i.gpu_memory_utilization < u <= top]
-        cands += [(_key(i, "vllm_tensor_parallel", i.vllm_tensor_parallel * k), i.with_(vllm_tensor_parallel=i.vllm_tensor_parallel * k))
-                  for k in (2, 4, 8)]
-        mml = i.max_model_len or i.seq_len
-        cands += [(_key(i, "max_model_len", n), i.with_(max_model_len=n)) for n in _halvings(mml, 256)]
+        cands = [(_key(i, name, v), inp) for name, v, inp in generation_candidates(i)]
         out += _first_fitting(cands, "generation", limit)
     return out
 

@@ -110,6 +110,7 @@ def _nemo_rl(cfg: Experiment, gpu: GpuSpec) -> tuple[dict[str, Any], list[str]]:
         "optimizer_foreach": None if foreach is None else _bool(foreach),
         "expandable_segments": _expandable(cfg.trainer.env_vars, r("policy.dtensor_cfg.env_vars") or {}),
         "colocated": colocated,
+        "generation_nodes": 0 if colocated else _int(r("policy.generation.colocated.resources.num_nodes"), 0),
         "gpus": _training_gpus(cfg, colocated, r("policy.generation.colocated.resources.num_nodes"),
                                r("policy.generation.colocated.resources.gpus_per_node")),
         "gpu_memory_utilization": _float(r("policy.generation.vllm_cfg.gpu_memory_utilization"), 0.6),

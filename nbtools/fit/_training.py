@@ -96,6 +96,7 @@ class TrainingEstimate:
     phases: dict[str, float]
     tokens_per_gpu: int
     notes: list[str] = field(default_factory=list)
+    phase_terms: dict[str, dict[str, float]] = field(default_factory=dict)  # every phase's terms (GiB)
 
 
 def training_estimate(
@@ -212,5 +213,6 @@ def training_estimate(
     elif w > 2:
         notes.append(f"FSDP2 over {w} GPUs: the sharded terms were measured on 1 and 2 GPUs; more GPUs extrapolate "
                      "the same even split")
+    every = {ph: {k: round(x / GIB, 3) for k, x in d.items() if x} for ph, d in phases_terms.items()}
     return TrainingEstimate(round(phases[peak_phase], 3), peak_phase, terms,
-                            {k: round(x, 3) for k, x in phases.items()}, int(t), notes)
+                            {k: round(x, 3) for k, x in phases.items()}, int(t), notes, every)
