@@ -54,24 +54,41 @@ def cmd_diagnose(a) -> Out:
     from nbtools import launch
     from nbtools.errors import ConfigError, NotFoundError
 
+    if a.log and a.submission_id and "=" in a.submission_id:  # --log FILE KEY=VALUE: an override, not an id
+        a.overrides, a.submission_id = [a.submission_id, *a.overrides], None
     if a.log and a.submission_id:
         raise ConfigError("pass either SUBMISSION_ID or --log FILE, not both; fix: drop one of them")
+    cfg = text = None
     if a.log:
         p = Path(a.log)
         if not p.is_file():
             raise NotFoundError(f"expected a job log at {p}, found {'a directory' if p.exists() else 'nothing'}",
                                 fix="save it first: `nbtools jobs logs EXPERIMENT.yaml --id ID > job.log`")
-        d = launch.diagnose_log(p.read_text(errors="replace"), status=a.status)
+        text = p.read_text(errors="replace")
+        d = launch.diagnose_log(text, status=a.status)
+        if a.experiment:
+            from nbtools.cli._commands import _load_cfg
+
+            cfg = _load_cfg(a)
     elif a.submission_id:
         from nbtools.cli._commands import _load_cfg
 
         a.experiment = a.experiment or _default_experiment()
-        d = launch.diagnose(_load_cfg(a), a.submission_id)
+        cfg = _load_cfg(a)
+        d = launch.diagnose(cfg, a.submission_id)
+        text = d.evidence
     else:
         raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")
     ok = d.retry or d.cause == "succeeded"
-    return Out(_jsonable(d.to_dict()), str(d), code=0 if ok else 1,
-               error=None if ok else f"{d.cause}: a retry does not fix it; fix: {d.fix}")
+    doc, shown, fix = _jsonable(d.to_dict()), str(d), d.fix
+    if d.cause == "oom":  # the fit estimate names the term that overflowed and the smallest change that fits
+        from nbtools.fit import postmortem
+
+        pm = postmortem(text or "", cfg)
+        if pm is not None:
+            doc["postmortem"], shown = _jsonable(pm.to_dict()), f"{shown}\n{pm.summary()}"
+            fix = f"{pm.fix.assignment} (CLI: {pm.fix.override})" if pm.fix else fix
+    return Out(doc, shown, code=0 if ok else 1, error=None if ok else f"{d.cause}: a retry does not fix it; fix: {fix}")
 
 
 def supervised_launch(a, cfg) -> Out | None:

@@ -17,6 +17,14 @@ from nbtools.fit._estimate import FitInputs, FitReport, estimate, evaluate
 from nbtools.fit._experiment import check, inputs_from_experiment
 from nbtools.fit._generation import GenerationEstimate, generation_estimate
 from nbtools.fit._gpus import GPUS, GpuSpec, gpu_spec
+from nbtools.fit._postmortem import (
+    OomFix,
+    OomMessage,
+    OomPostmortem,
+    parse_oom,
+    postmortem,
+    postmortem_inputs,
+)
 from nbtools.fit._training import TrainingEstimate, layer_activation_bytes, training_estimate
 
 __all__ = [
@@ -35,6 +43,12 @@ __all__ = [
     "TrainingEstimate",
     "training_estimate",
     "layer_activation_bytes",
+    "postmortem",
+    "postmortem_inputs",
+    "parse_oom",
+    "OomPostmortem",
+    "OomMessage",
+    "OomFix",
     "GenerationEstimate",
     "generation_estimate",
 ]

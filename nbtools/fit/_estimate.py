@@ -311,15 +311,15 @@ def _nodes_for(i: FitInputs, training_gpus: int) -> int:
 def training_candidates(i: FitInputs, peak_phase: str) -> list[tuple[str, Any, FitInputs]]:
     """Single changes of the training side, smallest first: ``(field, new value, inputs)``; none repeats a value set."""
     cands: list[tuple[str, Any, FitInputs]] = []
+    lp = i.logprob_batch or i.micro_batch
+    if peak_phase == "logprob":  # first what changes the log-prob pass alone
+        if i.logprob_chunk_size:  # the chunked local path costs a block more
+            cands.append(("logprob_chunk_size", None, i.with_(logprob_chunk_size=None)))
+        cands += [("logprob_batch", n, i.with_(logprob_batch=n)) for n in _halvings(lp)]
     if not i.activation_checkpointing:
         cands.append(("activation_checkpointing", True, i.with_(activation_checkpointing=True)))
     if not i.expandable_segments:
         cands.append(("expandable_segments", True, i.with_(expandable_segments=True)))
-    lp = i.logprob_batch or i.micro_batch
-    if peak_phase == "logprob" and i.logprob_chunk_size:  # the chunked local path costs a block more
-        cands.append(("logprob_chunk_size", None, i.with_(logprob_chunk_size=None)))
-    if peak_phase == "logprob" and lp > 1:
-        cands += [("logprob_batch", n, i.with_(logprob_batch=n)) for n in _halvings(lp)]
     cands += [("micro_batch", n, i.with_(micro_batch=n, logprob_batch=min(lp, n) if i.logprob_batch else None))
               for n in _halvings(i.micro_batch)]
     per = max(1, int(i.keys.get("gpus_per_node") or 1))
