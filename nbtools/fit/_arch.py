@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -101,14 +102,18 @@ class ModelArch:
         extra = 0
         if isinstance(config.get("text_config"), dict):
             vision = config.get("vision_config") or {}
-            if vision.get("hidden_size") and vision.get("num_hidden_layers"):
-                vh, vi = vision["hidden_size"], vision.get("intermediate_size", 4 * vision["hidden_size"])
-                extra = vision["num_hidden_layers"] * (4 * vh * vh + 2 * vh * vi)
+            if isinstance(vision, dict) and vision.get("hidden_size") and vision.get("num_hidden_layers"):
+                vh = _size(vision["hidden_size"], "vision_config.hidden_size", name)
+                vi = _size(vision.get("intermediate_size", 4 * vh), "vision_config.intermediate_size", name)
+                extra = _size(vision["num_hidden_layers"], "vision_config.num_hidden_layers", name) * (4 * vh * vh + 2 * vh * vi)
             text = {**config["text_config"]}
             text.setdefault("model_type", config.get("model_type", ""))
             if text.get("model_type") == "gemma3_text":
                 text.setdefault("vocab_size", 262208)  # Gemma3TextConfig's default; the 27B config leaves it out
             config = text
+        for k in _SIZE_KEYS:  # sizes: positive whole numbers of a sane magnitude, or absent where optional
+            if config.get(k) is not None:
+                config = {**config, k: _size(config[k], k, name)}
         missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                                "intermediate_size") if not config.get(k)]
         if missing:
@@ -147,6 +152,47 @@ class ModelArch:
         )
 
 
+_SIZE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "num_key_value_heads", "head_dim", "sliding_window", "sliding_window_pattern")
+_MAX_SIZE = 1 << 40  # no dimension of a real model comes near it
+
+
+def _size(value: Any, key: str, name: str) -> int:
+    """``value`` as a positive int, or a ConfigError naming the key and the fix (negative, fractional, NaN, huge)."""
+    where = f"config.json of {name or 'the model'}"
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value, ok = int(value), True
+    if not ok or not 0 < value <= _MAX_SIZE:
+        shown = (repr(value) if not isinstance(value, int) or abs(value) < 10**18
+                 else f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits")  # str() may refuse it
+        raise ConfigError(f"{where}: {key} must be a positive whole number (at most 2**40), got {shown}; fix: pass the "
+                          "model's own config.json (sizes are positive integers such as hidden_size: 2048)")
+    return value
+
+
+def _load_json(f: Path | Any, shown: str) -> dict[str, Any]:
+    """A config.json as a dict; NaN / Infinity, a huge integer or a non-object top level are ConfigErrors."""
+
+    def constant(c: str) -> float:
+        raise ConfigError(f"{shown}: {c} is not a valid JSON value in a model config; fix: pass the model's own "
+                          "config.json (sizes are positive integers)")
+
+    try:
+        data = json.loads(f.read_text(), parse_constant=constant)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{shown} is not valid JSON ({e}); fix: pass the model's config.json") from e
+    except ValueError as e:  # e.g. an integer longer than Python's int-string limit
+        raise ConfigError(f"{shown}: {str(e)[:160]}; fix: pass the model's own config.json (sizes are positive "
+                          "integers)") from e
+    except RecursionError as e:
+        raise ConfigError(f"{shown} nests too deeply to be a model config; fix: pass the model's config.json") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{shown} holds a JSON {type(data).__name__}, not an object; fix: pass the model's "
+                          "config.json (a JSON object of fields such as hidden_size)")
+    return data
+
+
 def _shipped_dir():
     return resources.files("nbtools") / "data" / "model_configs"
 
@@ -171,6 +217,9 @@ def resolve_arch(model: ModelArch | dict | str | Path) -> ModelArch:
         return model
     if isinstance(model, dict):
         return ModelArch.from_config(model, name=str(model.get("_name_or_path", "")))
+    if not isinstance(model, (str, Path)):
+        raise ConfigError(f"model must be a config.json path, a dict, a Hub id or a ModelArch, got "
+                          f"{type(model).__name__}; fix: pass e.g. 'Qwen/Qwen2.5-1.5B'")
     text = str(model)
     p = Path(text).expanduser()
     if p.is_dir() or p.suffix == ".json" or text.startswith((".", "/", "~")):
@@ -178,13 +227,10 @@ def resolve_arch(model: ModelArch | dict | str | Path) -> ModelArch:
         if not f.is_file():
             raise NotFoundError(f"expected a config.json at {f}, found none",
                                 fix="pass the model directory (with config.json), the file itself, or a Hub id")
-        try:
-            return ModelArch.from_config(json.loads(f.read_text()), name=text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{f} is not valid JSON ({e}); fix: pass the model's config.json") from e
+        return ModelArch.from_config(_load_json(f, str(f)), name=text)
     shipped = _shipped_dir() / (text.replace("/", "--", 1) + ".json")
     if shipped.is_file():
-        return ModelArch.from_config(json.loads(shipped.read_text()), name=text)
+        return ModelArch.from_config(_load_json(shipped, text), name=text)
     return _auto_config(text)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,8 +249,42 @@ def _train_verdict(need: float, usable: float, margin: float | None = None) -> s
     return "tight" if need + margin > usable else "fits"
 
 
+def _flag(i: FitInputs, name: str) -> str:
+    return i.keys.get(name, name)
+
+
+def _example(i: FitInputs, name: str, value: str) -> str:
+    flag = _flag(i, name)
+    return f"{flag} {value}" if flag.startswith("--") else f"{flag}={value}"
+
+
+def validate(i: FitInputs) -> None:
+    """Refuse inputs no GPU run can have (negative or fractional counts, NaN shares) with the key and the fix."""
+    def whole(name: str, value: Any, *, minimum: int = 1, optional: bool = False) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value > 1 << 40:
+            raise ConfigError(f"{_flag(i, name)} must be a whole number >= {minimum}, got {value!r}; fix: pass e.g. "
+                              f"{_example(i, name, str(max(minimum, 1)))}")
+
+    for name in ("micro_batch", "seq_len", "gpus", "tensor_parallel", "context_parallel", "vllm_tensor_parallel"):
+        whole(name, getattr(i, name))
+    for name in ("logprob_batch", "logprob_chunk_size", "max_model_len"):
+        whole(name, getattr(i, name), optional=True)
+    whole("generation_nodes", i.generation_nodes, minimum=0)
+    u = i.gpu_memory_utilization
+    if isinstance(u, bool) or not isinstance(u, (int, float)) or not math.isfinite(u) or not 0 < u <= 1:
+        raise ConfigError(f"{_flag(i, 'gpu_memory_utilization')} must be a fraction of the GPU in (0, 1], got {u!r}; "
+                          f"fix: pass e.g. {_example(i, 'gpu_memory_utilization', '0.6')}")
+
+
 def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
-    """The report for fully specified inputs (``estimate`` and ``check`` build them)."""
+    """The report for fully specified inputs (``estimate`` and ``check`` build them).
+
+    Raises:
+        ConfigError: an input no run can have (``validate``), naming the key or flag and the fix.
+    """
+    validate(i)
     usable = _usable(i)
     t = need = g = None
     verdicts, notes = [], []
@@ -412,7 +447,7 @@ def estimate(
     if phase not in ("training", "generation", "both"):
         raise ConfigError(f"phase {phase!r} is not one of training, generation, both; fix: pass one of them")
     for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("gpus", gpus)):
-        if not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}; fix: pass e.g. {name}=1")
     known = {f.name for f in dataclasses.fields(FitInputs)}
     unknown = sorted(set(options) - known)
