@@ -30,7 +30,8 @@ def _cfg(**changes) -> dict:
 @pytest.mark.parametrize("key,value", [("hidden_size", -4096), ("hidden_size", 1536.5), ("num_hidden_layers", 0),
                                        ("vocab_size", float("nan")), ("intermediate_size", float("inf")),
                                        ("num_attention_heads", True), ("head_dim", "128"),
-                                       ("num_key_value_heads", 10**5000)])
+                                       ("num_key_value_heads", 10**5000)],
+                         ids=["negative", "fractional", "zero", "nan", "inf", "bool", "string", "5000-digits"])
 def test_impossible_sizes_in_a_config_dict_are_refused(key, value):
     with pytest.raises(ConfigError, match=rf"{key} must be a positive whole number .*fix: pass the model's own config"):
         fit.estimate(_cfg(**{key: value}), gpu="h100", phase="training")
