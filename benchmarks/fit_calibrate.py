@@ -9,21 +9,29 @@ way NeMo-RL's DTensor v2 policy worker does (read from NeMo-RL v0.7 / NeMo-Autom
   and ``post_attention_layernorm`` of every layer (Automodel's scheme), before sharding;
 * ``torch.optim.AdamW`` (lr 5e-6, weight decay 0.01; fp32 states), two micro-batches per step (gradient
   accumulation), ``clip_grad`` at 1.0, ``optimizer.step()``, ``zero_grad()``;
-* forward under ``torch.autocast(bf16)`` with an all-ones bool attention mask and explicit position ids; fp32 logits
-  (the root's ``output_dtype``), ``logits.div_(temperature)``, ``log_softmax`` of ``logits[:, :-1]``, gathered token
-  log-probs, and NeMo-RL's clipped policy-gradient loss with the k3 KL penalty against reference log-probs;
-* then the log-prob pass (``torch.no_grad()``, same micro-batch), as NeMo-RL's ``get_logprobs`` runs it.
+* forward under ``torch.autocast(bf16)`` with an all-ones bool attention mask and explicit position ids (and zero
+  ``token_type_ids`` for Gemma-3, as v0.7.0's ``model_forward`` passes them); fp32 logits (the root's
+  ``output_dtype``); the loss's token log-probs through NeMo-RL v0.7.0's own ``get_next_token_logprobs_from_logits``
+  (``nemo_rl/distributed/model_utils.py``, put on ``sys.path`` with ``--nemo-rl DIR`` on the GPU machine, never
+  committed here; a reproduction otherwise, the table's meta says which ran) - no chunk size reaches it on the DTensor
+  path - and NeMo-RL's clipped policy-gradient loss with the k3 KL penalty against reference log-probs;
+* then the log-prob pass (``torch.no_grad()``, ``logprob_batch`` rows) as v0.7.0's
+  ``LogprobsPostProcessor._compute_local_logprobs`` runs it: log-softmax of the whole logits, or with
+  ``logprob_chunk`` (``policy.logprob_chunk_size``) chunk by chunk, the chunks concatenated.
 
 Step 1 creates the optimizer states; step 2 is measured (``torch.cuda.max_memory_allocated`` per phase, reset in
 between), so the peak is the steady state in which parameters, gradients and AdamW states all live on the GPU. Every
 case runs in fresh processes (forked from a parent that imported torch but never touched CUDA), so fragmentation and
-cached blocks of one case never reach the next; an out-of-memory is caught and recorded with the allocation that failed.
+cached blocks of one case never reach the next; an out-of-memory is caught and recorded with the allocation that failed
+and PyTorch's whole message (a cuBLAS allocation failure counts as one); when a rank fails its peers get 15 s, then
+are killed, so a rank stuck in a collective never holds up the next case.
 
 Run (one GPU; writes a JSON document and a CSV table)::
 
     python fit_calibrate.py --configs ../nbtools/data/model_configs --out results/fit_calibration.json
     python fit_calibrate.py --cases smoke --out /tmp/smoke.json                 # 2 small cases
-    python fit_calibrate.py --nproc 2 --out results/fit_calibration_2gpu.json  # N processes per case, 1 GPU each
+    python fit_calibrate.py --nproc 2 --cases 2gpu --nemo-rl DIR --out results/fit_calibration_h100x2.json  # 2 GPUs
+    #   (DIR holds nemo_rl/distributed/model_utils.py and nemo_rl/algorithms/logits_sampling_utils.py of v0.7.0)
     torchrun --nproc-per-node 2 fit_calibrate.py --worker --case '{"model": ...}'  # one case under torchrun
 
 ``--device cpu`` runs the same code path on CPU ranks with gloo (no memory numbers): a check of the script itself.
