@@ -356,3 +356,26 @@ def test_multi_node_training_shards_over_every_training_gpu():
     assert r.training.terms["adamw_states_fp32"] == pytest.approx(solo.training.terms["adamw_states_fp32"] / 4, rel=0.01)
     apart = fit.evaluate(r.inputs.with_(colocated=False, generation_nodes=1, gpus=24), suggest=False)
     assert apart.usable_gib > r.usable_gib  # no sleeping vLLM beside the trainer
+
+
+def test_verl_fit_follows_its_tokens_and_its_own_logits_and_checkpointing():
+    """Issue #28 item 4: verl v0.7.0 removes padding, checkpoints whole layers and takes bf16 logits through
+    flash-attn's cross-entropy; with use_dynamic_bsz a micro-batch is ppo_max_token_len_per_gpu tokens."""
+    from nbtools import config
+
+    verl_exp = ROOT / "experiments" / "gke-b200-verl.yaml"
+    r = fit.check(config.load(verl_exp))
+    assert r.inputs.framework == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
+    assert r.verdict in ("fits", "tight"), r.summary()  # tutorial 002 ran these settings on 16 B200s
+    nemo = fit.evaluate(r.inputs.with_(framework="nemo-rl", reference_on_gpu=True), suggest=False)
+    assert nemo.training.phase_terms["loss_backward"]["logits_fp32"] == pytest.approx(
+        3 * r.training.phase_terms["loss_backward"]["logits_fp32"], rel=0.01)  # 3 x fp32 vs 2 x bf16
+    assert r.training.phase_terms["loss_backward"]["activations"] < nemo.training.phase_terms["loss_backward"]["activations"] / 3
+    cfg = config.load(verl_exp)
+    dyn = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"]
+    d = fit.check(config.load(verl_exp, overrides={"trainer.overrides": [*cfg.trainer.overrides, *dyn]}))
+    assert (d.inputs.micro_batch, d.inputs.seq_len, d.training.tokens_per_gpu) == (1, 8192, 8192)
+    assert any("use_dynamic_bsz" in n for n in d.notes)
+    big = fit.evaluate(d.inputs.with_(seq_len=1 << 19))
+    assert big.verdict == "does-not-fit"
+    assert any(s.startswith("set actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for s in big.suggestions), big.suggestions

@@ -137,11 +137,24 @@ def _verl(cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
         notes.append(f"{micro_key} is not set; the estimate assumes 1")
     micro = _int(o.get(micro_key), 1)
     seq = _int(o.get("data.max_prompt_length"), 512) + _int(o.get("data.max_response_length"), 512)
+    lp_batch = _int(o.get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"), micro)
+    keys = dict(_VERL_KEYS)
+    # verl v0.7.0 defaults (verl/trainer/config/model/hf_model.yaml, actor/actor.yaml): use_remove_padding true,
+    # use_dynamic_bsz false, ppo_max_token_len_per_gpu 16384 (log_prob_max_token_len_per_gpu follows it)
+    rmpad = _bool(o.get("actor_rollout_ref.model.use_remove_padding", True))
+    if _bool(o.get("actor_rollout_ref.actor.use_dynamic_bsz", False)):
+        tokens = _int(o.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), 16384)
+        lp_tokens = _int(o.get("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"), tokens)
+        notes.append(f"use_dynamic_bsz: micro-batches of up to {tokens} tokens (ppo_max_token_len_per_gpu), not "
+                     f"{micro} padded sequences")
+        micro, seq, lp_batch = 1, tokens, max(1, round(lp_tokens / tokens))
+        keys["seq_len"] = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
     d = {
         "framework": "verl",
         "micro_batch": micro,
         "seq_len": seq,
-        "logprob_batch": _int(o.get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"), micro),
+        "sequence_packing": rmpad,
+        "logprob_batch": lp_batch,
         "activation_checkpointing": _bool(o.get("actor_rollout_ref.model.enable_gradient_checkpointing", True)),
         "cpu_offload": _bool(o.get("actor_rollout_ref.actor.fsdp_config.param_offload", False)),
         "reference_on_gpu": not _bool(o.get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
@@ -152,7 +165,7 @@ def _verl(cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
         "max_model_len": seq,
         "vllm_tensor_parallel": _int(o.get("actor_rollout_ref.rollout.tensor_model_parallel_size"),
                                      cfg.model.tensor_parallel_size),
-        "keys": dict(_VERL_KEYS, gpus_per_node=str(cfg.cluster.gpus_per_node)),
+        "keys": dict(keys, gpus_per_node=str(cfg.cluster.gpus_per_node)),
     }
     return d, notes
 

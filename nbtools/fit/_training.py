@@ -31,6 +31,11 @@ Terms (each a row of the fit table):
   (``T (6 I + 8 H)``) and, with activation checkpointing, the recomputed module (``8 I T``);
 * ``optimizer_step_temp`` - ``torch.optim.AdamW``'s foreach path materialises ``sqrt(exp_avg_sq)`` (``4 P_loc``); the
   per-parameter path (NeMo-RL v0.5's ``foreach: false``) two temporaries of the largest parameter;
+* verl (v0.7.0 ``verl/workers/actor/dp_actor.py``, ``verl/utils/torch_functional.py``): HF gradient checkpointing
+  keeps each layer's bf16 input (``2 H`` per token) and recomputes one whole layer in backward; the loss takes bf16
+  logits through flash-attn's cross-entropy (``2 x 2 B L V``: the logits and their gradient), the log-prob pass
+  adds the entropy's softmax and product (``3 x 2 B L V``); with ``use_remove_padding`` (v0.7.0's default) the
+  micro-batch is one packed row, and with ``use_dynamic_bsz`` it holds ``ppo_max_token_len_per_gpu`` tokens;
 * ``reference_model`` - verl keeps the reference policy on the GPU in bf16 (``2 P_loc``) unless it offloads it;
   NeMo-RL's DTensor policy keeps the reference weights in pinned CPU memory (0 here).
 
@@ -153,11 +158,17 @@ def training_estimate(
     window = arch.sliding_window
     mask_on = bool(window and arch.num_sliding_layers and L > window and not sequence_packing)
     n_slide = arch.num_sliding_layers if mask_on else 0
+    verl = framework == "verl"
     acts = 0.0
+    layer_full = 0.0  # one layer's un-checkpointed activations (what verl's whole-layer checkpointing recomputes)
     for sliding in (True, False):
         n = n_slide if sliding else arch.num_layers - n_slide
         hid, inner = layer_activation_bytes(arch, checkpointing=activation_checkpointing, sliding=sliding,
                                             materialized_mask=mask_on)
+        if verl and activation_checkpointing:  # HF gradient checkpointing: each decoder layer keeps its bf16 input
+            full_h, full_i = layer_activation_bytes(arch, checkpointing=False, sliding=sliding, materialized_mask=mask_on)
+            layer_full = max(layer_full, t * (full_h / sp_div + full_i / tp)) if n else layer_full
+            hid, inner = 2 * h, 0
         acts += n * t * (hid / sp_div + inner / tp)
     norm = 8 * h if arch.gemma_norms else 6 * h
     acts += t * (norm + 2 * h) / sp_div  # final norm + the LM head's input
@@ -170,6 +181,10 @@ def training_estimate(
 
     logit_elems = b * L * v / (tp * cp)
     logits_bwd = 3 * 4 * logit_elems
+    lp_k = (3 if logprob_chunk_size else 2) * 4
+    if verl:  # bf16 logits, flash-attn's cross-entropy (fp32 per row only; gradient written in place); the
+        # log-prob pass also computes the entropy (softmax and its product with the logits, bf16 [T, V] each)
+        logits_bwd, lp_k = 2 * 2 * logit_elems, 3 * 2
     ref = 0.0
     if reference_on_gpu if reference_on_gpu is not None else framework == "verl":
         ref = 2 * p_loc
@@ -178,6 +193,8 @@ def training_estimate(
     layer_grads = 6 * arch.params_layer / tp
     act_grads = t * (6 * arch.intermediate_size / tp + 8 * h / sp_div)
     recompute = t * 8 * arch.intermediate_size / tp if activation_checkpointing else 0.0
+    if verl and activation_checkpointing:
+        recompute = layer_full
     bwd_buffers = root_grad + layer_grads + act_grads + recompute
 
     if optimizer_foreach is False:
@@ -197,16 +214,18 @@ def training_estimate(
         "optimizer": {**base, "optimizer_step_temp": opt_temp, "reference_model": ref},
         "logprob": {"master_weights_fp32": static, "adamw_states_fp32": adam, "gathered_bf16_params": gathered,
                     "activations": b_lp * L // cp * 4 * h / sp_div,
-                    "logits_fp32": (3 if logprob_chunk_size else 2) * 4 * b_lp * L * v / (tp * cp),
+                    "logits_fp32": lp_k * b_lp * L * v / (tp * cp),
                     "reference_model": ref},
     }
     phases = {k: sum(d.values()) / GIB for k, d in phases_terms.items()}
     peak_phase = max(phases, key=phases.get)
     terms = {k: round(x / GIB, 3) for k, x in phases_terms[peak_phase].items() if x}
     notes = []
-    if framework == "verl":
-        notes.append("verl removes padding: the estimate assumes every sequence of the micro-batch reaches the "
-                     "maximum length (the worst case); verl's actor was not calibrated")
+    if verl:
+        notes.append("verl (v0.7.0's dp_actor): bf16 logits through flash-attn's cross-entropy, whole-layer gradient "
+                     "checkpointing; tokens per micro-batch as configured (ppo_max_token_len_per_gpu with "
+                     "use_dynamic_bsz, else every sequence at its maximum length - with use_remove_padding real "
+                     "sequences are shorter); verl's actor was not calibrated on a GPU")
     if tp > 1 or cp > 1:
         notes.append("tensor / context parallel: the TP and CP splits follow the code, not a measurement (calibrated "
                      "on 1 and 2 GPUs of FSDP2 only)")
