@@ -167,7 +167,10 @@ def test_error_margin_is_the_largest_measured_excess_over_the_estimate():
     assert max(excess) <= ERROR_MARGIN <= max(excess) + 0.001, (max(excess), ERROR_MARGIN)
     r = fit.estimate("Qwen/Qwen3-4B", gpu="h100", gpus=2, micro_batch=2, seq_len=8192, phase="training",
                      activation_checkpointing=True)
-    assert any(n.startswith("margin ") and "0.75%" in n or "1%" in n for n in r.notes), r.notes
+    assert any(n.startswith("margin ") and f"{ERROR_MARGIN:.2%}" in n for n in r.notes), r.notes
+    tr = r.to_dict()["training"]
+    assert tr["error_margin"] == ERROR_MARGIN and tr["margin_gib"] == pytest.approx(tr["need_gib"] - tr["peak_gib"])
+    assert tr["margin_gib"] > ERROR_MARGIN * tr["peak_gib"]  # plus the allocator's allowance
 
 
 def test_two_gpu_predictions_written_before_the_run_came_true():

@@ -132,6 +132,7 @@ class FitReport:
         if self.training is not None:
             t = self.training
             tr = {"peak_gib": t.peak_gib, "peak_phase": t.peak_phase, "need_gib": self.training_need_gib,
+                  "margin_gib": round(self.training_need_gib - t.peak_gib, 3), "error_margin": ERROR_MARGIN,
                   "usable_gib": self.usable_gib, "terms": t.terms, "phases": t.phases, "tokens_per_gpu": t.tokens_per_gpu}
         gen = None
         if self.generation is not None:
@@ -177,6 +178,7 @@ class FitReport:
         if self.training is not None:
             t = self.training
             lines.append(f"  training: peak {t.peak_gib:.1f} GiB in {t.peak_phase}, need {self.training_need_gib:.1f} GiB "
+                         f"with a {self.training_need_gib - t.peak_gib:.1f} GiB margin "
                          f"(micro-batch {i.micro_batch} x {i.seq_len} tokens, activation checkpointing "
                          f"{'on' if i.activation_checkpointing else 'off'})")
             lines += [f"    {k:<24} {v:>8.2f} GiB" for k, v in t.terms.items()]
