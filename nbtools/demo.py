@@ -14,12 +14,13 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DemoResult", "run_demo", "clean_notebook", "kernel_config", "main"]
+__all__ = ["DemoResult", "run_demo", "check_outputs", "clean_notebook", "kernel_config", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,10 +33,11 @@ class DemoResult:
     timings: dict[str, float] = field(default_factory=dict)
     failed: str | None = None
     error: str | None = None
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.failed is None
+        return self.failed is None and not self.problems
 
     def summary(self) -> str:
         lines = [f"nbtools demo — {'OK' if self.ok else 'FAILED at ' + str(self.failed)}"]
@@ -48,6 +50,9 @@ class DemoResult:
         lines.append(f"run artifacts (logs, checkpoints, merged model): {self.out_dir}")
         if self.error:
             lines.append(f"error: {self.error}")
+        if self.problems:
+            lines.append(f"{len(self.problems)} problem(s) in the executed notebooks' outputs:")
+            lines.extend(f"  {p}" for p in self.problems)
         return "\n".join(lines)
 
 
@@ -103,7 +108,56 @@ def run_demo(
             result.timings[nb.name] = time.perf_counter() - t0
     finally:
         _stop_everything(out)
+    for nb in sorted((out / "notebooks").glob("*.ipynb")):
+        result.problems += check_outputs(nb, forbidden=(str(PROJECT_ROOT), str(out)))
     return result
+
+
+# Calls whose cell must show a figure (an image, or plotly's own output).
+FIGURE_CALLS = re.compile(r"\b(?:plots\.(?:training_curves|timing|attempts_timeline|watch)|evals\.plots\.(?:accuracy|flip_matrix|"
+                          r"breakdown)|plot_rescore)\(")
+FIGURE_MIMES = ("image/png", "image/svg+xml", "application/vnd.plotly.v1+json")
+_FIGURE_TEXT = re.compile(r"<(?:Figure|matplotlib\.figure\.\w+) size [\d.]+x[\d.]+ with \d+ Axes>")
+
+
+def check_outputs(notebook: str | os.PathLike, *, forbidden: tuple[str, ...] = ()) -> list[str]:
+    """What a reader of an executed notebook would see wrong, one line each (empty when nothing).
+
+    A cell that makes a figure (``FIGURE_CALLS``) must hold an image or plotly output; no output may be a figure's
+    bare text repr (``<Figure size 900x360 with 1 Axes>``: the backend showed no image); no output may contain any of
+    ``forbidden`` (the checkout's and the runs dir's absolute paths: outputs name paths relative to the runs dir).
+
+    Example:
+        >>> nbtools.demo.check_outputs("runs/20260101-000000/notebooks/04_monitor.ipynb", forbidden=(str(Path.cwd()),))
+        []
+    """
+    p = Path(notebook)
+    cells = json.loads(p.read_text()).get("cells", [])
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        where = f"{p.name} cell {i}"
+        source = "".join(cell.get("source", ""))
+        outputs = cell.get("outputs", [])
+        mimes = {m for o in outputs for m in o.get("data", {})}
+        if FIGURE_CALLS.search(source) and not mimes.intersection(FIGURE_MIMES):
+            problems.append(f"{where}: makes a figure but shows no image (outputs: {sorted(mimes) or 'none'})")
+        for o in outputs:
+            texts = [_text(o.get("text", ""))] + [_text(v) for v in o.get("data", {}).values() if isinstance(v, str | list)]
+            texts += [_text(o.get("evalue", "")), *map(_text, o.get("traceback", []))]
+            blob = "\n".join(texts)
+            if (m := _FIGURE_TEXT.search(blob)) and "image/png" not in o.get("data", {}):
+                problems.append(f"{where}: shows {m.group(0)} instead of the figure")
+            for f in forbidden:
+                if f and f in blob:
+                    problems.append(f"{where}: output names the machine's absolute path {f}")
+                    break
+    return problems
+
+
+def _text(v) -> str:
+    return "".join(v) if isinstance(v, list) else str(v)
 
 
 def kernel_config():

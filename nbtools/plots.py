@@ -54,12 +54,9 @@ def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndar
 
 def save_figure(fig, path: str | os.PathLike) -> Path:
     """Save a PNG atomically (temp file + rename); returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, p)
-    return p
+    from nbtools import _figure
+
+    return _figure.save(fig, path)
 
 
 def _baseline_for(baseline, name: str):
@@ -120,12 +117,12 @@ def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "ge
     Example:
         >>> fig = nbtools.plots.training_curves(df, baseline=0.42, save="figures/curves.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     names = list(metrics) + (["step_time", "throughput"] if timing_panels else [])
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = _figure.new(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
     colors: dict = {}
     for ax, name in zip(axes.flat, names, strict=False):
         _panel(ax, df, name, smoothing, baseline, colors)
@@ -136,7 +133,6 @@ def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "ge
     fig.tight_layout()
     if save is not None:
         save_figure(fig, save)
-    plt.close(fig)
     return fig
 
 
@@ -289,16 +285,18 @@ def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float =
         >>> run = nbtools.launch.supervise(cfg)
         >>> nbtools.plots.attempts_timeline(run, nbtools.metrics.read_tensorboard(cfg.logs_url))
     """
-    import matplotlib.pyplot as plt
+    import matplotlib as mpl
+
+    from nbtools import _figure
 
     attempts = list(getattr(run, "attempts", run))
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = _figure.new(figsize=(9, 3.6))
     if df is not None and not df.empty:
         r = _metrics.select(df, "reward")
         if not r.empty:
             ax.plot(r.step, r.value, color="0.75", lw=0.8)
             ax.plot(r.step, ema(r.value.to_numpy(), smoothing), color="black", lw=1.4, label="reward (train)")
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, a in enumerate(attempts):
         start = a.resumed_from or 0
         end = a.last_step if a.last_step is not None else start
@@ -318,7 +316,6 @@ def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float =
     fig.tight_layout()
     if save is not None:
         save_figure(fig, save)
-    plt.close(fig)
     return fig
 
 

@@ -10,7 +10,6 @@ Example:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -77,21 +76,18 @@ def breakdown_table(results: dict[str, Any], by: str | None = None) -> pd.DataFr
 
 def _save(fig, save: str | os.PathLike | None):
     if save is not None:
-        p = Path(save)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        tmp.replace(p)
+        from nbtools import _figure
+
+        _figure.save(fig, save)
     return fig
 
 
 def _message(text: str, save):
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
-    fig, ax = plt.subplots(figsize=(5.5, 1.4))
+    fig, ax = _figure.new(figsize=(5.5, 1.4))
     ax.axis("off")
     ax.text(0.0, 0.5, text, ha="left", va="center", wrap=True, fontsize=9)
-    plt.close(fig)
     return _save(fig, save)
 
 
@@ -123,15 +119,14 @@ def accuracy(results: dict[str, Any], *, title: str = "Accuracy", save: str | os
     Example:
         >>> accuracy({"baseline": base, "fine-tuned": tuned}, save=cfg.run_dir / "figures" / "eval_accuracy.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     table = accuracy_table(results)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(table), 3.6))
+    fig, ax = _figure.new(figsize=(1.6 + 1.3 * len(table), 3.6))
     _bars(ax, table, list(table["model"]), None)
     ax.set_xticks(range(len(table)), list(table["model"]), rotation=15)
     ax.set_title(title)
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)
 
 
@@ -141,14 +136,14 @@ def flip_matrix(comparison: Comparison, *, save: str | os.PathLike | None = None
     Example:
         >>> flip_matrix(cmp, save=cfg.run_dir / "figures" / "eval_flips.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     if comparison.flips is None:  # totals only, or several samples per problem: say so instead of failing
         return _message(f"No flip table: {comparison.test} compared "
                         f"{'per-problem accuracies over several samples' if comparison.paired else 'totals only'}.\n"
                         "Keep one sample per problem with per-sample results (eval.save_path) for a flip table.", save)
     t = comparison.flip_table()
-    fig, ax = plt.subplots(figsize=(4.4, 3.6))
+    fig, ax = _figure.new(figsize=(4.4, 3.6))
     ax.imshow(t.to_numpy(), cmap="Blues")
     labels = [["both right", "broken"], ["fixed", "both wrong"]]
     for i in range(2):
@@ -159,7 +154,6 @@ def flip_matrix(comparison: Comparison, *, save: str | os.PathLike | None = None
     ax.set_yticks([0, 1], list(t.index))
     ax.set_title(f"{comparison.test}: p = {comparison.p_value:.3g}", fontsize=10)
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)
 
 
@@ -169,14 +163,14 @@ def breakdown(results: dict[str, Any], by: str | None = None, *, save: str | os.
     Example:
         >>> breakdown({"baseline": base, "fine-tuned": tuned}, by="subject")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     if not all(as_result(r).has_samples for r in results.values()):
         return _message("No breakdown: some results have totals only (no per-sample evaluation_data.json).", save)
     by = by or breakdown_field(results)
     table = breakdown_table(results, by)
     values = sorted(table[by].unique(), key=lambda v: (str(type(v)), v))
-    fig, ax = plt.subplots(figsize=(2.0 + 0.9 * len(values) * max(1, table["model"].nunique()) / 2, 3.8))
+    fig, ax = _figure.new(figsize=(2.0 + 0.9 * len(values) * max(1, table["model"].nunique()) / 2, 3.8))
     _bars(ax, table, values, by)
     long = max(len(str(v)) for v in values) > 4
     ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=30 if long else 0, ha="right" if long else "center")
@@ -184,5 +178,4 @@ def breakdown(results: dict[str, Any], by: str | None = None, *, save: str | os.
     ax.legend(fontsize=8)
     ax.set_title(f"Accuracy by {by}")
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)
