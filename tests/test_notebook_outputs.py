@@ -54,6 +54,8 @@ FIGURE_CELLS = [
     "nbtools.evals.plots.breakdown({'baseline': base, 'fine-tuned': tuned})",
     "fig = nbtools.rewards.display.plot_rescore(rescored)\nfig",
 ]
+PROGRESS = ("from nbtools._progress import tqdm\nfor _ in tqdm(range(3), desc='steps'): pass\n"
+            "with tqdm(total=5, desc='merge', leave=False) as bar: bar.update(2)")
 CONTROL = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(9, 3.6))\nplt.close(fig)\nfig"
 
 
@@ -64,7 +66,7 @@ def executed(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("figures-nb")
     cells = [nbformat.v4.new_code_cell(f"FIGURES = {str(tmp)!r}\n" + SETUP)]
-    cells += [nbformat.v4.new_code_cell(src) for src in [*FIGURE_CELLS, CONTROL]]
+    cells += [nbformat.v4.new_code_cell(src) for src in [*FIGURE_CELLS, PROGRESS, CONTROL]]
     nb = nbformat.v4.new_notebook(cells=cells)
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     old = dict(os.environ)
@@ -109,3 +111,82 @@ def test_check_outputs_flags_missing_images_and_absolute_paths(tmp_path):
     problems = check_outputs(p, forbidden=(str(ROOT),))
     assert problems == ["nb.ipynb cell 0: makes a figure but shows no image (outputs: none)",
                         f"nb.ipynb cell 1: output names the machine's absolute path {ROOT}"], problems
+
+
+def test_finished_progress_bars_say_what_finished(executed):
+    _, nb = executed
+    cell = nb.cells[1 + len(FIGURE_CELLS)]
+    assert [sorted(o["data"]) for o in cell.outputs] == [["text/plain"], ["text/plain"]], cell.outputs  # no dead widget
+    done, stopped = (o["data"]["text/plain"] for o in cell.outputs)
+    assert done.startswith("steps: 100%") and "3/3" in done and "[00:0" in done, done
+    assert stopped.startswith("merge:  40%") and "2/5" in stopped and stopped.endswith("(stopped before the end)"), stopped
+
+
+# ------------------------------------------------------------------------------------------------ paths shown
+def test_paths_show_relative_to_the_runs_dir_and_home(tmp_path, monkeypatch):
+    import html
+
+    import nbtools
+    from nbtools import _paths
+
+    runs = tmp_path / "runs" / "20260101-000000"
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(runs))
+    cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml")
+    assert cfg.logs_url == f"{runs}/local-rehearsal/logs"  # the value is the real path: commands and files use it
+    assert repr(cfg.logs_url) == "'<runs_dir>/local-rehearsal/logs'"  # what a cell ending on it shows
+    assert str(runs) not in repr(cfg) and "<runs_dir>/local-rehearsal/logs" in cfg._repr_markdown_()
+    assert str(ROOT) not in repr(cfg)  # the config file's own path: <checkout>/experiments/local.yaml
+    spec = nbtools.launch.build(cfg)
+    assert str(runs) not in repr(spec) and str(runs) not in spec._repr_html_()
+    assert html.escape("<runs_dir>") in spec._repr_html_() and "<runs_dir>" not in spec._repr_html_()  # no stray tag
+    assert str(runs) in spec.entrypoint  # the command itself still runs as is
+    home = str(Path.home())
+    assert _paths.shown(f"x {home}/data/a.txt y") == "x ~/data/a.txt y"
+    assert _paths.shown(f"{runs}x/other") == f"{runs}x/other"  # only whole path components
+
+
+def test_ray_sdk_info_lines_are_silenced_when_a_client_is_made():
+    import logging
+
+    from nbtools.errors import NotReadyError
+    from nbtools.jobs._client import RAY_SDK_LOGGERS, client_for
+
+    logging.getLogger(RAY_SDK_LOGGERS[2]).setLevel(logging.DEBUG)  # a level a user chose is kept
+    try:
+        with pytest.raises(NotReadyError, match="notebook 02"):
+            client_for("http://127.0.0.1:9")  # nothing answers on the discard port
+        import ray.dashboard.modules.job.sdk  # noqa: F401 - Ray sets its loggers to INFO at import
+
+        assert [logging.getLogger(n).level for n in RAY_SDK_LOGGERS] == [logging.WARNING, logging.WARNING, logging.DEBUG]
+    finally:
+        logging.getLogger(RAY_SDK_LOGGERS[2]).setLevel(logging.NOTSET)
+
+
+# ------------------------------------------------------------------------------------------------ one-line verdicts
+def test_empty_results_read_as_one_line_verdicts(tmp_path):
+    import nbtools
+    from nbtools.jobs import StoppedJobs
+
+    assert repr(nbtools.jobs.stop_jobs("http://127.0.0.1:9", prefix="exp-")) == \
+        "no job of 'exp-' can be running: no Ray cluster answers"
+    assert repr(StoppedJobs(prefix="exp-")) == "no job of 'exp-' was running: nothing to stop"
+    assert repr(StoppedJobs({"exp-1": "STOPPED"}, prefix="exp-")) == "stopped 1 job(s): exp-1 (STOPPED)"
+    cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", overrides={"local.runs_dir": str(tmp_path)})
+    none = nbtools.tensorboard.stop(cfg)
+    assert not none and repr(none) == "no TensorBoard of this experiment was running: nothing to stop"
+    assert nbtools.tensorboard.Stopped(123) and repr(nbtools.tensorboard.Stopped(123)) == "TensorBoard (pid 123) stopped"
+
+
+def test_checkpoint_overview_names_steps_and_drops_what_misleads():
+    import pandas as pd
+
+    import nbtools
+
+    full = pd.DataFrame({"step": [100, 200], "path": ["/x/step_100", "/x/step_200"], "layout": ["v2_safetensors"] * 2,
+                         "problem": [None, "not valid JSON"], "current_step": [50, 50], "current_epoch": [1, 3],
+                         "val:accuracy": [0.9, 1.0], "val_reward": [0.9, 1.0], "consumed_samples": [1600, 3200]})
+    view = nbtools.checkpoints.overview(full)
+    assert list(view.columns) == ["checkpoint", "state", "layout", "val:accuracy", "epoch", "samples seen"]
+    assert list(view["checkpoint"]) == ["step_100", "step_200"] and list(view["state"]) == ["ok", "damaged: not valid JSON"]
+    other = nbtools.checkpoints.overview(full.assign(val_reward=[0.5, 0.6]))
+    assert "val_reward" in other.columns  # kept when it says something the val: metric does not

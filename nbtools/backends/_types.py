@@ -13,11 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _paths
+
 __all__ = ["ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterResources:
     """Totals and usage of a Ray cluster, like `ray status` prints them.
@@ -77,6 +80,7 @@ class ClusterResources:
         return f"<b>Ray resources</b> (used / total) at <a href='{url}'>{url}</a><table>{body}</table>"
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterHandle:
     """A running Ray cluster the Jobs API can reach at `dashboard_url` (local head, GKE port-forward or address).
@@ -130,6 +134,7 @@ def _table_html(title: str, rows: list[tuple[str, str]]) -> str:
     return f"<b>{html.escape(title)}</b><table>{body}</table>"
 
 
+@_paths.tidy_reprs
 @dataclass
 class Teardown:
     """What ``down`` or ``wipe`` did: one row per thing (kind, name, action), and a one-line summary.
@@ -160,6 +165,7 @@ class Teardown:
         return f"<b>{html.escape(self.backend)}</b>: {html.escape(self.message)}" + self.actions.to_html(index=False)
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterStatus:
     """Whether the experiment's cluster runs and its Jobs API answers; nothing is started to find out.
@@ -190,6 +196,7 @@ class ClusterStatus:
         return _table_html(f"{self.backend} cluster", rows) + extra
 
 
+@_paths.tidy_reprs
 @dataclass
 class Preview:
     """What a verb would do (a dry run): a sentence and the objects involved."""

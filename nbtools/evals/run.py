@@ -131,8 +131,9 @@ def _decode(tok, ids, eos_ids: set[int]) -> str:
 def _generate(tok, model, device, prompts: list[str], *, n: int, temperature: float, top_p: float, top_k: int,
               max_new_tokens: int, batch_size: int, seed: int, add_special_tokens: bool, desc: str) -> list[list[str]]:
     import torch
-    from tqdm.auto import tqdm
     from transformers import GenerationConfig
+
+    from nbtools._progress import tqdm
 
     eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None else tok.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import NbtoolsError, NotFoundError
 
 __all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
@@ -100,6 +101,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+@_paths.tidy_reprs
 @dataclass
 class Plan:
     """An ordered list of steps for one experiment; ``apply`` records progress in a state file.
@@ -354,7 +356,7 @@ class Plan:
             df = pd.DataFrame(rows, columns=["step", "status", "command"])
             df.attrs["note"] = self.note or ("dry run: nothing was run" if self.applicable else "")
             return df
-        from tqdm.auto import tqdm
+        from nbtools._progress import tqdm
 
         needed = {m for s in self.steps for a in (*s.command, *(s.check or ()), *s.expect) for m in VARIABLE.findall(a)}
         variables = self._variables(state, needed)

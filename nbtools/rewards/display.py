@@ -65,7 +65,8 @@ def plot_rescore(result: RescoreResult, *, save: str | os.PathLike | None = None
     ax_a.set(title="advantage per sample", xlabel="old advantage", ylabel="new advantage")
     if s.empty:
         ax_r.text(0.5, 0.5, "no trajectories yet", ha="center", va="center", transform=ax_r.transAxes)
-    fig.suptitle(repr(result.mix))
+    mix = " + ".join(f"{w:.2f} × {c.name}" for c, w in zip(result.mix.components, result.mix.weights, strict=True))
+    fig.suptitle(f"re-scored with reward = {mix}   ({len(s):,} samples, {len(table)} steps)")
     fig.tight_layout()
     if save is not None:
         _figure.save(fig, save)
