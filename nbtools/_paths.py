@@ -5,8 +5,8 @@ the machine that ran it are noise there and tell others its layout. Only what is
 and URLs keep the real path (``str(url)``, f-strings and ``os.fspath`` are untouched).
 
 Example:
-    >>> remember_runs_dir("/home/me/nbtools/runs/20260101-000000")
-    >>> shown("/home/me/nbtools/runs/20260101-000000/local-rehearsal/logs")
+    >>> remember_runs_dir(Path.home() / "nbtools" / "runs" / "20260101-000000")
+    >>> shown(str(Path.home() / "nbtools" / "runs" / "20260101-000000" / "local-rehearsal" / "logs"))
     '<runs_dir>/local-rehearsal/logs'
 """
 
@@ -54,7 +54,7 @@ def shown(text: str, *, html: bool = False) -> str:
         if html:
             name = name.replace("<", "&lt;").replace(">", "&gt;")
         if prefix and prefix in text:
-            # only at a path boundary: /work/x must not eat /work/xy
+            # only at a path boundary: a runs dir 'runs' must not eat 'runs2'
             text = re.sub(re.escape(prefix) + r"(?=[/\s'\"`<>),;:\]}&]|$)", lambda _m, n=name: n, text)
     return text
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tqdm.auto import tqdm as _auto
 
-__all__ = ["tqdm", "final_line"]
+__all__ = ["tqdm", "final_line", "LogTail"]
 
 
 def final_line(bar) -> str:
@@ -69,3 +69,51 @@ if _notebook is not None and issubclass(_auto, _notebook):
                 self._handle.update({"text/plain": final_line(self)}, raw=True)
 else:
     tqdm = _auto
+
+
+IN_NOTEBOOK = _notebook is not None and issubclass(_auto, _notebook)  # tqdm.auto found a Jupyter kernel
+
+
+class LogTail:
+    """The last ``lines`` lines of a log, shown in a notebook under the progress bar and updated in place.
+
+    Why: a bar says how far a job is, the log says what it is doing (and why it fails). Redrawn at most every
+    ``every`` seconds; in the saved notebook the tail as the job ended stays. Outside a kernel it shows nothing.
+
+    Example:
+        >>> tail = LogTail(8, title="job log")
+        >>> for line in job.follow(): tail.add(line)
+        >>> tail.show()
+    """
+
+    def __init__(self, lines: int = 8, *, title: str = "log", every: float = 0.5):
+        import collections
+
+        self.lines = collections.deque(maxlen=max(lines, 1))
+        self.title, self.every = title, every
+        self._handle, self._shown_at, self._dirty = None, 0.0, False
+
+    def add(self, line: str) -> None:
+        import time
+
+        self.lines.append(line.rstrip("\n"))
+        self._dirty = True
+        if time.monotonic() - self._shown_at >= self.every:
+            self.show()
+
+    def text(self) -> str:
+        from nbtools._paths import shown
+
+        return shown(f"── {self.title}: last {len(self.lines)} line(s) ──\n" + "\n".join(self.lines))
+
+    def show(self) -> None:
+        import time
+
+        if not IN_NOTEBOOK or not self.lines or not self._dirty:
+            return
+        bundle = {"text/plain": self.text()}
+        if self._handle is None:
+            self._handle = _display(bundle, raw=True, display_id=True)
+        else:
+            self._handle.update(bundle, raw=True)
+        self._shown_at, self._dirty = time.monotonic(), False

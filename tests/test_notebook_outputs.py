@@ -56,6 +56,8 @@ FIGURE_CELLS = [
 ]
 PROGRESS = ("from nbtools._progress import tqdm\nfor _ in tqdm(range(3), desc='steps'): pass\n"
             "with tqdm(total=5, desc='merge', leave=False) as bar: bar.update(2)")
+LOG_TAIL = ("from nbtools._progress import LogTail\ntail = LogTail(3, title='job log', every=0)\n"
+            "for i in range(10): tail.add(f'line {i}')")
 CONTROL = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(9, 3.6))\nplt.close(fig)\nfig"
 
 
@@ -66,7 +68,7 @@ def executed(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("figures-nb")
     cells = [nbformat.v4.new_code_cell(f"FIGURES = {str(tmp)!r}\n" + SETUP)]
-    cells += [nbformat.v4.new_code_cell(src) for src in [*FIGURE_CELLS, PROGRESS, CONTROL]]
+    cells += [nbformat.v4.new_code_cell(src) for src in [*FIGURE_CELLS, PROGRESS, LOG_TAIL, CONTROL]]
     nb = nbformat.v4.new_notebook(cells=cells)
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     old = dict(os.environ)
@@ -120,6 +122,12 @@ def test_finished_progress_bars_say_what_finished(executed):
     done, stopped = (o["data"]["text/plain"] for o in cell.outputs)
     assert done.startswith("steps: 100%") and "3/3" in done and "[00:0" in done, done
     assert stopped.startswith("merge:  40%") and "2/5" in stopped and stopped.endswith("(stopped before the end)"), stopped
+
+
+def test_a_followed_log_shows_its_last_lines_in_place(executed):
+    _, nb = executed
+    cell = nb.cells[2 + len(FIGURE_CELLS)]
+    assert [o["data"]["text/plain"] for o in cell.outputs] == ["── job log: last 3 line(s) ──\nline 7\nline 8\nline 9"]
 
 
 # ------------------------------------------------------------------------------------------------ paths shown
@@ -190,3 +198,38 @@ def test_checkpoint_overview_names_steps_and_drops_what_misleads():
     assert list(view["checkpoint"]) == ["step_100", "step_200"] and list(view["state"]) == ["ok", "damaged: not valid JSON"]
     other = nbtools.checkpoints.overview(full.assign(val_reward=[0.5, 0.6]))
     assert "val_reward" in other.columns  # kept when it says something the val: metric does not
+
+
+# ------------------------------------------------------------------------------------------------ plots read well
+def test_legends_name_the_experiment_and_models_keep_their_colour():
+    import matplotlib.colors as mcolors
+    import pandas as pd
+
+    import nbtools
+    from nbtools.evals import EvalResult
+
+    steps = list(range(1, 11))
+    df = pd.DataFrame({"run": "exp_001", "tag": "train/reward", "step": steps, "value": [s / 10 for s in steps],
+                       "wall_time": steps})
+    fig = nbtools.plots.training_curves(df, metrics=("reward",), experiment="local-rehearsal")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["local-rehearsal (exp_001)"]
+    live = nbtools.curves.figure(df, metrics=("reward",), experiment="local-rehearsal")
+    assert "local-rehearsal (exp_001)" in {t.name for t in live.data}
+
+    def result(correct):
+        return EvalResult(table=pd.DataFrame({"problem_id": [f"p{i}" for i in range(len(correct))], "sample": 0,
+                                              "correct": correct, "ground_truth": ["1"] * (len(correct) - 1) + ["2"]}))
+
+    base, tuned = result([True, False, False, True]), result([True, True, True, False])
+    acc = nbtools.evals.plots.accuracy({"baseline greedy": base, "baseline sampled": base, "fine-tuned greedy": tuned})
+    by = nbtools.evals.plots.breakdown({"baseline": base, "fine-tuned": tuned})
+
+    def colours(ax):
+        return [mcolors.to_hex(p.get_facecolor()) for p in ax.patches]
+
+    a, b = colours(acc.axes[0]), colours(by.axes[0])
+    assert a[0] == a[1] == b[0] == b[1] and a[2] == b[2] == b[3] and a[0] != a[2]  # one colour per model, everywhere
+    labels = [t.get_text() for t in by.axes[0].texts]
+    assert "0.00\nn=1" in labels and "1.00\nn=1" in labels  # the one-problem group says so instead of an empty bar
+    assert "3 problems × 1" not in "".join(t.get_text() for t in acc.axes[0].get_xticklabels())  # 4 problems here
+    assert all("4 problems × 1" in t.get_text() for t in acc.axes[0].get_xticklabels())

@@ -18,7 +18,7 @@ from nbtools.errors import ConfigError
 from nbtools.evals.compare import Comparison, as_result
 from nbtools.evals.stats import wilson_ci
 
-__all__ = ["BREAKDOWN_FIELDS", "breakdown_field", "accuracy_table", "breakdown_table", "accuracy", "flip_matrix", "breakdown"]
+__all__ = ["model_color", "BREAKDOWN_FIELDS", "breakdown_field", "accuracy_table", "breakdown_table", "accuracy", "flip_matrix", "breakdown"]
 
 
 def accuracy_table(results: dict[str, Any]) -> pd.DataFrame:
@@ -91,6 +91,21 @@ def _message(text: str, save):
     return _save(fig, save)
 
 
+# One colour per model in every figure: the baseline grey, the fine-tuned model blue, other names after them;
+# a sampled evaluation is the same colour, hatched.
+_MODEL_COLORS = (("baseline", "0.55"), ("fine-tuned", "C0"), ("finetuned", "C0"), ("tuned", "C0"))
+
+
+def model_color(name: str, others: list[str] | None = None) -> str:
+    """The colour of ``name`` (a model, or "model greedy/sampled") in every evaluation figure."""
+    low = str(name).lower()
+    for key, color in _MODEL_COLORS:
+        if low.startswith(key):
+            return color
+    rest = [o for o in (others or [name]) if not any(str(o).lower().startswith(k) for k, _ in _MODEL_COLORS)]
+    return f"C{1 + (rest.index(name) if name in rest else 0) % 9}"
+
+
 def _bars(ax, table: pd.DataFrame, x_labels: list[str], group_col: str | None):
     import numpy as np
 
@@ -104,12 +119,15 @@ def _bars(ax, table: pd.DataFrame, x_labels: list[str], group_col: str | None):
         acc = sub["accuracy"].to_numpy(dtype=float)
         err = np.clip([acc - sub["ci_low"].to_numpy(dtype=float), sub["ci_high"].to_numpy(dtype=float) - acc], 0, None)
         pos = x + (i - (len(models) - 1) / 2) * width if group_col else x[i : i + 1]
-        ax.bar(pos, acc, width=width if group_col else 0.6, yerr=err, capsize=4, label=m)
-        if not group_col:  # value labels above the interval; grouped bars would be too busy
-            for px, a, top in zip(pos, acc, acc + err[1], strict=True):
-                if a == a:  # not NaN
-                    ax.text(px, min(top + 0.02, 1.04), f"{a:.2f}", ha="center", va="bottom", fontsize=8)
-    ax.set_ylim(0, 1.1)
+        sampled = "sampled" in str(m).lower()
+        ax.bar(pos, acc, width=width if group_col else 0.6, yerr=err, capsize=4, label=m, color=model_color(m, models),
+               hatch="//" if sampled else None, edgecolor="white" if sampled else None, linewidth=0)
+        # the value and the problems behind it, above the interval: an empty bar then reads "0.00, n=1"
+        for px, a, top, n in zip(pos, acc, acc + err[1], sub["problems"].to_numpy(), strict=True):
+            if a == a:  # not NaN
+                label = f"{a:.2f}" if not group_col else f"{a:.2f}\nn={int(n)}"
+                ax.text(px, min(top + 0.02, 1.04), label, ha="center", va="bottom", fontsize=7 if group_col else 8)
+    ax.set_ylim(0, 1.18 if group_col else 1.1)
     ax.set_ylabel("accuracy (95% Wilson CI)")
 
 
@@ -124,7 +142,9 @@ def accuracy(results: dict[str, Any], *, title: str = "Accuracy", save: str | os
     table = accuracy_table(results)
     fig, ax = _figure.new(figsize=(1.6 + 1.3 * len(table), 3.6))
     _bars(ax, table, list(table["model"]), None)
-    ax.set_xticks(range(len(table)), list(table["model"]), rotation=15)
+    ax.set_xticks(range(len(table)), [f"{m}\n{p} problems × {n}" for m, p, n in
+                                      zip(table["model"], table["problems"], table["samples_per_problem"], strict=True)],
+                  fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     return _save(fig, save)
@@ -175,7 +195,7 @@ def breakdown(results: dict[str, Any], by: str | None = None, *, save: str | os.
     long = max(len(str(v)) for v in values) > 4
     ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=30 if long else 0, ha="right" if long else "center")
     ax.set_xlabel(by)
-    ax.legend(fontsize=8)
-    ax.set_title(f"Accuracy by {by}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # clear of bars and title
+    ax.set_title(f"Accuracy by {by} (n = problems per group)")
     fig.tight_layout()
     return _save(fig, save)

@@ -340,6 +340,7 @@ def follow_with_progress(
     timeout: float | None = None,
     echo: bool = False,
     raise_on_failure: bool = True,
+    tail: int = 8,
 ):
     """Follow a job's log and drive a tqdm bar from NeMo-RL's ``===== Step k/N =====`` lines; return its status.
 
@@ -351,20 +352,24 @@ def follow_with_progress(
         step_pattern: regex with groups (k, N).
         timeout: stop following after this many seconds (NotReadyError; the job keeps running).
         echo: also print every log line.
+        tail: in a notebook, the log's last ``tail`` lines under the bar, updated as they come (0: none).
         raise_on_failure: raise JobFailedError (with the log tail) when the job ends FAILED/STOPPED.
 
     Example:
         >>> nbtools.jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps)
         <JobStatus.SUCCEEDED: 'SUCCEEDED'>
     """
-    from nbtools._progress import tqdm
+    from nbtools._progress import LogTail, tqdm
 
     pattern = re.compile(step_pattern)
+    log_tail = LogTail(tail, title=f"{job.id} log") if tail else None
     done = job.last_step[0] - 1 if job.last_step else 0  # "Step k/N" is printed when step k starts
     with tqdm(total=total_steps or (job.last_step[1] if job.last_step else None), initial=max(done, 0), desc=job.id, unit="step") as bar:
         for line in job.follow(timeout=timeout):
             if echo:
                 print(line)
+            if log_tail is not None:
+                log_tail.add(line)
             m = pattern.search(line)
             if m:
                 k, n = int(m.group(1)), int(m.group(2))
@@ -376,6 +381,8 @@ def follow_with_progress(
         if info.status.value == "SUCCEEDED" and job.last_step:
             bar.update(max(0, job.last_step[0] - bar.n))
         bar.set_postfix_str(info.status.value)
+    if log_tail is not None:
+        log_tail.show()
     if raise_on_failure:
         job._raise_if_failed(info)
     return info.status
