@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["shown", "remember_runs_dir", "tidy_reprs", "Url", "RUNS_DIR"]
+__all__ = ["shown", "remember_runs_dir", "tidy_reprs", "Url", "Argv", "RUNS_DIR"]
 
 RUNS_DIR = "<runs_dir>"
 _CHECKOUT = Path(__file__).resolve().parent.parent
@@ -91,3 +91,19 @@ class Url(str):
 
     def __reduce__(self):  # pickles (Ray, multiprocessing) as the plain string
         return (str, (str(self),))
+
+
+class Argv(list):
+    """A command's argv (``list`` in every use: ``subprocess.run(argv)`` runs the real paths) whose repr is
+    :func:`shown`, one argument per line as IPython prints a list."""
+
+    def __repr__(self) -> str:
+        return shown(list.__repr__(self))
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        import pprint
+
+        p.text(shown(pprint.pformat(list(self), width=110)))
+
+    def __reduce__(self):
+        return (list, (list(self),))

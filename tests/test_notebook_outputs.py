@@ -233,3 +233,59 @@ def test_legends_name_the_experiment_and_models_keep_their_colour():
     assert "0.00\nn=1" in labels and "1.00\nn=1" in labels  # the one-problem group says so instead of an empty bar
     assert "3 problems × 1" not in "".join(t.get_text() for t in acc.axes[0].get_xticklabels())  # 4 problems here
     assert all("4 problems × 1" in t.get_text() for t in acc.axes[0].get_xticklabels())
+
+
+# ------------------------------------------------------------------------------------------------ tables a person reads
+def test_plan_flags_script_and_nodes_read_like_kubectl(tmp_path, monkeypatch):
+    import pandas as pd
+
+    import nbtools
+    from nbtools.backends._types import ClusterResources
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    cfg = nbtools.config.load(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml")
+    plan = nbtools.gke.plan(cfg)
+    page = plan._repr_html_()
+    assert page.index(">STATUS<") < page.index(">STEP<") < page.index(">COMMAND<")  # the status first
+    assert page.count("<tr><td style='text-align:left") == len(plan.steps) and "pending" in page
+    yaml_steps = [s for s in plan.steps if s.stdin]
+    assert yaml_steps and page.count("lines of YAML</summary>") == len(yaml_steps)  # heredocs folded, not inline
+    assert "\\n" not in page and str(tmp_path) not in page and "&lt;runs_dir&gt;" in page
+
+    flags = pd.DataFrame({"command": ["gcloud a b", "gcloud c d"], "flag": ["--x", "--location"], "ok": [True, False],
+                          "source": "table", "message": ["", "no such flag"]})
+    flags.attrs["source"] = "the shipped table"
+    assert repr(nbtools.gke.flag_report(flags[flags.ok])) == "1 gcloud flags checked against the shipped table: every flag exists"
+    bad = nbtools.gke.flag_report(flags)
+    assert not bad.ok and "1 do not exist" in repr(bad) and "--location" in bad._repr_html_()
+
+    script = "\n".join(f"line {i}" for i in range(50))
+    preview = nbtools.gke.ScriptPreview(script, str(tmp_path / "provision.sh"), lines=10)
+    assert repr(preview).splitlines()[-2:] == ["line 9", "# … 40 more lines in <runs_dir>/provision.sh"]
+
+    res = ClusterResources("http://x", 1, 2.0, 0.0, 2 * 1024**3, 1024**3, node_table=pd.DataFrame(
+        {"node_id": ["e9a7"], "ip": ["10.0.0.1"], "head": [True], "state": ["ALIVE"], "CPU": [2.0], "GPU": [0.0],
+         "memory_bytes": [2 * 1024**3], "object_store_bytes": [1024**3]}))
+    view = res.nodes_view()
+    assert list(view.columns)[:3] == ["state", "node", "role"] and view.loc[0, "memory (GiB)"] == 2.0
+
+
+def test_token_strip_shows_decoded_text_with_the_id_on_hover():
+    import numpy as np
+
+    from nbtools.explorer import _decoder
+    from nbtools.explorer._record import record_view
+    from nbtools.explorer._render import record_html
+
+    class Tok:  # the one method the strip needs from a transformers tokenizer
+        def decode(self, ids):
+            return {5: "<think>", 13: " 3"}[ids[0]]
+
+    rec = {"step": 1, "idx": 0, "prompt": "p", "response": "<think> 3", "reward": 1.0, "token_ids": [5, 13],
+           "token_loss_mask": [1, 1], "generation_logprobs": [-0.1, -0.2]}
+    page = record_html(record_view(rec, decode=_decoder(Tok(), None)))
+    assert "title='pos 0 · id 5 ·" in page and ">&lt;think&gt;</span>" in page and "> 3</span>" in page
+    assert ">13</span>" not in page  # the id moved to the hover
+    plain = record_html(record_view(rec))
+    assert ">13</span>" in plain and np.isnan(record_view(rec).advantage)  # without a tokenizer: ids, as before
+    assert _decoder(None, None) is None

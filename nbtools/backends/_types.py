@@ -63,6 +63,28 @@ class ClusterResources:
     def __str__(self) -> str:
         return self.summary()
 
+    def nodes_view(self) -> pd.DataFrame:
+        """``node_table`` as ``kubectl get nodes`` reads: state first, the role, sizes in GiB (units in the header).
+
+        Example:
+            >>> nbtools.backends.get(cfg).resources().nodes_view()
+        """
+        t = self.node_table
+        if t.empty:
+            return pd.DataFrame(columns=["state", "node", "role", "ip", "CPU", "GPU", "memory (GiB)", "object store (GiB)"])
+        out = pd.DataFrame({
+            "state": t.get("state", "?"),
+            "node": t.get("node_id", ""),
+            "role": ["head" if h else "worker" for h in t.get("head", [False] * len(t))],
+            "ip": t.get("ip", ""),
+            "CPU": t.get("CPU", 0.0),
+            "GPU": t.get("GPU", 0.0),
+        })
+        for col, label in (("memory_bytes", "memory (GiB)"), ("object_store_bytes", "object store (GiB)")):
+            if col in t:
+                out[label] = (t[col].astype(float) / _GIB).round(2)
+        return out.reset_index(drop=True)
+
     def _repr_html_(self) -> str:
         u = self.used
         rows = [

@@ -115,7 +115,15 @@ def _load_model(model_dir: Path):
             raise ConfigError(f"tokenizer at {model_dir} has neither a pad nor an eos token; batched generation needs one")
         tok.pad_token = tok.eos_token
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if device == "cpu" else "auto")
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its "Loading weights" widget is saved as "0%" in an executed notebook
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if device == "cpu" else "auto")
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
     return tok, model.to(device).eval(), device
 
 

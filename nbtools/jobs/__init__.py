@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import JobFailedError, NotReadyError
 from nbtools.jobs._client import address_of, client_for, forget, is_missing, not_found
 from nbtools.jobs._tail import LogPump
@@ -32,6 +33,7 @@ _LOG_TAIL_LINES = 40
 _JOBS: dict[tuple[str, str], Job] = {}  # one Job object per (address, id): follow() stays resumable across cells
 
 
+@_paths.tidy_reprs
 class Job:
     """A Ray job on some cluster, addressed by its submission id; every method asks the cluster afresh.
 
