@@ -107,3 +107,18 @@ class Argv(list):
 
     def __reduce__(self):
         return (list, (list(self),))
+
+
+def _register_yaml() -> None:
+    """YAML writes a :class:`Url` as the string and an :class:`Argv` as the list (PyYAML's safe dumper refuses
+    subclasses of ``str`` and ``list`` otherwise)."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - pyyaml is a dependency
+        return
+    for dumper in (yaml.SafeDumper, yaml.Dumper):
+        dumper.add_multi_representer(Url, lambda d, v: d.represent_str(str(v)))
+        dumper.add_multi_representer(Argv, lambda d, v: d.represent_list(list(v)))
+
+
+_register_yaml()

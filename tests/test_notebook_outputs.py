@@ -148,6 +148,12 @@ def test_paths_show_relative_to_the_runs_dir_and_home(tmp_path, monkeypatch):
     assert str(runs) not in repr(spec) and str(runs) not in spec._repr_html_()
     assert html.escape("<runs_dir>") in spec._repr_html_() and "<runs_dir>" not in spec._repr_html_()  # no stray tag
     assert str(runs) in spec.entrypoint  # the command itself still runs as is
+    import pickle
+
+    import yaml
+
+    assert yaml.safe_load(yaml.safe_dump({"logs": cfg.logs_url})) == {"logs": str(cfg.logs_url)}  # written as the path
+    assert type(pickle.loads(pickle.dumps(cfg.logs_url))) is str  # crosses to Ray workers as a plain string
     home = str(Path.home())
     assert _paths.shown(f"x {home}/data/a.txt y") == "x ~/data/a.txt y"
     assert _paths.shown(f"{runs}x/other") == f"{runs}x/other"  # only whole path components
