@@ -41,7 +41,9 @@ class DemoResult:
         return self.failed is None and not self.problems
 
     def summary(self) -> str:
-        lines = [f"nbtools demo — {'OK' if self.ok else 'FAILED at ' + str(self.failed)}"]
+        verdict = "OK" if self.ok else (f"FAILED at {self.failed}" if self.failed else
+                                         f"FAILED: {len(self.problems)} output problem(s) in the executed notebooks")
+        lines = [f"nbtools demo — {verdict}"]
         for name, secs in self.timings.items():
             lines.append(f"  {name:<32} {secs:7.1f} s")
         lines.append(f"  {'total':<32} {sum(self.timings.values()):7.1f} s")

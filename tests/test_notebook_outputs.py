@@ -295,3 +295,13 @@ def test_token_strip_shows_decoded_text_with_the_id_on_hover():
     plain = record_html(record_view(rec))
     assert ">13</span>" in plain and np.isnan(record_view(rec).advantage)  # without a tokenizer: ids, as before
     assert _decoder(None, None) is None
+
+
+def test_demo_fails_on_a_missing_figure_and_reports_machine_paths(tmp_path):
+    from nbtools.demo import DemoResult
+
+    clean = DemoResult(out_dir=tmp_path, warnings=["04_monitor.ipynb cell 3: output names the machine's absolute path /x"])
+    assert clean.ok and "1 output(s) name this machine's absolute paths" in clean.summary()
+    broken = DemoResult(out_dir=tmp_path, problems=["07_evaluate_compare.ipynb cell 14: shows <Figure size 680x360 "
+                                                    "with 1 Axes> instead of the figure"])
+    assert not broken.ok and "FAILED: 1 output problem(s)" in broken.summary() and "cell 14: shows <Figure size" in broken.summary()
