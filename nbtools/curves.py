@@ -37,7 +37,8 @@ def _ema(values: np.ndarray, smoothing: float) -> list[float | None]:
 
 
 def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_length", "kl"), smoothing: float = 0.6,
-           baseline: float | Mapping[str, float] | None = None, title: str | None = None):
+           baseline: float | Mapping[str, float] | None = None, title: str | None = None,
+           experiment: str | None = None):
     """One panel per metric, one colour per run: raw values faint, the EMA bold, validation accuracy dashed.
 
     The slider under the figure sets the smoothing (TensorBoard's debiased EMA) in the browser; hovering shows
@@ -49,6 +50,7 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
         smoothing: the slider's starting position (the nearest of ``SMOOTHING_LEVELS``).
         baseline: a dotted line on the reward panel (a float) or per panel ({metric: value}).
         title: the figure title (default: the run names).
+        experiment: the experiment's name, shown in the legend and hover with each run (``exp_NNN``).
 
     Returns:
         ``plotly.graph_objects.Figure``.
@@ -58,8 +60,10 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
     """
     from plotly.subplots import make_subplots
 
+    from nbtools.plots import panel_title, run_label
+
     names = list(metrics)
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[_TITLES.get(n, n) for n in names],
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[panel_title(df, n) for n in names],
                         horizontal_spacing=0.06)
     start = min(range(len(SMOOTHING_LEVELS)), key=lambda i: abs(SMOOTHING_LEVELS[i] - smoothing))
     smoothed: list[tuple[int, np.ndarray]] = []  # (trace index, raw values) of the EMA traces
@@ -71,11 +75,12 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
             c = colors.setdefault(run, _COLORS[len(colors) % len(_COLORS)])
             x, y = g["step"].tolist(), g["value"].to_numpy(float)
             first = col == 1
+            label = run_label(run, experiment)
             fig.add_scatter(x=x, y=y.tolist(), mode="lines", line={"color": c, "width": 1}, opacity=0.3,
-                            name=f"{run} raw", legendgroup=str(run), showlegend=False, hoverinfo="skip", row=1, col=col)
+                            name=f"{label} raw", legendgroup=str(run), showlegend=False, hoverinfo="skip", row=1, col=col)
             fig.add_scatter(x=x, y=_ema(y, SMOOTHING_LEVELS[start]), mode="lines+markers" if len(x) < 40 else "lines",
-                            marker={"size": 4}, line={"color": c, "width": 2}, name=str(run), legendgroup=str(run),
-                            showlegend=first, hovertemplate=f"{run}<br>step %{{x}}<br>{name} %{{y:.4g}}<extra></extra>",
+                            marker={"size": 4}, line={"color": c, "width": 2}, name=label, legendgroup=str(run),
+                            showlegend=first, hovertemplate=f"{label}: {name} %{{y:.4g}}<extra></extra>",
                             row=1, col=col)
             smoothed.append((len(fig.data) - 1, y))
         if name == "reward":
@@ -83,7 +88,8 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
                 g = g.sort_values("step")
                 c = colors.setdefault(run, _COLORS[len(colors) % len(_COLORS)])
                 fig.add_scatter(x=g["step"].tolist(), y=g["value"].tolist(), mode="lines+markers",
-                                line={"color": c, "dash": "dash"}, name=f"{run} (val accuracy)", row=1, col=col)
+                                line={"color": c, "dash": "dash"}, name=f"{run_label(run, experiment)} (val accuracy)",
+                                legendgroup=str(run), hovertemplate="val accuracy %{y:.4g}<extra></extra>", row=1, col=col)
         base = baseline.get(name) if isinstance(baseline, Mapping) else (baseline if name == "reward" else None)
         if base is not None:
             fig.add_hline(y=float(base), line_dash="dot", line_color="#555", annotation_text=f"baseline {float(base):.3g}",
@@ -91,17 +97,20 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
         if sel.empty:
             fig.add_annotation(text=f"no {name} logged yet", showarrow=False, row=1, col=col, x=0.5, y=0.5,
                                xref=f"x{col if col > 1 else ''} domain", yref=f"y{col if col > 1 else ''} domain")
-        fig.update_xaxes(title_text="step", row=1, col=col)
+        fig.update_xaxes(title_text="step", row=1, col=col, matches="x", showspikes=True, spikemode="across",
+                         spikesnap="cursor", spikethickness=1, spikedash="dot", spikecolor="#888")
     ids = [i for i, _ in smoothed]
     steps = [{"label": f"{s:g}", "method": "restyle",
               "args": [{"y": [_ema(raw, s) for _, raw in smoothed]}, ids]} for s in SMOOTHING_LEVELS]
     runs = list(dict.fromkeys(df["run"])) if not df.empty else []
     fig.update_layout(
-        height=400, margin={"t": 90, "b": 90, "l": 50, "r": 20}, hovermode="x unified", uirevision="keep",
+        # one step axis for every panel (zoom one, all follow; the spike marks the step on each); the legend sits
+        # under the panels, clear of their titles, and the smoothing slider under it
+        height=480, margin={"t": 70, "b": 150, "l": 50, "r": 20}, hovermode="x unified", uirevision="keep",
         title={"text": title or (", ".join(map(str, runs[:4])) or "no metrics yet"), "font": {"size": 14}},
-        legend={"orientation": "h", "y": 1.22, "x": 1, "xanchor": "right", "font": {"size": 12}},
-        sliders=[{"active": start, "currentvalue": {"prefix": "smoothing "}, "pad": {"t": 40}, "steps": steps,
-                  "len": 0.5}] if ids else [],
+        legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0, "font": {"size": 12}},
+        sliders=[{"active": start, "currentvalue": {"prefix": "smoothing "}, "pad": {"t": 0}, "steps": steps,
+                  "len": 0.5, "y": -0.38, "yanchor": "top"}] if ids else [],
     )
     return fig
 

@@ -14,12 +14,13 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DemoResult", "run_demo", "clean_notebook", "kernel_config", "main"]
+__all__ = ["DemoResult", "run_demo", "check_outputs", "clean_notebook", "kernel_config", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,13 +33,17 @@ class DemoResult:
     timings: dict[str, float] = field(default_factory=dict)
     failed: str | None = None
     error: str | None = None
+    problems: list[str] = field(default_factory=list)  # what a reader would see broken: fails the demo
+    warnings: list[str] = field(default_factory=list)  # outputs naming the machine's absolute paths
 
     @property
     def ok(self) -> bool:
-        return self.failed is None
+        return self.failed is None and not self.problems
 
     def summary(self) -> str:
-        lines = [f"nbtools demo — {'OK' if self.ok else 'FAILED at ' + str(self.failed)}"]
+        verdict = "OK" if self.ok else (f"FAILED at {self.failed}" if self.failed else
+                                         f"FAILED: {len(self.problems)} output problem(s) in the executed notebooks")
+        lines = [f"nbtools demo — {verdict}"]
         for name, secs in self.timings.items():
             lines.append(f"  {name:<32} {secs:7.1f} s")
         lines.append(f"  {'total':<32} {sum(self.timings.values()):7.1f} s")
@@ -48,6 +53,12 @@ class DemoResult:
         lines.append(f"run artifacts (logs, checkpoints, merged model): {self.out_dir}")
         if self.error:
             lines.append(f"error: {self.error}")
+        if self.problems:
+            lines.append(f"{len(self.problems)} problem(s) in the executed notebooks' outputs:")
+            lines.extend(f"  {p}" for p in self.problems)
+        if self.warnings:
+            lines.append(f"{len(self.warnings)} output(s) name this machine's absolute paths (show them under <runs_dir> or ~):")
+            lines.extend(f"  {p}" for p in self.warnings)
         return "\n".join(lines)
 
 
@@ -103,7 +114,58 @@ def run_demo(
             result.timings[nb.name] = time.perf_counter() - t0
     finally:
         _stop_everything(out)
+    for nb in sorted((out / "notebooks").glob("*.ipynb")):
+        result.problems += check_outputs(nb)
+        # outputs that still name this machine's paths: reported, not (yet) failing the demo
+        result.warnings += [p for p in check_outputs(nb, forbidden=(str(PROJECT_ROOT), str(out))) if "absolute path" in p]
     return result
+
+
+# Calls whose cell must show a figure (an image, or plotly's own output).
+FIGURE_CALLS = re.compile(r"\b(?:plots\.(?:training_curves|timing|attempts_timeline|watch)|evals\.plots\.(?:accuracy|flip_matrix|"
+                          r"breakdown)|plot_rescore)\(")
+FIGURE_MIMES = ("image/png", "image/svg+xml", "application/vnd.plotly.v1+json")
+_FIGURE_TEXT = re.compile(r"<(?:Figure|matplotlib\.figure\.\w+) size [\d.]+x[\d.]+ with \d+ Axes>")
+
+
+def check_outputs(notebook: str | os.PathLike, *, forbidden: tuple[str, ...] = ()) -> list[str]:
+    """What a reader of an executed notebook would see wrong, one line each (empty when nothing).
+
+    A cell that makes a figure (``FIGURE_CALLS``) must hold an image or plotly output; no output may be a figure's
+    bare text repr (``<Figure size 900x360 with 1 Axes>``: the backend showed no image); no output may contain any of
+    ``forbidden`` (the checkout's and the runs dir's absolute paths: outputs name paths relative to the runs dir).
+
+    Example:
+        >>> nbtools.demo.check_outputs("runs/20260101-000000/notebooks/04_monitor.ipynb", forbidden=(str(Path.cwd()),))
+        []
+    """
+    p = Path(notebook)
+    cells = json.loads(p.read_text()).get("cells", [])
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        where = f"{p.name} cell {i}"
+        source = "".join(cell.get("source", ""))
+        outputs = cell.get("outputs", [])
+        mimes = {m for o in outputs for m in o.get("data", {})}
+        if FIGURE_CALLS.search(source) and not mimes.intersection(FIGURE_MIMES):
+            problems.append(f"{where}: makes a figure but shows no image (outputs: {sorted(mimes) or 'none'})")
+        for o in outputs:
+            texts = [_text(o.get("text", ""))] + [_text(v) for v in o.get("data", {}).values() if isinstance(v, str | list)]
+            texts += [_text(o.get("evalue", "")), *map(_text, o.get("traceback", []))]
+            blob = "\n".join(texts)
+            if (m := _FIGURE_TEXT.search(blob)) and "image/png" not in o.get("data", {}):
+                problems.append(f"{where}: shows {m.group(0)} instead of the figure")
+            for f in forbidden:
+                if f and f in blob:
+                    problems.append(f"{where}: output names the machine's absolute path {f}")
+                    break
+    return problems
+
+
+def _text(v) -> str:
+    return "".join(v) if isinstance(v, list) else str(v)
 
 
 def kernel_config():

@@ -19,7 +19,7 @@ import pandas as pd
 
 from nbtools import metrics as _metrics
 
-__all__ = ["ema", "training_curves", "timing", "watch", "save_figure"]
+__all__ = ["ema", "training_curves", "timing", "watch", "save_figure", "run_label", "panel_title"]
 
 _TITLES = {
     "reward": "reward (train) / accuracy (validation)",
@@ -54,12 +54,21 @@ def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndar
 
 def save_figure(fig, path: str | os.PathLike) -> Path:
     """Save a PNG atomically (temp file + rename); returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, p)
-    return p
+    from nbtools import _figure
+
+    return _figure.save(fig, path)
+
+
+def run_label(run, experiment: str | None = None) -> str:
+    """A run's name in legends: ``local-rehearsal (exp_001)`` when the experiment is known, else ``exp_001``."""
+    return f"{experiment} ({run})" if experiment else str(run)
+
+
+def panel_title(df: pd.DataFrame, name: str) -> str:
+    """A panel's title, naming the tag the KL panel plots (``KL · train/kl_penalty``: NeMo-RL logs several KL-like tags)."""
+    title = _TITLES.get(name, name)
+    tags = list(dict.fromkeys(_metrics.select(df, name)["tag"])) if not df.empty and name in _TITLES else []
+    return f"{title} · {', '.join(map(str, tags[:2]))}" if tags and name == "kl" else title
 
 
 def _baseline_for(baseline, name: str):
@@ -68,7 +77,8 @@ def _baseline_for(baseline, name: str):
     return baseline if name in ("reward", "accuracy") else None
 
 
-def _panel(ax, df: pd.DataFrame, name: str, smoothing: float, baseline, colors: dict) -> bool:
+def _panel(ax, df: pd.DataFrame, name: str, smoothing: float, baseline, colors: dict,
+           experiment: str | None = None) -> bool:
     sel = _metrics.select(df, name)
     drew = False
     for run, g in sel.groupby("run", sort=False):
@@ -76,20 +86,20 @@ def _panel(ax, df: pd.DataFrame, name: str, smoothing: float, baseline, colors: 
         c = colors.setdefault(run, f"C{len(colors) % 10}")
         if len(g) > 2 and smoothing > 0:
             ax.plot(g["step"], g["value"], color=c, alpha=0.25, lw=1)
-            ax.plot(g["step"], ema(g["value"].to_numpy(), smoothing), color=c, lw=1.8, label=f"{run}")
+            ax.plot(g["step"], ema(g["value"].to_numpy(), smoothing), color=c, lw=1.8, label=run_label(run, experiment))
         else:
-            ax.plot(g["step"], g["value"], color=c, lw=1.8, marker="o", ms=3, label=f"{run}")
+            ax.plot(g["step"], g["value"], color=c, lw=1.8, marker="o", ms=3, label=run_label(run, experiment))
         drew = True
     if name == "reward":  # validation accuracy on the same axes, dashed with markers
         for run, g in _metrics.select(df, "accuracy").groupby("run", sort=False):
             g = g.sort_values("step")
             c = colors.setdefault(run, f"C{len(colors) % 10}")
-            ax.plot(g["step"], g["value"], color=c, ls="--", marker="o", ms=4, label=f"{run} (val accuracy)")
+            ax.plot(g["step"], g["value"], color=c, ls="--", marker="o", ms=4, label=f"{run_label(run, experiment)} (val accuracy)")
             drew = True
     base = _baseline_for(baseline, name)
     if base is not None:
         ax.axhline(float(base), color="0.3", ls=":", lw=1.5, label=f"baseline {float(base):.3g}")
-    ax.set_title(_TITLES.get(name, name), fontsize=10)
+    ax.set_title(panel_title(df, name), fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     if drew:
@@ -101,7 +111,8 @@ def _panel(ax, df: pd.DataFrame, name: str, smoothing: float, baseline, colors: 
 
 def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_length", "kl"),
                     smoothing: float = 0.6, baseline: float | Mapping[str, float] | None = None,
-                    timing_panels: bool = False, title: str | None = None, save: str | os.PathLike | None = None):
+                    timing_panels: bool = False, title: str | None = None, save: str | os.PathLike | None = None,
+                    experiment: str | None = None):
     """Reward (+ validation accuracy), mean generation length and KL, one line per run, EMA-smoothed.
 
     Args:
@@ -113,6 +124,7 @@ def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "ge
         timing_panels: add step time and throughput panels.
         title: figure title (default: the run names).
         save: PNG path (parent dirs created, written atomically).
+        experiment: the experiment's name, shown in the legends with each run (``exp_NNN``).
 
     Returns:
         matplotlib Figure.
@@ -120,15 +132,15 @@ def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "ge
     Example:
         >>> fig = nbtools.plots.training_curves(df, baseline=0.42, save="figures/curves.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     names = list(metrics) + (["step_time", "throughput"] if timing_panels else [])
     cols = min(3, len(names))
     rows = -(-len(names) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    fig, axes = _figure.new(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
     colors: dict = {}
     for ax, name in zip(axes.flat, names, strict=False):
-        _panel(ax, df, name, smoothing, baseline, colors)
+        _panel(ax, df, name, smoothing, baseline, colors, experiment)
     for ax in list(axes.flat)[len(names):]:
         ax.set_visible(False)
     runs = list(dict.fromkeys(df["run"])) if not df.empty else []
@@ -136,18 +148,19 @@ def training_curves(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "ge
     fig.tight_layout()
     if save is not None:
         save_figure(fig, save)
-    plt.close(fig)
     return fig
 
 
-def timing(df: pd.DataFrame, *, smoothing: float = 0.0, save: str | os.PathLike | None = None):
-    """Step time, generation time and throughput per step (where the time goes).
+def timing(df: pd.DataFrame, *, smoothing: float = 0.6, save: str | os.PathLike | None = None,
+           experiment: str | None = None):
+    """Step time, generation time and throughput per step (where the time goes), EMA-smoothed over the faint raw
+    values (single slow steps — a checkpoint save, a validation — would otherwise hide the trend).
 
     Example:
         >>> nbtools.plots.timing(df, save=cfg.run_dir / "figures" / "timing.png")
     """
     return training_curves(df, metrics=("step_time", "generation_time", "throughput"), smoothing=smoothing,
-                           title="timing and throughput", save=save)
+                           title="timing and throughput", save=save, experiment=experiment)
 
 
 def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: float | None = None,
@@ -182,12 +195,13 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
     deadline = None if timeout is None else time.monotonic() + timeout
     def draw(handle):
         df = _read(cfg, job)
-        fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}")
+        fig = training_curves(df, smoothing=smoothing, baseline=baseline, save=save, title=f"{cfg.name}",
+                              experiment=cfg.name)
         if not interactive:
             return fig, _show(fig, handle)
         from nbtools import curves
 
-        live = curves.figure(df, smoothing=smoothing, baseline=baseline, title=f"{cfg.name}")
+        live = curves.figure(df, smoothing=smoothing, baseline=baseline, title=f"{cfg.name}", experiment=cfg.name)
         _replace(curves.bundle(live, Path(save).read_bytes()))
         return live, None
 
@@ -289,16 +303,18 @@ def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float =
         >>> run = nbtools.launch.supervise(cfg)
         >>> nbtools.plots.attempts_timeline(run, nbtools.metrics.read_tensorboard(cfg.logs_url))
     """
-    import matplotlib.pyplot as plt
+    import matplotlib as mpl
+
+    from nbtools import _figure
 
     attempts = list(getattr(run, "attempts", run))
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, ax = _figure.new(figsize=(9, 3.6))
     if df is not None and not df.empty:
         r = _metrics.select(df, "reward")
         if not r.empty:
             ax.plot(r.step, r.value, color="0.75", lw=0.8)
             ax.plot(r.step, ema(r.value.to_numpy(), smoothing), color="black", lw=1.4, label="reward (train)")
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, a in enumerate(attempts):
         start = a.resumed_from or 0
         end = a.last_step if a.last_step is not None else start
@@ -318,7 +334,6 @@ def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float =
     fig.tight_layout()
     if save is not None:
         save_figure(fig, save)
-    plt.close(fig)
     return fig
 
 

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtools import _pids
+from nbtools import _paths, _pids
 from nbtools._atomic import write_text
 from nbtools.errors import DependencyError, NotReadyError
 
-__all__ = ["TensorBoard", "start", "stop", "logdir_of", "tags"]
+__all__ = ["TensorBoard", "Stopped", "start", "stop", "logdir_of", "tags"]
 
 
+@_paths.tidy_reprs
 @dataclass
 class TensorBoard:
     """A running TensorBoard server: open :attr:`url` in a browser."""
@@ -134,24 +135,44 @@ def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
                         fix="read the output above (credentials for gs://? `gcloud auth application-default login`)")
 
 
-def stop(cfg: Any, *, timeout: float = 10) -> bool:
-    """Stop the TensorBoard this experiment started (exactly its recorded pid); False when none ran."""
+@dataclass(frozen=True)
+class Stopped:
+    """What :func:`stop` did: true when a TensorBoard of this experiment ran and was stopped."""
+
+    pid: int | None = None
+    killed: bool = False  # it ignored SIGTERM for ``timeout`` seconds
+
+    def __bool__(self) -> bool:
+        return self.pid is not None
+
+    def __repr__(self) -> str:
+        if self.pid is None:
+            return "no TensorBoard of this experiment was running: nothing to stop"
+        return f"TensorBoard (pid {self.pid}) stopped" + (" (killed after it ignored SIGTERM)" if self.killed else "")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def stop(cfg: Any, *, timeout: float = 10) -> Stopped:
+    """Stop the TensorBoard this experiment started (exactly its recorded pid); false when none ran."""
     pf = _pid_file(cfg)
     try:
         rec = json.loads(pf.read_text())
     except (OSError, ValueError):
-        return False
-    pid, ran = rec.get("pid"), False
+        return Stopped()
+    pid, ran, killed = rec.get("pid"), None, False
     if pid and _is_ours(pid):
-        ran = True
+        ran = pid
         os.kill(pid, signal.SIGTERM)
         end = time.monotonic() + timeout
         while _is_ours(pid) and time.monotonic() < end:
             time.sleep(0.05)
         if _is_ours(pid):
             os.kill(pid, signal.SIGKILL)
+            killed = True
     pf.unlink(missing_ok=True)
-    return ran
+    return Stopped(ran, killed)
 
 
 def tags(tb: TensorBoard, *, timeout: float = 60) -> dict[str, list[str]]:

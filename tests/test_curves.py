@@ -31,7 +31,8 @@ def test_figure_has_a_smoothing_slider_that_restyles_the_ema_traces():
     assert zero == pytest.approx(raw.tolist()) and six == pytest.approx(plots.ema(raw, 0.6).tolist())
     assert list(fig.data[smooth[0]].y) == pytest.approx(six)
     assert fig.layout.hovermode == "x unified" and fig.layout.uirevision == "keep"
-    assert fig.layout.xaxis.title.text == "step" and "KL" in [a.text for a in fig.layout.annotations]
+    assert fig.layout.xaxis.title.text == "step" and "KL · train/kl_penalty" in [a.text for a in fig.layout.annotations]
+    assert fig.layout.legend.y < 0 and all(ax.matches == "x" for ax in (fig.layout.xaxis2, fig.layout.xaxis3))  # clear of titles; one step axis
     assert curves.point_count(fig) == 6 * 20
     b = curves.bundle(fig, png=b"\x89PNG")
     assert b["application/vnd.plotly.v1+json"]["data"][1]["x"][:3] == [1, 2, 3] and "data:image/png" in b["text/html"]

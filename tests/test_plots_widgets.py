@@ -47,7 +47,8 @@ def test_training_curves_overlay_baseline_and_png(tmp_path):
     assert {"a", "b"} <= {line.get_label() for line in kl_ax.get_lines()}
     assert "generation length" in len_ax.get_title()
     t = plots.timing(_frame("a", tags=("timing/train/total_step_time",)), save=tmp_path / "t.png")
-    assert (tmp_path / "t.png").is_file() and len(t.axes[0].get_lines()) == 1
+    assert (tmp_path / "t.png").is_file() and len(t.axes[0].get_lines()) == 2  # raw (faint) + EMA: spikes do not hide the trend
+    assert len(plots.timing(_frame("a", tags=("timing/train/total_step_time",)), smoothing=0).axes[0].get_lines()) == 1
 
 
 def test_watch_redraws_until_the_job_ends(tmp_path, monkeypatch):

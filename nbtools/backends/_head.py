@@ -233,7 +233,7 @@ def _spawn(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress
 
 def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattached: bool) -> ClusterHandle:
     """Back off (0.1 s → 1 s) until dashboard, head node and Jobs API answer; raise with the log tail if it dies."""
-    from tqdm.auto import tqdm
+    from nbtools._progress import tqdm
 
     stages = ["process", "dashboard", "head node", "jobs API"]
     deadline = time.monotonic() + timeout

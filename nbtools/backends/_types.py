@@ -13,11 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _paths
+
 __all__ = ["ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterResources:
     """Totals and usage of a Ray cluster, like `ray status` prints them.
@@ -60,6 +63,28 @@ class ClusterResources:
     def __str__(self) -> str:
         return self.summary()
 
+    def nodes_view(self) -> pd.DataFrame:
+        """``node_table`` as ``kubectl get nodes`` reads: state first, the role, sizes in GiB (units in the header).
+
+        Example:
+            >>> nbtools.backends.get(cfg).resources().nodes_view()
+        """
+        t = self.node_table
+        if t.empty:
+            return pd.DataFrame(columns=["state", "node", "role", "ip", "CPU", "GPU", "memory (GiB)", "object store (GiB)"])
+        out = pd.DataFrame({
+            "state": t.get("state", "?"),
+            "node": t.get("node_id", ""),
+            "role": ["head" if h else "worker" for h in t.get("head", [False] * len(t))],
+            "ip": t.get("ip", ""),
+            "CPU": t.get("CPU", 0.0),
+            "GPU": t.get("GPU", 0.0),
+        })
+        for col, label in (("memory_bytes", "memory (GiB)"), ("object_store_bytes", "object store (GiB)")):
+            if col in t:
+                out[label] = (t[col].astype(float) / _GIB).round(2)
+        return out.reset_index(drop=True)
+
     def _repr_html_(self) -> str:
         u = self.used
         rows = [
@@ -77,6 +102,7 @@ class ClusterResources:
         return f"<b>Ray resources</b> (used / total) at <a href='{url}'>{url}</a><table>{body}</table>"
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterHandle:
     """A running Ray cluster the Jobs API can reach at `dashboard_url` (local head, GKE port-forward or address).
@@ -130,6 +156,7 @@ def _table_html(title: str, rows: list[tuple[str, str]]) -> str:
     return f"<b>{html.escape(title)}</b><table>{body}</table>"
 
 
+@_paths.tidy_reprs
 @dataclass
 class Teardown:
     """What ``down`` or ``wipe`` did: one row per thing (kind, name, action), and a one-line summary.
@@ -160,6 +187,7 @@ class Teardown:
         return f"<b>{html.escape(self.backend)}</b>: {html.escape(self.message)}" + self.actions.to_html(index=False)
 
 
+@_paths.tidy_reprs
 @dataclass
 class ClusterStatus:
     """Whether the experiment's cluster runs and its Jobs API answers; nothing is started to find out.
@@ -190,6 +218,7 @@ class ClusterStatus:
         return _table_html(f"{self.backend} cluster", rows) + extra
 
 
+@_paths.tidy_reprs
 @dataclass
 class Preview:
     """What a verb would do (a dry run): a sentence and the objects involved."""

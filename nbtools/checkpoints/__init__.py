@@ -15,6 +15,7 @@ from nbtools.checkpoints._listing import (
     detect_layout,
     latest,
     list_checkpoints,
+    overview,
     read_training_info,
 )
 from nbtools.checkpoints._merge import MergeResult, merge
@@ -30,6 +31,7 @@ from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, ver
 __all__ = [
     "LAYOUTS",
     "list_checkpoints",
+    "overview",
     "latest",
     "best",
     "detect_layout",

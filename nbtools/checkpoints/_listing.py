@@ -17,7 +17,7 @@ from nbtools import storage
 from nbtools._layout import STEP_RE, step_dirs
 from nbtools.errors import CheckpointError, NotFoundError
 
-__all__ = ["LAYOUTS", "list_checkpoints", "latest", "best", "detect_layout", "read_training_info", "weights_dir"]
+__all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir"]
 
 LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
 
@@ -192,6 +192,32 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
                      **{k: v for k, v in info.items() if k not in reserved}})
     df = pd.DataFrame(rows, columns=None if rows else ["step", "path", "layout", "problem"])
     return df.reset_index(drop=True)
+
+
+def overview(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """:func:`list_checkpoints`' frame as a person reads it: one row per ``step_N``, its state first, then its metrics.
+
+    ``path`` becomes the directory's name; ``current_step`` (NeMo-RL's position *within the epoch*, 50 for every
+    checkpoint at an epoch's end) and ``val_reward`` where it repeats a ``val:`` metric are left out; counters get
+    their units. The full frame keeps every ``training_info.json`` field.
+
+    Example:
+        >>> nbtools.checkpoints.overview(nbtools.checkpoints.list_checkpoints(cfg.checkpoints_url))
+    """
+    df = checkpoints.copy()
+    out = pd.DataFrame({"checkpoint": [f"step_{s}" for s in df["step"]],
+                        "state": ["ok" if p is None or p != p else f"damaged: {p}" for p in df["problem"]],
+                        "layout": df["layout"]})
+    metrics = [c for c in df.columns if c.startswith("val:")]
+    for c in metrics:
+        out[c] = df[c]
+    if "val_reward" in df.columns and not any(df["val_reward"].equals(df[c]) for c in metrics):
+        out["val_reward"] = df["val_reward"]
+    for col, label in (("current_epoch", "epoch"), ("consumed_samples", "samples seen"),
+                       ("total_valid_tokens", "tokens trained")):
+        if col in df.columns:
+            out[label] = df[col]
+    return out
 
 
 def latest(checkpoint_dir: str | Path) -> Path:

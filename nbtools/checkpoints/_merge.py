@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
@@ -33,6 +34,7 @@ from nbtools.errors import CheckpointError, ConflictError
 __all__ = ["merge", "MergeResult", "parse_size"]
 
 
+@_paths.tidy_reprs
 @dataclass
 class MergeResult:
     """What :func:`merge` produced (or found already merged, ``reused=True``)."""
@@ -150,7 +152,7 @@ def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult 
 
 
 def _tqdm(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
+    from nbtools._progress import tqdm
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=not enabled)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path, PurePosixPath
 
+from nbtools import _paths
+
 __all__ = ["merge_entrypoint", "submit_merge", "merge_in_cluster", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
 
 
@@ -157,4 +159,4 @@ def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf
         f"{shlex.quote(python)} -c {shlex.quote(_CHECK_COPY)} \"$tmp\" {src}; "
         f"rm -rf {dst}; mv \"$tmp\" {dst}; echo copied to {dst}"
     )
-    return ["bash", "-c", script]
+    return _paths.Argv(["bash", "-c", script])

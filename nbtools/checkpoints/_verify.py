@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from nbtools import _paths
 from nbtools.checkpoints._sources import ST_DTYPES, read_safetensors_header
 from nbtools.errors import CheckpointError
 
@@ -63,6 +64,7 @@ def check_against_config(got: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
     return problems
 
 
+@_paths.tidy_reprs
 @dataclass
 class VerifyReport:
     """What :func:`verify` checked, per file and overall."""
@@ -165,6 +167,7 @@ def verify(out_dir: str | Path, *, checksums: bool = True) -> VerifyReport:
     return VerifyReport(out, not problems, problems, pd.DataFrame(rows), len(got))
 
 
+@_paths.tidy_reprs
 @dataclass
 class AgainstReport:
     """Result of :func:`verify_against`: exact equality unless ``atol`` was given."""

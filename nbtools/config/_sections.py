@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nbtools import _paths
 from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.config
     GPU_DRIVER_VERSIONS,
     GPU_TYPES,
@@ -278,6 +279,7 @@ class RehearsalConfig:
     )
 
 
+@_paths.tidy_reprs
 @dataclass(frozen=True)
 class Experiment:
     """The whole experiment: cluster + trainer + run. Load with :func:`load`."""
@@ -305,9 +307,9 @@ class Experiment:
     def runs_dir(self) -> Path:
         """Where local artifacts go: NBTOOLS_RUNS_DIR, else local.runs_dir relative to the config file."""
         env = os.environ.get("NBTOOLS_RUNS_DIR")
-        if env:
-            return Path(env).expanduser().resolve()
-        return _resolve_path(self.local.runs_dir, self.source)
+        runs = Path(env).expanduser().resolve() if env else _resolve_path(self.local.runs_dir, self.source)
+        _paths.remember_runs_dir(runs)  # outputs show paths under it as <runs_dir>/...
+        return runs
 
     @property
     def run_dir(self) -> Path:
@@ -333,17 +335,17 @@ class Experiment:
     def logs_url(self) -> str:
         """Where this machine reads ``log_dir``: a local path, or ``gs://…`` when the pods write to a bucket."""
         b = self._backend()
-        return b.storage.url(b.log_dir)
+        return _paths.Url(b.storage.url(b.log_dir))
 
     @property
     def checkpoints_url(self) -> str:
         """Where this machine reads ``checkpoint_dir`` (a local path, or ``gs://…``)."""
         b = self._backend()
-        return b.storage.url(b.checkpoint_dir)
+        return _paths.Url(b.storage.url(b.checkpoint_dir))
 
     def url(self, cluster_path: str) -> str:
         """Where this machine reads a path the cluster's jobs write (e.g. an eval's ``save_path``)."""
-        return self._backend().storage.url(cluster_path)
+        return _paths.Url(self._backend().storage.url(cluster_path))
 
     def _backend(self):
         from nbtools import backends  # values that depend on where the cluster runs come from its backend

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from nbtools import _paths
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.job import collect, eval_jobs, finetuned_model_path
 from nbtools.evals.result import EvalResult
@@ -54,7 +55,7 @@ def models(cfg: Any) -> dict[str, str]:
         base = str(task.baseline_dir(cfg))
     else:
         base = cfg.model.name
-    return {"baseline": base, "fine-tuned": finetuned_model_path(cfg)}
+    return {"baseline": _paths.Url(base), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
 
 
 def local_models(cfg: Any) -> dict[str, Path]:

@@ -10,7 +10,6 @@ Example:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,7 +18,7 @@ from nbtools.errors import ConfigError
 from nbtools.evals.compare import Comparison, as_result
 from nbtools.evals.stats import wilson_ci
 
-__all__ = ["BREAKDOWN_FIELDS", "breakdown_field", "accuracy_table", "breakdown_table", "accuracy", "flip_matrix", "breakdown"]
+__all__ = ["model_color", "BREAKDOWN_FIELDS", "breakdown_field", "accuracy_table", "breakdown_table", "accuracy", "flip_matrix", "breakdown"]
 
 
 def accuracy_table(results: dict[str, Any]) -> pd.DataFrame:
@@ -77,22 +76,34 @@ def breakdown_table(results: dict[str, Any], by: str | None = None) -> pd.DataFr
 
 def _save(fig, save: str | os.PathLike | None):
     if save is not None:
-        p = Path(save)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        tmp.replace(p)
+        from nbtools import _figure
+
+        _figure.save(fig, save)
     return fig
 
 
 def _message(text: str, save):
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
-    fig, ax = plt.subplots(figsize=(5.5, 1.4))
+    fig, ax = _figure.new(figsize=(5.5, 1.4))
     ax.axis("off")
     ax.text(0.0, 0.5, text, ha="left", va="center", wrap=True, fontsize=9)
-    plt.close(fig)
     return _save(fig, save)
+
+
+# One colour per model in every figure: the baseline grey, the fine-tuned model blue, other names after them;
+# a sampled evaluation is the same colour, hatched.
+_MODEL_COLORS = (("baseline", "0.55"), ("fine-tuned", "C0"), ("finetuned", "C0"), ("tuned", "C0"))
+
+
+def model_color(name: str, others: list[str] | None = None) -> str:
+    """The colour of ``name`` (a model, or "model greedy/sampled") in every evaluation figure."""
+    low = str(name).lower()
+    for key, color in _MODEL_COLORS:
+        if low.startswith(key):
+            return color
+    rest = [o for o in (others or [name]) if not any(str(o).lower().startswith(k) for k, _ in _MODEL_COLORS)]
+    return f"C{1 + (rest.index(name) if name in rest else 0) % 9}"
 
 
 def _bars(ax, table: pd.DataFrame, x_labels: list[str], group_col: str | None):
@@ -108,12 +119,15 @@ def _bars(ax, table: pd.DataFrame, x_labels: list[str], group_col: str | None):
         acc = sub["accuracy"].to_numpy(dtype=float)
         err = np.clip([acc - sub["ci_low"].to_numpy(dtype=float), sub["ci_high"].to_numpy(dtype=float) - acc], 0, None)
         pos = x + (i - (len(models) - 1) / 2) * width if group_col else x[i : i + 1]
-        ax.bar(pos, acc, width=width if group_col else 0.6, yerr=err, capsize=4, label=m)
-        if not group_col:  # value labels above the interval; grouped bars would be too busy
-            for px, a, top in zip(pos, acc, acc + err[1], strict=True):
-                if a == a:  # not NaN
-                    ax.text(px, min(top + 0.02, 1.04), f"{a:.2f}", ha="center", va="bottom", fontsize=8)
-    ax.set_ylim(0, 1.1)
+        sampled = "sampled" in str(m).lower()
+        ax.bar(pos, acc, width=width if group_col else 0.6, yerr=err, capsize=4, label=m, color=model_color(m, models),
+               hatch="//" if sampled else None, edgecolor="white" if sampled else None, linewidth=0)
+        # the value and the problems behind it, above the interval: an empty bar then reads "0.00, n=1"
+        for px, a, top, n in zip(pos, acc, acc + err[1], sub["problems"].to_numpy(), strict=True):
+            if a == a:  # not NaN
+                label = f"{a:.2f}" if not group_col else f"{a:.2f}\nn={int(n)}"
+                ax.text(px, min(top + 0.02, 1.04), label, ha="center", va="bottom", fontsize=7 if group_col else 8)
+    ax.set_ylim(0, 1.18 if group_col else 1.1)
     ax.set_ylabel("accuracy (95% Wilson CI)")
 
 
@@ -123,15 +137,16 @@ def accuracy(results: dict[str, Any], *, title: str = "Accuracy", save: str | os
     Example:
         >>> accuracy({"baseline": base, "fine-tuned": tuned}, save=cfg.run_dir / "figures" / "eval_accuracy.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     table = accuracy_table(results)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(table), 3.6))
+    fig, ax = _figure.new(figsize=(1.6 + 1.3 * len(table), 3.6))
     _bars(ax, table, list(table["model"]), None)
-    ax.set_xticks(range(len(table)), list(table["model"]), rotation=15)
+    ax.set_xticks(range(len(table)), [f"{m}\n{p} problems × {n}" for m, p, n in
+                                      zip(table["model"], table["problems"], table["samples_per_problem"], strict=True)],
+                  fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)
 
 
@@ -141,14 +156,14 @@ def flip_matrix(comparison: Comparison, *, save: str | os.PathLike | None = None
     Example:
         >>> flip_matrix(cmp, save=cfg.run_dir / "figures" / "eval_flips.png")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     if comparison.flips is None:  # totals only, or several samples per problem: say so instead of failing
         return _message(f"No flip table: {comparison.test} compared "
                         f"{'per-problem accuracies over several samples' if comparison.paired else 'totals only'}.\n"
                         "Keep one sample per problem with per-sample results (eval.save_path) for a flip table.", save)
     t = comparison.flip_table()
-    fig, ax = plt.subplots(figsize=(4.4, 3.6))
+    fig, ax = _figure.new(figsize=(4.4, 3.6))
     ax.imshow(t.to_numpy(), cmap="Blues")
     labels = [["both right", "broken"], ["fixed", "both wrong"]]
     for i in range(2):
@@ -159,7 +174,6 @@ def flip_matrix(comparison: Comparison, *, save: str | os.PathLike | None = None
     ax.set_yticks([0, 1], list(t.index))
     ax.set_title(f"{comparison.test}: p = {comparison.p_value:.3g}", fontsize=10)
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)
 
 
@@ -169,20 +183,19 @@ def breakdown(results: dict[str, Any], by: str | None = None, *, save: str | os.
     Example:
         >>> breakdown({"baseline": base, "fine-tuned": tuned}, by="subject")
     """
-    import matplotlib.pyplot as plt
+    from nbtools import _figure
 
     if not all(as_result(r).has_samples for r in results.values()):
         return _message("No breakdown: some results have totals only (no per-sample evaluation_data.json).", save)
     by = by or breakdown_field(results)
     table = breakdown_table(results, by)
     values = sorted(table[by].unique(), key=lambda v: (str(type(v)), v))
-    fig, ax = plt.subplots(figsize=(2.0 + 0.9 * len(values) * max(1, table["model"].nunique()) / 2, 3.8))
+    fig, ax = _figure.new(figsize=(2.0 + 0.9 * len(values) * max(1, table["model"].nunique()) / 2, 3.8))
     _bars(ax, table, values, by)
     long = max(len(str(v)) for v in values) > 4
     ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=30 if long else 0, ha="right" if long else "center")
     ax.set_xlabel(by)
-    ax.legend(fontsize=8)
-    ax.set_title(f"Accuracy by {by}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # clear of bars and title
+    ax.set_title(f"Accuracy by {by} (n = problems per group)")
     fig.tight_layout()
-    plt.close(fig)
     return _save(fig, save)

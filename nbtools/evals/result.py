@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import NotFoundError
 from nbtools.evals.stats import pass_at_k, wilson_ci
 
@@ -29,6 +30,7 @@ __all__ = ["EvalResult", "TABLE_COLUMNS"]
 TABLE_COLUMNS = ["problem_id", "sample", "prompt", "response", "extracted_answer", "correct"]
 
 
+@_paths.tidy_reprs
 @dataclass
 class EvalResult:
     """Per-sample results of one model on one problem set.

@@ -115,7 +115,15 @@ def _load_model(model_dir: Path):
             raise ConfigError(f"tokenizer at {model_dir} has neither a pad nor an eos token; batched generation needs one")
         tok.pad_token = tok.eos_token
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if device == "cpu" else "auto")
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its "Loading weights" widget is saved as "0%" in an executed notebook
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32 if device == "cpu" else "auto")
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
     return tok, model.to(device).eval(), device
 
 
@@ -131,8 +139,9 @@ def _decode(tok, ids, eos_ids: set[int]) -> str:
 def _generate(tok, model, device, prompts: list[str], *, n: int, temperature: float, top_p: float, top_k: int,
               max_new_tokens: int, batch_size: int, seed: int, add_special_tokens: bool, desc: str) -> list[list[str]]:
     import torch
-    from tqdm.auto import tqdm
     from transformers import GenerationConfig
+
+    from nbtools._progress import tqdm
 
     eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None else tok.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}

@@ -35,7 +35,7 @@ __all__ = ["explore", "TrajectoryExplorer", "ExplorerData", "Query", "Page", "Re
 
 def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = None, rewards: Any = None,
             ground_truth: Callable[[str], Any] | None = None, page_size: int = 16,
-            export_dir: str | os.PathLike | None = None) -> TrajectoryExplorer:
+            export_dir: str | os.PathLike | None = None, tokenizer: Any = None) -> TrajectoryExplorer:
     """The explorer over a run (or a trajectory DataFrame) at ``step`` (default: the latest).
 
     Args:
@@ -47,6 +47,8 @@ def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = N
             ``prompt -> answer`` function); they win over ``cfg``.
         page_size: records per page.
         export_dir: where "export CSV" writes (default: the run's ``.nbtools/exports``).
+        tokenizer: decodes the record view's token strip (a ``transformers`` tokenizer or its directory); with
+            ``cfg`` the run's own (``policy/tokenizer`` of its latest checkpoint) when there is one, else token ids.
 
     Example:
         >>> explorer = nbtools.explorer.explore(run, step=run.steps[-1], cfg=cfg)
@@ -67,4 +69,26 @@ def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = N
             except NotFoundError:  # a dataset whose answers are not known here: truth-based rewards show NaN
                 ground_truth = None
     return TrajectoryExplorer(source, step=step, page_size=page_size, rewards=rewards, ground_truth=ground_truth,
-                              export_dir=export_dir)
+                              export_dir=export_dir, decode=_decoder(tokenizer, cfg))
+
+
+def _decoder(tokenizer: Any, cfg: Any) -> Callable[[list[int]], list[str]] | None:
+    """ids -> one text per token from ``tokenizer`` (or the run's checkpointed tokenizer); None when there is none."""
+    if tokenizer is None and cfg is not None:
+        from nbtools import checkpoints, storage
+        from nbtools.errors import NbtoolsError
+
+        try:
+            tokenizer = storage.mirror(storage.join(str(checkpoints.latest(cfg.checkpoints_url)), "policy", "tokenizer"))
+        except (NbtoolsError, OSError):
+            return None
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, str | os.PathLike):
+        try:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+        except (ImportError, OSError, ValueError):
+            return None
+    return lambda ids: [tokenizer.decode([i]) for i in ids]

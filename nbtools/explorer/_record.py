@@ -88,14 +88,17 @@ def reward_breakdown(mix: RewardMix | None, ground_truth: str | None, response: 
     return df
 
 
-def token_table(rec: dict) -> pd.DataFrame | None:
-    """Per-token view of a record (position, token_id, mask, generation/prev log-probs, advantage), or None when
-    the record has no per-token arrays (NeMo-RL ≤ v0.5 or ``arrays=False``)."""
+def token_table(rec: dict, decode: Callable[[list[int]], list[str]] | None = None) -> pd.DataFrame | None:
+    """Per-token view of a record (position, token_id, mask, generation/prev log-probs, advantage; ``text`` when
+    ``decode`` turns ids into their text), or None when the record has no per-token arrays (NeMo-RL ≤ v0.5 or
+    ``arrays=False``)."""
     ids = rec.get("token_ids")
     if ids is None:
         return None
     n = len(ids)
     cols = {"position": np.arange(n), "token_id": np.asarray(ids)}
+    if decode is not None:
+        cols["text"] = list(decode([int(i) for i in ids]))
     for key, name in (("token_loss_mask", "mask"), ("generation_logprobs", "logprob"),
                       ("prev_logprobs", "prev_logprob"), ("advantages", "advantage")):
         v = rec.get(key)
@@ -127,8 +130,10 @@ class RecordView:
 
 def record_view(rec: dict, *, think_tag: str = "think", answer_tag: str = "answer", mix: RewardMix | None = None,
                 ground_truth: Callable[[str], Any] | None = None, pattern: re.Pattern | None = None,
-                group: int | None = None, baseline: float | None = None) -> RecordView:
-    """Build the record panel's data from a record dict (``Run.record(step, idx)``).
+                group: int | None = None, baseline: float | None = None,
+                decode: Callable[[list[int]], list[str]] | None = None) -> RecordView:
+    """Build the record panel's data from a record dict (``Run.record(step, idx)``); ``decode`` (ids → texts) shows
+    the token strip as text.
 
     Example:
         >>> view = record_view(run.record(5, 0), mix=nbtools.rewards.combine(nbtools.rewards.trained_with(cfg)))
@@ -151,7 +156,7 @@ def record_view(rec: dict, *, think_tag: str = "think", answer_tag: str = "answe
         segments=tag_segments(response, think_tag=think_tag, answer_tag=answer_tag, pattern=pattern),
         prompt_segments=tag_segments(prompt, think_tag="", answer_tag="", pattern=pattern),
         rewards=reward_breakdown(mix, truth, response, float(rec["reward"])) if mix is not None else None,
-        tokens=token_table(rec),
+        tokens=token_table(rec, decode),
     )
 
 

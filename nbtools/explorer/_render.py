@@ -130,9 +130,10 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
         for r in gen.head(tokens).itertuples(index=False):
             p = math.exp(r.logprob) if not np.isnan(r.logprob) else None
             shade = "#eee" if p is None else f"rgba(76,114,176,{0.15 + 0.85 * p:.2f})"
-            chips.append(f"<span class='tok' style='background:{shade}' title='pos {r.position} · logprob "
-                         f"{_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage {_num(r.advantage)}'>"
-                         f"{r.token_id}</span>")
+            text = getattr(r, "text", None)  # decoded when the explorer has the run's tokenizer
+            chips.append(f"<span class='tok' style='background:{shade};white-space:pre' title='pos {r.position} · id "
+                         f"{r.token_id} · logprob {_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage "
+                         f"{_num(r.advantage)}'>{html.escape(text) if isinstance(text, str) else r.token_id}</span>")
         parts.append(f"<div class='note nbx-tokens'><b>tokens</b>: {len(t)} in all, {int(np.nansum(t['mask']))} "
                      f"generated (mask = 1; shade = probability under the policy; hover for log-probs)</div>"
                      f"<div>{''.join(chips)}</div>")

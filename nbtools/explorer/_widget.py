@@ -36,7 +36,7 @@ class TrajectoryExplorer:
 
     def __init__(self, source: Run | pd.DataFrame, *, step: int | None = None, page_size: int = 16,
                  rewards: Any = None, ground_truth: Callable[[str], Any] | None = None,
-                 export_dir: str | os.PathLike | None = None):
+                 export_dir: str | os.PathLike | None = None, decode: Callable[[list[int]], list[str]] | None = None):
         import ipywidgets as w
 
         from nbtools.rewards import combine
@@ -44,6 +44,7 @@ class TrajectoryExplorer:
         self.data = ExplorerData(source)
         self.mix = combine(rewards) if rewards is not None else None
         self.ground_truth = ground_truth
+        self.decode = decode  # token ids -> their text, for the record view's token strip
         run = self.data.run
         self.think_tag, self.answer_tag = (run.think_tag, run.answer_tag) if run is not None else ("think", "answer")
         self.export_dir = Path(export_dir) if export_dir else (
@@ -250,7 +251,7 @@ class TrajectoryExplorer:
         rec = self.data.record(int(row["step"]), int(row["idx"]), arrays=True)
         self.view = record_view(rec, think_tag=self.think_tag, answer_tag=self.answer_tag, mix=self.mix,
                                 ground_truth=self.ground_truth, pattern=q.pattern(), group=int(row["group"]),
-                                baseline=float(row["baseline"]))
+                                baseline=float(row["baseline"]), decode=self.decode)
         self.record_panel.value = record_html(self.view)
         self.compare_panel.value = self._compare_html(row) if self.compare.value else ""
         if render_page and self.page_data is not None:

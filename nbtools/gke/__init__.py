@@ -13,8 +13,13 @@ Example:
 
 from __future__ import annotations
 
+import html
+import os
+from dataclasses import dataclass
+
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
 from nbtools.gke._plan import Plan, PlanIncompleteError, Step, StepFailedError
@@ -22,7 +27,8 @@ from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name,
 
 __all__ = [
     "plan", "destroy_plan", "validate", "Plan", "Step", "StepFailedError", "PlanIncompleteError", "context_name",
-    "wi_member", "nccl_installer_url", "gcloud_flags", "gcloud_path", "validate_flags",
+    "wi_member", "nccl_installer_url", "gcloud_flags", "gcloud_path", "validate_flags", "FlagReport", "flag_report",
+    "ScriptPreview", "script_preview",
 ]
 
 
@@ -108,3 +114,75 @@ def validate(p: Plan) -> pd.DataFrame:
         ('gcloud 528.0.0 at /usr/bin/gcloud', True)
     """
     return p.validate()
+
+
+@_paths.tidy_reprs
+@dataclass(frozen=True)
+class FlagReport:
+    """:func:`validate`'s frame read as a verdict: one line when every flag exists, else the flags that do not."""
+
+    flags: pd.DataFrame
+
+    @property
+    def bad(self) -> pd.DataFrame:
+        return self.flags[~self.flags.ok]
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.flags.ok.all())
+
+    def __repr__(self) -> str:
+        head = f"{len(self.flags)} gcloud flags checked against {self.flags.attrs.get('source', '?')}"
+        if self.ok:
+            return f"{head}: every flag exists"
+        return f"{head}: {len(self.bad)} do not exist\n" + self.bad[["command", "flag", "message"]].to_string(index=False)
+
+    def _repr_html_(self) -> str:
+        head = html.escape(f"{len(self.flags)} gcloud flags checked against {self.flags.attrs.get('source', '?')}")
+        if self.ok:
+            return f"<b style='color:#2e7d32'>ok</b> {head}: every flag exists"
+        return (f"<b style='color:#c62828'>{len(self.bad)} unknown</b> {head}:"
+                + self.bad[["command", "flag", "message"]].to_html(index=False))
+
+
+def flag_report(flags: pd.DataFrame) -> FlagReport:
+    """A verdict over :func:`validate`'s frame (``flags`` keeps every row).
+
+    Example:
+        >>> nbtools.gke.flag_report(nbtools.gke.validate(plan))
+        83 gcloud flags checked against gcloud 528.0.0: every flag exists
+    """
+    return FlagReport(flags)
+
+
+@_paths.tidy_reprs
+@dataclass(frozen=True)
+class ScriptPreview:
+    """The head of a plan's bash script, whole lines only, and where the full script is."""
+
+    script: str
+    path: str | None = None
+    lines: int = 30
+
+    def _head(self) -> tuple[str, int]:
+        all_lines = self.script.splitlines()
+        return "\n".join(all_lines[: self.lines]), max(0, len(all_lines) - self.lines)
+
+    def __repr__(self) -> str:
+        head, more = self._head()
+        where = f" in {self.path}" if self.path else ""
+        return head + (f"\n# … {more} more lines{where}" if more else "")
+
+    def _repr_markdown_(self) -> str:
+        head, more = self._head()
+        where = f" — the whole script: `{self.path}`" if self.path else ""
+        return f"```bash\n{head}\n```\n" + (f"*… {more} more lines*{where}" if more else where.lstrip(" —"))
+
+
+def script_preview(p: Plan, path: str | os.PathLike | None = None, *, lines: int = 30) -> ScriptPreview:
+    """The first ``lines`` lines of ``p.to_script()`` (never cut mid-line), naming the written script.
+
+    Example:
+        >>> nbtools.gke.script_preview(plan, plan.write_script(cfg.run_dir / "gke" / "provision.sh"))
+    """
+    return ScriptPreview(p.to_script(), str(path) if path is not None else None, lines)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import NbtoolsError, NotFoundError
 
 __all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
@@ -100,6 +101,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+@_paths.tidy_reprs
 @dataclass
 class Plan:
     """An ordered list of steps for one experiment; ``apply`` records progress in a state file.
@@ -148,11 +150,43 @@ class Plan:
     to_frame = show  # the same table, for code that wants data rather than display
 
     def _repr_html_(self) -> str:
-        df = self.show()
-        note = f"<p><i>{self.note}</i></p>" if self.note else ""
+        """Like ``kubectl get``: STATUS first, left-aligned, one step per row; the command in full (a heredoc's YAML
+        folded under it), the check and the undo folded; inline styles only (they survive JupyterLab's sanitiser)."""
+        import html as _html
+
+        note = f"<p><i>{_html.escape(self.note)}</i></p>" if self.note else ""
         if not self.steps:
             return f"<b>{self.kind} plan</b>: no steps{note}"
-        return f"<b>{self.kind} plan</b>: {len(df)} steps, state in <code>{self.state_path}</code>{note}" + df.to_html(index=False)
+        state = self._load()["steps"]
+        unset = "pending" if self.applicable else "would run"  # a plan only shown (local / ray) never runs
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            st = state.get(s.name, {}).get("status", unset)
+            counts[st] = counts.get(st, 0) + 1
+        cell = "style='text-align:left;vertical-align:top;padding:2px 8px'"
+        code = "style='white-space:pre-wrap;word-break:break-all;font-size:90%'"
+
+        def fold(summary: str, body: str) -> str:
+            return (f"<details><summary style='cursor:pointer;color:#555'>{_html.escape(summary)}</summary>"
+                    f"<pre {code}>{_html.escape(body)}</pre></details>")
+
+        rows = []
+        for s in self.steps:
+            st = state.get(s.name, {}).get("status", unset)
+            color = {"done": "#2e7d32", "failed": "#c62828", "pending": "#555"}.get(st, "#555")
+            extra = fold(f"stdin: {len(s.stdin.splitlines())} lines of YAML", s.stdin) if s.stdin else ""
+            if s.check:
+                extra += fold("check" + (" (done when absent)" if s.absent else ""), _join(s.check))
+            if s.undo:
+                extra += fold("undo", _join(s.undo))
+            rows.append(f"<tr><td {cell}><b style='color:{color}'>{_html.escape(st)}</b></td>"
+                        f"<td {cell}><code>{_html.escape(s.name)}</code></td><td {cell}>{_html.escape(s.what)}</td>"
+                        f"<td {cell}><code {code}>{_html.escape(_join(s.command))}</code>{extra}</td></tr>")
+        head = "".join(f"<th {cell}>{h}</th>" for h in ("STATUS", "STEP", "WHAT", "COMMAND"))
+        summary = ", ".join(f"{n} {st}" for st, n in counts.items())
+        return (f"<b>{self.kind} plan</b>: {len(self.steps)} steps ({summary}); state in "
+                f"<code>{_html.escape(str(self.state_path))}</code>{note}"
+                f"<table style='border-collapse:collapse'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -354,7 +388,7 @@ class Plan:
             df = pd.DataFrame(rows, columns=["step", "status", "command"])
             df.attrs["note"] = self.note or ("dry run: nothing was run" if self.applicable else "")
             return df
-        from tqdm.auto import tqdm
+        from nbtools._progress import tqdm
 
         needed = {m for s in self.steps for a in (*s.command, *(s.check or ()), *s.expect) for m in VARIABLE.findall(a)}
         variables = self._variables(state, needed)

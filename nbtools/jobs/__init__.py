@@ -22,16 +22,18 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import JobFailedError, NotReadyError
 from nbtools.jobs._client import address_of, client_for, forget, is_missing, not_found
 from nbtools.jobs._tail import LogPump
 
-__all__ = ["Job", "submit", "attach", "list_jobs", "stop_jobs", "logs", "follow_with_progress"]
+__all__ = ["Job", "StoppedJobs", "submit", "attach", "list_jobs", "stop_jobs", "logs", "follow_with_progress"]
 
 _LOG_TAIL_LINES = 40
 _JOBS: dict[tuple[str, str], Job] = {}  # one Job object per (address, id): follow() stays resumable across cells
 
 
+@_paths.tidy_reprs
 class Job:
     """A Ray job on some cluster, addressed by its submission id; every method asks the cluster afresh.
 
@@ -88,7 +90,7 @@ class Job:
             >>> job.wait(timeout=900)
             <JobStatus.SUCCEEDED: 'SUCCEEDED'>
         """
-        from tqdm.auto import tqdm
+        from nbtools._progress import tqdm
 
         deadline, delay = time.monotonic() + timeout, 0.1
         with tqdm(desc=f"job {self.id}", total=None, disable=not progress, leave=False, bar_format="{desc}: {postfix} [{elapsed}]") as bar:
@@ -275,20 +277,40 @@ def list_jobs(address: Any) -> pd.DataFrame:
     return df.sort_values("start_time", kind="stable").reset_index(drop=True)
 
 
-def stop_jobs(address: Any, *, prefix: str = "") -> dict[str, Any]:
+class StoppedJobs(dict):
+    """``{submission_id: final status}`` of the jobs :func:`stop_jobs` stopped; shown as a one-line verdict."""
+
+    def __init__(self, statuses=(), *, prefix: str = "", answered: bool = True):
+        super().__init__(statuses)
+        self.prefix, self.answered = prefix, answered
+
+    def __repr__(self) -> str:
+        which = f"of {self.prefix!r} " if self.prefix else ""
+        if not self.answered:
+            return f"no job {which}can be running: no Ray cluster answers"
+        if not self:
+            return f"no job {which}was running: nothing to stop"
+        return f"stopped {len(self)} job(s): " + ", ".join(f"{k} ({getattr(v, 'value', v)})" for k, v in self.items())
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def stop_jobs(address: Any, *, prefix: str = "") -> StoppedJobs:
     """Stop every unfinished job whose id starts with ``prefix``; a cluster that does not answer runs nothing.
 
-    Returns the final status per stopped id (empty when nothing was running or nothing answers).
+    Returns the final status per stopped id (a dict; empty when nothing was running or nothing answers).
 
     Example:
         >>> nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix=cfg.name + "-")
+        no job of 'local-rehearsal-' was running: nothing to stop
     """
     try:
         df = list_jobs(address)
     except NotReadyError:
-        return {}
+        return StoppedJobs(prefix=prefix, answered=False)
     mine = df[df.submission_id.str.startswith(prefix) & ~df.status.isin(["SUCCEEDED", "FAILED", "STOPPED"])]
-    return {sid: attach(address, sid).stop() for sid in mine.submission_id}
+    return StoppedJobs({sid: attach(address, sid).stop() for sid in mine.submission_id}, prefix=prefix)
 
 
 def logs(job_or_id: Job | str, address: Any | None = None) -> str:
@@ -320,6 +342,7 @@ def follow_with_progress(
     timeout: float | None = None,
     echo: bool = False,
     raise_on_failure: bool = True,
+    tail: int = 8,
 ):
     """Follow a job's log and drive a tqdm bar from NeMo-RL's ``===== Step k/N =====`` lines; return its status.
 
@@ -331,20 +354,24 @@ def follow_with_progress(
         step_pattern: regex with groups (k, N).
         timeout: stop following after this many seconds (NotReadyError; the job keeps running).
         echo: also print every log line.
+        tail: in a notebook, the log's last ``tail`` lines under the bar, updated as they come (0: none).
         raise_on_failure: raise JobFailedError (with the log tail) when the job ends FAILED/STOPPED.
 
     Example:
         >>> nbtools.jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps)
         <JobStatus.SUCCEEDED: 'SUCCEEDED'>
     """
-    from tqdm.auto import tqdm
+    from nbtools._progress import LogTail, tqdm
 
     pattern = re.compile(step_pattern)
+    log_tail = LogTail(tail, title=f"{job.id} log") if tail else None
     done = job.last_step[0] - 1 if job.last_step else 0  # "Step k/N" is printed when step k starts
     with tqdm(total=total_steps or (job.last_step[1] if job.last_step else None), initial=max(done, 0), desc=job.id, unit="step") as bar:
         for line in job.follow(timeout=timeout):
             if echo:
                 print(line)
+            if log_tail is not None:
+                log_tail.add(line)
             m = pattern.search(line)
             if m:
                 k, n = int(m.group(1)), int(m.group(2))
@@ -356,6 +383,8 @@ def follow_with_progress(
         if info.status.value == "SUCCEEDED" and job.last_step:
             bar.update(max(0, job.last_step[0] - bar.n))
         bar.set_postfix_str(info.status.value)
+    if log_tail is not None:
+        log_tail.show()
     if raise_on_failure:
         job._raise_if_failed(info)
     return info.status

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 from nbtools.errors import NotFoundError, NotReadyError
 
-__all__ = ["client_for", "address_of", "is_missing", "forget"]
+__all__ = ["client_for", "address_of", "is_missing", "forget", "quiet_ray_sdk", "RAY_SDK_LOGGERS"]
 
 _CLIENTS: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -24,6 +25,21 @@ def address_of(target: Any) -> str:
     raise TypeError(f"expected a dashboard URL like 'http://127.0.0.1:8265', a ClusterHandle or the config; got {type(target).__name__}")
 
 
+# Ray's Jobs SDK logs each upload and each closed log stream at INFO on stderr ("Uploading package gcs://…",
+# "WebSocket closed for job … with close code 1000"): noise in a notebook's outputs. Set to INFO by Ray itself at
+# import (ray 2.x, dashboard/modules/dashboard_sdk.py, dashboard/modules/job/sdk.py); the job's own log is unaffected.
+RAY_SDK_LOGGERS = ("ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
+                   "ray._private.runtime_env.packaging")
+
+
+def quiet_ray_sdk() -> None:
+    """Raise Ray's Jobs SDK loggers from INFO to WARNING (a level a user set, e.g. DEBUG, is kept)."""
+    for name in RAY_SDK_LOGGERS:
+        log = logging.getLogger(name)
+        if log.level in (logging.NOTSET, logging.INFO):
+            log.setLevel(logging.WARNING)
+
+
 def client_for(address: str, *, timeout: float | None = None):
     """A cached client for ``address``; NotReadyError naming the fix when no Ray dashboard answers there."""
     with _LOCK:
@@ -38,6 +54,7 @@ def client_for(address: str, *, timeout: float | None = None):
         raise DependencyError(
             "the Ray Jobs SDK is not installed", fix="pip install 'ray[default]'"
         ) from None
+    quiet_ray_sdk()
     try:
         client = JobSubmissionClient(address)
     except (ConnectionError, RuntimeError, OSError) as e:

@@ -311,7 +311,7 @@ def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 90
     Example:
         >>> nbtools.kube.wait_ready(api, "default", "nbtools-b200", pods=3, timeout=1200)
     """
-    from tqdm.auto import tqdm
+    from nbtools._progress import tqdm
 
     ns, want = namespace, pods
     deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbtools import _paths
 from nbtools.config import Experiment
 from nbtools.errors import LintError, NotFoundError
 from nbtools.launch import nemo_rl, recipes, runtime_env, verl
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 
+@_paths.tidy_reprs
 @dataclass(frozen=True)
 class LaunchSpec:
     """Everything a submission sends, shown before it is sent (secrets are never part of it)."""

@@ -22,6 +22,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nbtools import _paths
+
 __all__ = ["Diagnosis", "CAUSES", "diagnose_log", "diagnose", "RETRYABLE"]
 
 CAUSES = ("preempted", "lost-node", "oom", "nccl", "user-error", "stopped", "unknown", "succeeded", "running")
@@ -73,6 +75,7 @@ _FIXES = {
 }
 
 
+@_paths.tidy_reprs
 @dataclass(frozen=True)
 class Diagnosis:
     """Why a job ended: ``cause`` (one of ``CAUSES``), whether a retry can fix it, the lines that decided it, the fix.

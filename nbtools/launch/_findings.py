@@ -6,6 +6,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nbtools import _paths
+
 __all__ = ["Finding", "LintReport", "Severity"]
 
 Severity = Literal["blocking", "warning"]
@@ -25,6 +27,7 @@ class Finding:
         return f"[{self.severity}] {self.key}: {self.message}; fix: {self.fix}"
 
 
+@_paths.tidy_reprs
 @dataclass
 class LintReport:
     """All findings for one experiment; ``ok`` is True when none is blocking."""

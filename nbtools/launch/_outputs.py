@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from nbtools import storage
+from nbtools import _paths, storage
 from nbtools._layout import EXP_RE, STEP_RE
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
@@ -22,6 +22,7 @@ from nbtools.errors import NbtoolsError
 __all__ = ["RunOutputs", "outputs"]
 
 
+@_paths.tidy_reprs
 @dataclass(frozen=True)
 class RunOutputs:
     """Status and artifacts of one run; ``ok`` is the notebook's final check."""

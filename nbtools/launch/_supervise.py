@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools.errors import NotFoundError, NotReadyError
 from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
 from nbtools.launch._diagnose import Diagnosis
@@ -28,6 +29,7 @@ from nbtools.launch._diagnose import Diagnosis
 __all__ = ["SupervisedRun", "supervise"]
 
 
+@_paths.tidy_reprs
 @dataclass
 class SupervisedRun:
     """What ``supervise`` saw: the attempts (oldest first), the final status and, when it gave up, why.

@@ -96,7 +96,7 @@ class RewardMix:
         rows = []
         pairs = zip(gts, responses, strict=True)
         if progress:
-            from tqdm.auto import tqdm
+            from nbtools._progress import tqdm
 
             pairs = tqdm(pairs, total=len(responses), desc="scoring", unit="sample", delay=1.0)
         for gt, resp in pairs:

@@ -3,28 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from nbtools.rewards._rescore import RescoreResult
 
 __all__ = ["plot_rescore", "compare_view", "flipped_groups", "group_html"]
-
-
-def _save_atomic(fig, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def plot_rescore(result: RescoreResult, *, save: str | os.PathLike | None = None):
@@ -42,12 +26,13 @@ def plot_rescore(result: RescoreResult, *, save: str | os.PathLike | None = None
     Example:
         >>> fig = nbtools.rewards.display.plot_rescore(result, save=cfg.run_dir / "figures" / "rescore.png")
     """
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
+
+    from nbtools import _figure
 
     table = result.table()
     s = result.samples
-    fig, (ax_r, ax_g, ax_a) = plt.subplots(1, 3, figsize=(14, 4))
+    fig, (ax_r, ax_g, ax_a) = _figure.new(1, 3, figsize=(14, 4))
     mark = (
         {} if len(table) > 30 else {"marker": "o", "markersize": 4}
     )  # markers only while they stay readable
@@ -80,11 +65,11 @@ def plot_rescore(result: RescoreResult, *, save: str | os.PathLike | None = None
     ax_a.set(title="advantage per sample", xlabel="old advantage", ylabel="new advantage")
     if s.empty:
         ax_r.text(0.5, 0.5, "no trajectories yet", ha="center", va="center", transform=ax_r.transAxes)
-    fig.suptitle(repr(result.mix))
+    mix = " + ".join(f"{w:.2f} × {c.name}" for c, w in zip(result.mix.components, result.mix.weights, strict=True))
+    fig.suptitle(f"re-scored with reward = {mix}   ({len(s):,} samples, {len(table)} steps)")
     fig.tight_layout()
     if save is not None:
-        _save_atomic(fig, save)
-    plt.close(fig)
+        _figure.save(fig, save)
     return fig
 
 

@@ -154,7 +154,7 @@ def read_many(tasks: list[tuple[str, int, int]], opts: ReadOptions, *, workers: 
     workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
     bar = None
     if progress or (progress is None and total > 256 * 2**20):
-        from tqdm.auto import tqdm
+        from nbtools._progress import tqdm
 
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="reading trajectories", leave=False)
     try:

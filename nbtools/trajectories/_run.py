@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbtools import _paths
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
 from nbtools.trajectories._files import FILE_RE, StepFiles
@@ -32,6 +33,7 @@ __all__ = ["Run", "FILE_RE"]
 _PROBLEM_COLS = ["file", "line", "kind", "message", "excerpt"]
 
 
+@_paths.tidy_reprs
 class Run:
     """One experiment dir of dumps; every method re-checks the files, so a live run shows new steps.
 
