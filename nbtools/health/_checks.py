@@ -203,7 +203,8 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     recent = groups[groups["step"].isin(steps)]
     value = float(recent["flat"].mean())
     top = float(d.records["reward"].max())
-    solved = float((recent["flat"] & np.isclose(recent["min"], top)).sum() / max(1, recent["flat"].sum()))
+    at_top = recent["flat"] & np.isclose(recent["min"], top) & (top > 0)
+    solved = float(at_top.sum() / max(1, recent["flat"].sum()))
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
     if spec.level(value)[0] == "unhealthy" and solved > 0.5:
