@@ -207,9 +207,10 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     solved = float(at_top.sum() / max(1, recent["flat"].sum()))
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
-    if spec.level(value)[0] == "unhealthy" and solved > 0.5:
-        status = "warning"  # the task is solved, not broken: nothing left to learn from these prompts
-        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are too easy now)"
+    if solved > 0.5 and spec.level(value)[0] != "ok":
+        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are solved, too easy now)"
+        if spec.level(value)[0] == "unhealthy":
+            status = "warning"  # solved, not broken: nothing left to learn from these prompts
     flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
     ex = []
     if len(flat):
