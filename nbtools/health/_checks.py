@@ -12,10 +12,14 @@ value crossed the threshold in the run of steps that reaches the end.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+import re
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from nbtools.health._data import RunData, per_step
 from nbtools.health._report import CheckResult, Example, Status
@@ -111,6 +115,7 @@ class _Ctx:
     data: RunData
     window: int
     examples: int
+    memo: dict = field(default_factory=dict)  # results other checks reuse (no-signal-groups)
 
 
 def _first_step(crossed: pd.Series) -> int | None:
@@ -158,10 +163,10 @@ def _examples(records: pd.DataFrame, mask, n: int, *, latest: bool = False) -> l
 def zero_reward(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
     if len(d.records):
-        r = d.records["reward"].to_numpy(dtype="float64")
-        zero = per_step(d.records, np.isclose(r, 0.0))
+        r = d.meta["reward"].to_numpy(dtype="float64")
+        zero = per_step(d.meta, np.isclose(r, 0.0))
         steps = list(_recent(zero, c.window).index)
-        recent = d.records[d.records["step"].isin(steps)]
+        recent = d.meta[d.meta["step"].isin(steps)]
         vals = recent["reward"].dropna().to_numpy()
         if len(vals) and np.ptp(vals) == 0 and not np.isclose(vals[0], 0.0):
             const = float(vals[0])
@@ -170,7 +175,7 @@ def zero_reward(c: _Ctx, spec: CheckSpec) -> CheckResult:
                            "better than another, so no step learns anything", series=every,
                            examples=_examples(recent, np.ones(len(recent)), c.examples))
         value = float(np.isclose(vals, 0.0).mean()) if len(vals) else None
-        ex = _examples(d.records, np.isclose(r, 0.0), c.examples)
+        ex = _examples(d.meta, np.isclose(r, 0.0), c.examples)
         return _result(spec, value, f"{value:.0%} of the rewards of steps {steps[0]}..{steps[-1]} are 0", series=zero,
                        examples=ex)
     s = d.scalar("train/reward", "critic/score/mean")
@@ -192,8 +197,9 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
         value = float(_recent(both, c.window).mean())
         return _result(spec, value, f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards",
                        series=both)
-    g = d.records.groupby(["step", "prompt"], sort=False, dropna=False)["reward"]
-    groups = g.agg(["min", "max", "size"]).reset_index()
+    codes, _ = pd.factorize(d.records["prompt"], use_na_sentinel=False)  # int keys: a fast groupby
+    work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.meta["reward"].to_numpy()})
+    groups = work.groupby(["step", "group"], sort=False)["reward"].agg(["min", "max", "size"]).reset_index()
     groups = groups[groups["size"] > 1]
     if groups.empty:
         return _skip(spec, "one sample per prompt: no GRPO groups")
@@ -202,7 +208,7 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     steps = list(_recent(share, c.window).index)
     recent = groups[groups["step"].isin(steps)]
     value = float(recent["flat"].mean())
-    top = float(d.records["reward"].max())
+    top = float(d.meta["reward"].max())
     at_top = recent["flat"] & np.isclose(recent["min"], top) & (top > 0)
     solved = float(at_top.sum() / max(1, recent["flat"].sum()))
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
@@ -214,8 +220,8 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
     ex = []
     if len(flat):
-        st, pr = flat.iloc[0]["step"], flat.iloc[0]["prompt"]
-        ex = _examples(d.records, (d.records["step"] == st) & (d.records["prompt"] == pr), c.examples)
+        st, grp = flat.iloc[0]["step"], flat.iloc[0]["group"]
+        ex = _examples(d.meta, (work["step"] == st).to_numpy() & (codes == grp), c.examples)
     return _result(spec, value, msg, series=share, examples=ex, status=status)
 
 
@@ -229,11 +235,13 @@ def _parsers(data: RunData) -> list[tuple[str, Callable[[str], bool]]]:
     return [(f"<{arg}>" if kind == "tag" else "\\boxed{}", _parser(kind, arg)) for kind, arg in targets]
 
 
-def _parser(kind: str, arg: str) -> Callable[[str], bool]:
+def _parser(kind: str, arg: str) -> Callable[[pa.Array], pa.Array]:
+    """A vectorised test (RE2: linear time) of NeMo-RL's ``<tag>[\\s\\S]*</tag>`` search, or of a ``\\boxed``."""
     if kind == "tag":
-        o, e = f"<{arg}>", f"</{arg}>"
-        return lambda r: (i := r.find(o)) >= 0 and r.find(e, i + len(o)) >= 0
-    return lambda r: "\\boxed{" in r or "\\boxed " in r
+        pattern = re.escape(f"<{arg}>") + r"[\s\S]*" + re.escape(f"</{arg}>")
+    else:
+        pattern = r"\\boxed[{ ]"
+    return lambda arr: pc.fill_null(pc.match_substring_regex(arr, pattern), False)
 
 
 def answer_format(c: _Ctx, spec: CheckSpec) -> CheckResult:
@@ -241,34 +249,36 @@ def answer_format(c: _Ctx, spec: CheckSpec) -> CheckResult:
     if not len(d.records):
         return _skip(spec, "no records yet")
     parsers = _parsers(d)
-    resp = d.records["response"].to_numpy(dtype=object)
-    ok = np.fromiter((isinstance(r, str) and any(p(r) for _, p in parsers) for r in resp), bool, len(resp))
-    bad = per_step(d.records, ~ok)
+    arr = pa.array(d.records["response"], from_pandas=True)
+    ok = np.zeros(len(arr), dtype=bool)
+    for _, p in parsers:
+        ok |= p(arr).to_numpy(zero_copy_only=False)
+    bad = per_step(d.meta, ~ok)
     steps = list(_recent(bad, c.window).index)
     value = float(bad.loc[steps].mean())
     what = " or ".join(label for label, _ in parsers)
     return _result(spec, value, f"{value:.0%} of the responses of steps {steps[0]}..{steps[-1]} have no {what}",
-                   series=bad, examples=_examples(d.records, ~ok, c.examples, latest=True))
+                   series=bad, examples=_examples(d.meta, ~ok, c.examples, latest=True))
 
 
 def truncation(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
     s = d.scalar("train/truncation_rate")
-    lengths = d.records["generation_length"] if len(d.records) else None
+    lengths = d.meta["generation_length"] if len(d.records) else None
     at_limit = None
     if d.limit is not None and lengths is not None and lengths.notna().any():
         at_limit = (lengths >= d.limit).to_numpy()
     if s.empty and at_limit is not None:
-        s = per_step(d.records, at_limit)
+        s = per_step(d.meta, at_limit)
     if s.empty:
         return _skip(spec, "no train/truncation_rate scalar, and no generation limit known (pass the experiment: "
                            "--config EXPERIMENT.yaml)")
     recent = _recent(s, c.window)
     value = float(recent.mean())
     lim = f" of {d.limit} tokens" if d.limit is not None else ""
-    ex = _examples(d.records, at_limit, c.examples, latest=True) if at_limit is not None else []
+    ex = _examples(d.meta, at_limit, c.examples, latest=True) if at_limit is not None else []
     if not ex and lengths is not None and lengths.notna().any():  # the longest of the latest step
-        last = d.records[d.records["step"] == d.records["step"].max()]
+        last = d.meta[d.meta["step"] == d.meta["step"].max()]
         ex = [Example(int(r.step), int(r.idx)) for r in last.nlargest(c.examples, "generation_length").itertuples()]
     return _result(spec, value, f"{value:.0%} of the generations of steps {recent.index[0]}..{recent.index[-1]} hit "
                    f"the generation limit{lim}", series=s, examples=ex)
@@ -277,8 +287,8 @@ def truncation(c: _Ctx, spec: CheckSpec) -> CheckResult:
 def _sampled_mismatch(d: RunData, window: int, per: int = 8) -> tuple[pd.Series, list[tuple[float, Example]]]:
     """mean exp(|generation_logprobs - prev_logprobs|) over generated tokens, for a few records of recent steps."""
     out, scored = {}, []
-    for step in d.records["step"].drop_duplicates().sort_values().iloc[-window:]:
-        idxs = d.records.loc[d.records["step"] == step, "idx"].to_numpy()[:per]
+    for step in d.meta["step"].drop_duplicates().sort_values().iloc[-window:]:
+        idxs = d.meta.loc[d.meta["step"] == step, "idx"].to_numpy()[:per]
         vals = []
         for i in idxs:
             try:
@@ -317,8 +327,8 @@ def logprob_mismatch(c: _Ctx, spec: CheckSpec) -> CheckResult:
 
 
 def _lengths(d: RunData) -> pd.Series:
-    if len(d.records) and d.records["generation_length"].notna().any():
-        return d.records.groupby("step")["generation_length"].mean().dropna()
+    if len(d.records) and d.meta["generation_length"].notna().any():
+        return d.meta.groupby("step")["generation_length"].mean().dropna()
     return d.scalar("train/mean_gen_tokens_per_sample", "response_length/mean")
 
 
@@ -336,7 +346,7 @@ def _length_ratio(c: _Ctx, spec: CheckSpec, label: str) -> CheckResult:
     value = float(recent.mean() / early)
     ex = []
     if len(d.records):
-        last = d.records[d.records["step"] == d.records["step"].max()]
+        last = d.meta[d.meta["step"] == d.meta["step"].max()]
         pick = last.nsmallest if label == "collapse" else last.nlargest
         ex = [Example(int(r.step), int(r.idx)) for r in pick(c.examples, "generation_length").itertuples()]
     return _result(spec, value, f"mean generation length {recent.mean():.1f} over steps {recent.index[0]}.."
@@ -364,14 +374,14 @@ def kl_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
 
 def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult:
     d = c.data
-    s = (d.records.groupby("step")["reward"].mean() if len(d.records)
+    s = (d.meta.groupby("step")["reward"].mean() if len(d.records)
          else d.scalar("train/reward", "critic/score/mean"))
     w = max(c.window, 10)
     if len(s) < max(min_steps, 2 * w):
         return _skip(spec, f"{len(s)} step(s); the check needs {max(min_steps, 2 * w)} to call a trend")
     early, recent = float(s.iloc[:w].mean()), _recent(s, w)
     value = float(recent.mean() - early)
-    signal = no_signal_groups(c, CHECKS["no-signal-groups"])
+    signal = c.memo.get("no-signal-groups") or no_signal_groups(c, CHECKS["no-signal-groups"])
     if signal.value is not None and signal.value >= CHECKS["no-signal-groups"].unhealthy:
         return _result(spec, value, "no signal to learn from (see no-signal-groups)", status="ok")
     return _result(spec, value, f"mean reward {recent.mean():.3g} over steps {recent.index[0]}..{recent.index[-1]} vs "
@@ -385,7 +395,7 @@ def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
         return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
     train = d.scalar("train/reward", "critic/score/mean")
     if train.empty and len(d.records):
-        train = d.records.groupby("step")["reward"].mean()
+        train = d.meta.groupby("step")["reward"].mean()
     best_step = int(val.idxmax())
     drop = float(val.max() - val.iloc[-1])
     at_best = train[train.index <= max(best_step, int(train.index.min()) if len(train) else 0)]
@@ -438,4 +448,8 @@ def run_checks(data: RunData, *, thresholds: dict | None = None, checks=None, wi
     if problems:
         raise ConfigError(problems)
     ctx = _Ctx(data, window, examples)
-    return [_FUNCS[n](ctx, specs[n]) for n in names]
+    out = []
+    for n in names:
+        out.append(_FUNCS[n](ctx, specs[n]))
+        ctx.memo[n] = out[-1]
+    return out

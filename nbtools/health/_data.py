@@ -38,6 +38,13 @@ class RunData:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def meta(self) -> pd.DataFrame:
+        """The records without their text columns (cheap to filter: no strings are copied)."""
+        if "_meta" not in self.__dict__:
+            self.__dict__["_meta"] = self.records[["step", "idx", "reward", "generation_length"]]
+        return self.__dict__["_meta"]
+
+    @property
     def steps(self) -> list[int]:
         """Training steps seen in the records or the train/* scalars (step 0 is validation before training)."""
         s = set(self.records["step"].unique().tolist()) if len(self.records) else set()
