@@ -160,3 +160,25 @@ def test_forced_through_it_is_flagged_within_5_steps_and_stopped(stopped):
     assert record["runs"][cfg.submission_id][0]["cause"] == "unhealthy"
     d = nbtools.launch.diagnose(cfg)
     assert d.cause == "unhealthy" and not d.retry and "zero-reward" in d.evidence and "reward" in d.fix, d
+
+
+def test_the_explorer_jumps_to_a_findings_records_and_the_panel_shows_them(truncated, healthy, monkeypatch):
+    run = nbtools.trajectories.open_run(truncated)
+    report = health.check(run)
+    ex = nbtools.explorer.explore(run, step=run.steps[0])
+    ex.jump(report["truncation"], 2)
+    want = report["truncation"].examples[2]
+    assert (ex.view.step, ex.view.idx) == (want.step, want.idx) and ex.step.value == want.step
+    ex.jump(report)  # the worst finding's first example
+    first = report.findings[0].examples[0]
+    assert report.findings[0].status == "unhealthy" and (ex.view.step, ex.view.idx) == (first.step, first.idx)
+    calm = nbtools.explorer.explore(nbtools.trajectories.open_run(healthy), step=3)
+    calm.jump(health.check(healthy, checks=["zero-reward", "truncation"]))  # nothing to open: it stays
+    assert calm.step.value == 3 and "no finding" in calm.status.value
+    with pytest.raises(nbtools.errors.NotFoundError, match="found none"):
+        ex.show(run.steps[-1], 10_000)
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(truncated.parent.parent))
+    cfg = nbtools.config.load(CONFIG, overrides={"grpo.max_new_tokens": 6})
+    assert Path(cfg.logs_url) == truncated
+    panel = health.display.panel(cfg, until_done=False)
+    assert panel.report.status == "unhealthy" and "truncation" in panel.widget.value
