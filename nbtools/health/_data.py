@@ -65,9 +65,7 @@ def generation_limit(cfg) -> int | None:
     """The run's generation limit (``max_new_tokens``) as the trainer resolves it from ``cfg``."""
     if cfg.grpo.max_new_tokens:
         return int(cfg.grpo.max_new_tokens)
-    from nbtools import backends
-
-    if backends.get(cfg).trainer == "rehearsal":
+    if cfg.data.dataset == cfg.rehearsal.task:  # the rehearsal's generated task: its own limit
         return int(cfg.rehearsal.max_new_tokens)
     return int(cfg.model.max_total_sequence_length)  # NeMo-RL: max_new_tokens: ${policy.max_total_sequence_length}
 

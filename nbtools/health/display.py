@@ -42,14 +42,17 @@ class HealthPanel:
             self._thread.start()
 
     def _job(self):
-        from nbtools import jobs, launch
+        from nbtools import jobs
         from nbtools.errors import NbtoolsError
 
-        with contextlib.suppress(NbtoolsError, OSError):
-            recorded = launch.read_attempts(self.cfg)
-            job = jobs.attach(self.cfg.dashboard_url, recorded[-1].submission_id if recorded else self.cfg.submission_id)
-            if not job.status().is_terminal():
-                return job
+        with contextlib.suppress(NbtoolsError, OSError):  # the newest attempt of the run (``<id>``, ``<id>-attemptN``)
+            table = jobs.list_jobs(self.cfg.dashboard_url)
+            mine = table[table["submission_id"].astype(str).str.startswith(self.cfg.submission_id)]
+            if len(mine):
+                newest = mine.sort_values("start_time", na_position="first").iloc[-1]["submission_id"]
+                job = jobs.attach(self.cfg.dashboard_url, newest)
+                if not job.status().is_terminal():
+                    return job
         return None
 
     def _follow(self, job, timeout: float | None) -> None:
