@@ -11,10 +11,9 @@ value crossed the threshold in the run of steps that reaches the end.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-
-import re
 
 import numpy as np
 import pandas as pd
