@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 
-from nbtools.health._checks import CHECKS, CheckSpec, run_checks
+from nbtools.health._checks import run_checks
 from nbtools.health._contract import (
     SAMPLE_PROBLEMS,
     ContractResult,
@@ -33,6 +33,7 @@ from nbtools.health._contract import (
 )
 from nbtools.health._data import RunData, generation_limit, load
 from nbtools.health._report import CheckResult, Example, HealthReport, worst
+from nbtools.health._specs import CHECKS, CheckSpec
 
 __all__ = ["check", "CHECKS", "CheckSpec", "CheckResult", "Example", "HealthReport", "RunData", "load",
            "generation_limit", "reward_contract", "ContractResult", "ResponseFormat", "format_asked_by",
