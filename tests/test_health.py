@@ -106,3 +106,18 @@ def test_thresholds_and_check_names_are_validated_at_once(tmp_path):
     assert report["zero-reward"].threshold == 0.1 and report.steps == (1, 1) and report.status == "healthy"
     strict = health.check(tmp_path / "logs", thresholds={"zero-reward": {"unhealthy": 0.0}})
     assert strict["zero-reward"].status == "unhealthy" and strict["zero-reward"].first_step == 1
+
+
+def test_the_command_line_offers_health_and_stop_when_unhealthy():
+    import subprocess
+
+    def help_of(*cmd):
+        return subprocess.run([sys.executable, "-m", "nbtools.cli", *cmd, "--help"], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, check=True).stdout
+
+    assert "--stop-when-unhealthy" in help_of("launch") and "--health-every" in help_of("launch")
+    text = help_of("health")
+    assert "usage: nbtools health" in text and "--config" in text and "--threshold" in text
+    r = subprocess.run([sys.executable, "-m", "nbtools.cli", "health", str(ROOT / "no-such-run"), "--json"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 1 and "found nothing there" in r.stdout and "fix" in r.stdout
