@@ -6,7 +6,7 @@ like this one and name it in the experiment:
     trainer:
       reward_module: my_rewards.py          # relative to the experiment file; shipped in the job's py_modules
       reward_functions:                     # NeMo-RL's shape, resolved in nbtools' reward registry
-        - {name: math_expr, weight: 0.7}
+        - {name: exact_answer, weight: 0.7}     # reads \\boxed{} (what NeMo-RL's cot.txt asks for) and <answer> tags
         - {name: closeness, weight: 0.3, kwargs: {scale: 9.0}}
 
 Importing the module registers its rewards (here and, through nbtools.rewards.nemo_rl_env, in the job).
@@ -17,8 +17,14 @@ import nbtools
 
 @nbtools.rewards.register("closeness")
 def closeness(ground_truth: str, response: str, scale: float = 9.0) -> tuple[float, bool | None]:
-    """1 - |answer - truth| / scale for integer answers (at least 0); 0 when there is no integer answer."""
+    """1 - |answer - truth| / scale for integer answers (at least 0); 0 when there is no integer answer.
+
+    The answer is the ``<answer>`` tag's content, else the last ``\\boxed{}`` (the format NeMo-RL's cot.txt asks for).
+    """
     answer = nbtools.rewards.extract_answer(response)
+    if answer is None:
+        answer = nbtools.rewards.last_boxed(response)
+        answer = None if answer is None else answer.strip()
     if answer is None or not answer.isdigit() or not ground_truth.isdigit():
         return 0.0, None
     return max(0.0, 1.0 - abs(int(answer) - int(ground_truth)) / scale), None

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch",
     "rehearsal", "trajectories", "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "explorer", "curves", "demo", "cli", "fit",
-    "card",
+    "card", "health",
 }
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]

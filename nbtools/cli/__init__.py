@@ -36,6 +36,7 @@ class Out:
     text: str | None = None  # printed without --json (default: the JSON, indented)
     code: int = 0
     error: str | None = None  # printed on stderr when code != 0
+    exact: bool = False  # --json: print ``data`` as it is even when code != 0 (a documented shape, e.g. `health`)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -170,10 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     from nbtools.cli._card import register_card
     from nbtools.cli._fit import register_fit
+    from nbtools.cli._health import register_health
 
     register_fit(sub)
     register_diagnose(sub)
     register_card(sub)
+    register_health(sub)
     return ap
 
 
@@ -280,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         fix = fix or "see the output above"
         if json_out:
             data = _jsonable(out.data)
-            if out.code:
+            if out.code and not out.exact:
                 data = {**(data if isinstance(data, dict) else {"data": data}), "error": error, "fix": fix,
                         "exit": out.code, "command": args.command}
             real.write(json.dumps(data) + "\n")

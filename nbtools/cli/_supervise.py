@@ -41,6 +41,10 @@ def add_launch_flags(p) -> None:
                    help="follow and resubmit from the newest step_N on preemption / lost node / NCCL (never on OOM or a "
                         "user error); prints the attempts")
     p.add_argument("--max-attempts", type=int, default=3, help="with --supervise: submissions in all (default 3)")
+    p.add_argument("--stop-when-unhealthy", action="store_true",
+                   help="with --supervise: stop the run when `nbtools health` finds it unhealthy (checked every "
+                        "--health-every s); the attempts record and `nbtools diagnose` say why")
+    p.add_argument("--health-every", type=float, default=60.0, help="with --stop-when-unhealthy: seconds between checks")
     p.add_argument("--retry", action="store_true",
                    help="submit the next attempt (own submission id) resuming from the newest complete step_N")
     p.add_argument("--force", action="store_true", help="with --retry: even when the last cause is OOM or a user error")
@@ -103,7 +107,8 @@ def supervised_launch(a, cfg) -> Out | None:
         return Out(data, f"submitted attempt {int(last.n)}: {job.id}, resuming from step "
                          f"{'scratch' if last.resumed_from is None or last.resumed_from != last.resumed_from else int(last.resumed_from)}")
     if a.supervise:
-        run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout)
+        run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout,
+                               stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every)
         fix = run.diagnosis.fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,

@@ -272,6 +272,50 @@ class TrajectoryExplorer:
         elsewhere = [] if views[1] else self.data.steps_with_prompt(row["prompt"])
         return compare_html(views[0], views[1], (int(row["step"]), other), elsewhere)
 
+    def show(self, step: int, idx: int) -> None:
+        """Open record ``(step, idx)``: its step, the page it is on and the record panel (filters reset).
+
+        Example:
+            >>> explorer.show(5, 12)
+            >>> explorer.view.step, explorer.view.idx
+            (5, 12)
+        """
+        from nbtools.errors import NotFoundError
+
+        for control, value in ((self.whole_run, False), (self.search, ""), (self.filter, "all")):
+            self._set(control, value=value)
+        self._set(self.step, value=self.data.nearest_step(int(step)))
+        self._update(page=0)
+        sel = self.data.select(self.query())
+        hits = np.flatnonzero((sel["step"].to_numpy() == int(step)) & (sel["idx"].to_numpy() == int(idx)))
+        if not len(hits):
+            raise NotFoundError(f"expected a record (step {step}, idx {idx}) in the run, found none",
+                                fix=f"pick a step from {self.data.steps[:3]}…{self.data.steps[-3:]} and an idx below "
+                                    "its record count")
+        self.record.value = int(hits[0]) + 1
+
+    def jump(self, finding, k: int = 0) -> None:
+        """Open example ``k`` of a health finding: a ``CheckResult``, a list of (step, idx), or a ``HealthReport``
+        (its worst finding; nothing happens when the report has none).
+
+        Example:
+            >>> explorer.jump(report["zero-reward"])       # the first record that shows the finding
+        """
+        if hasattr(finding, "findings"):  # a whole report: its worst finding with examples
+            finding = next((f for f in finding.findings if f.examples), None)
+            if finding is None:
+                self.status.value = "health: no finding with example records (nothing to open)"
+                return
+        examples = list(getattr(finding, "examples", finding))
+        if not examples:
+            from nbtools.errors import NotFoundError
+
+            raise NotFoundError(f"expected example records in {getattr(finding, 'check', 'the finding')!r}, found none "
+                                "(a check that passed has none)", fix="jump to a finding whose status is not 'ok': "
+                                "report.findings lists them")
+        e = examples[k]
+        self.show(*((e.step, e.idx) if hasattr(e, "step") else e))
+
     def refresh(self) -> None:
         """Re-list the steps (a live run grows) and redraw the current page."""
         n = self.page.value - 1 if self.page_data is not None else 0

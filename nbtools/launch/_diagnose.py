@@ -26,7 +26,8 @@ from nbtools import _paths
 
 __all__ = ["Diagnosis", "CAUSES", "diagnose_log", "diagnose", "RETRYABLE"]
 
-CAUSES = ("preempted", "lost-node", "oom", "nccl", "user-error", "stopped", "unknown", "succeeded", "running")
+CAUSES = ("preempted", "lost-node", "oom", "nccl", "user-error", "stopped", "unknown", "succeeded", "running",
+          "unhealthy")
 RETRYABLE = frozenset({"preempted", "lost-node", "nccl"})
 
 # (cause, pattern) checked against Kubernetes events first, then the log; the first cause with a match wins.
@@ -71,6 +72,8 @@ _FIXES = {
     "unknown": "read the whole log (nbtools.jobs.logs(...)) and the cluster's events; resubmit if it was the "
                "infrastructure (nbtools.launch.resubmit(cfg))",
     "succeeded": "nothing to do",
+    "unhealthy": "a retry learns nothing either: apply the health findings' fixes (nbtools.health.check(cfg.logs_url, "
+                 "config=cfg) lists them), then launch again",
     "running": "wait for it to end (nbtools.launch.follow(cfg, job))",
 }
 
@@ -216,6 +219,14 @@ def diagnose(cfg_or_address: Any, submission_id: str | None = None, *, events: l
         recorded = read_attempts(cfg)
         submission_id = recorded[-1].submission_id if recorded else cfg.submission_id
     job = jobs.attach(address, submission_id)
+    if cfg is not None:  # stopped by the supervisor because the run was not learning: the record says why
+        from nbtools.launch._attempts import read_attempts
+
+        mine = [a for a in read_attempts(cfg) if a.submission_id == submission_id and a.cause == "unhealthy"]
+        if mine:
+            a = mine[-1]
+            return Diagnosis("unhealthy", False, a.evidence, a.fix or _FIXES["unhealthy"], submission_id,
+                             job.status().value)
     info = job.info()
     if events is None and cfg is not None:
         from nbtools import backends

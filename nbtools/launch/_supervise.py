@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +95,59 @@ class SupervisedRun:
                 f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
 
 
-def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False) -> SupervisedRun:
+class _HealthWatch:
+    """While an attempt runs: check the run's health every ``every`` s; stop the job when it is unhealthy.
+
+    Why: a run that learns nothing should stop billing within minutes, not when someone looks at the curves.
+    """
+
+    def __init__(self, cfg, job, every: float, thresholds: dict | None):
+        self.cfg, self.job, self.every, self.thresholds = cfg, job, every, thresholds
+        self.report = None
+        self.error = ""
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nbtools-health-watch", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join(timeout=max(30.0, self.every))
+
+    def _loop(self) -> None:
+        from nbtools import health, jobs, storage
+        from nbtools.errors import NbtoolsError
+
+        while not self._done.wait(self.every):
+            try:
+                if not storage.exists(self.cfg.logs_url):
+                    continue
+                report = health.check(self.cfg.logs_url, config=self.cfg, thresholds=self.thresholds)
+            except (NbtoolsError, OSError, ValueError) as e:  # a half-written first step: try again next time
+                self.error = f"{type(e).__name__}: {e}"
+                continue
+            if report.status == "unhealthy":
+                self.report = report
+                with contextlib.suppress(NbtoolsError, OSError):
+                    jobs.attach(self.cfg.dashboard_url, self.job.id).stop(wait=False)
+                return
+
+
+def _unhealthy(attempt: Attempt, report) -> Attempt:
+    """Record why the supervisor stopped the attempt (its cause survives ``finalize``, which keeps a set cause)."""
+    bad = report.unhealthy
+    attempt.cause, attempt.retry = "unhealthy", False
+    attempt.evidence = "\n".join([f"stopped by supervise(stop_when_unhealthy=True): {report.summary()}"]
+                                  + [f"{c.check}: {c.message}" for c in bad])
+    attempt.fix = "; ".join(f"{c.check}: {c.fix}" for c in bad) + " — then launch again"
+    return attempt
+
+
+def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False,
+              stop_when_unhealthy: bool = False, health_every: float = 60.0,
+              health_thresholds: dict | None = None) -> SupervisedRun:
     """Submit (or re-attach to) the run, follow it, and resubmit from the newest ``step_N`` when a retry can help.
 
     Each ended attempt is diagnosed (``nbtools.launch.diagnose``) and recorded beside the logs. Preemption, a lost
@@ -107,6 +160,11 @@ def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo:
         max_attempts: submissions in all, the first included.
         timeout: seconds to follow in this call (None: until the run ends).
         echo: print the job's log lines while following.
+        stop_when_unhealthy: check the run's health (``nbtools.health.check``) every ``health_every`` seconds and
+            stop it when a check is unhealthy; the attempt is recorded with cause ``unhealthy`` and the findings
+            (``diagnose`` reports them) and is not retried.
+        health_every: seconds between health checks.
+        health_thresholds: thresholds for ``nbtools.health.check`` (default: ``nbtools.health.CHECKS``').
 
     Raises:
         LintError: the first submission is refused by lint (as ``launch.submit``).
@@ -133,15 +191,20 @@ def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo:
             job = jobs.attach(cfg.dashboard_url, items[-1].submission_id)
     while True:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        watch = _HealthWatch(cfg, job, health_every, health_thresholds) if stop_when_unhealthy and job else None
         try:
-            if job is not None:
-                jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
-                                          raise_on_failure=False)
+            with watch or contextlib.nullcontext():
+                if job is not None:
+                    jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
+                                              raise_on_failure=False)
         except NotReadyError:
             items = read_attempts(cfg)
             return SupervisedRun(cfg.name, job.status().value, items, max_attempts,
                                  note=f"still running after {timeout:g} s; call supervise again to keep following")
-        current = finalize(cfg, read_attempts(cfg)[-1], job)
+        last = read_attempts(cfg)[-1]
+        if watch is not None and watch.report is not None:
+            last = _unhealthy(last, watch.report)
+        current = finalize(cfg, last, job)
         update(cfg, current)
         if current.status == "SUCCEEDED":
             return SupervisedRun(cfg.name, "SUCCEEDED", read_attempts(cfg), max_attempts)

@@ -23,6 +23,7 @@ from nbtools.errors import NbtoolsError
 from nbtools.launch._findings import Finding, LintReport
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_nemo_rl import check_nemo_rl
+from nbtools.launch._rules_reward import check_reward_contract
 from nbtools.launch._rules_verl import CodePresent, check_verl
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
@@ -85,6 +86,7 @@ def lint(
     client_ray_version: str | None = None,
     ignore_fit: bool = False,
     code_present: CodePresent = None,
+    reward_contract: str = "blocking",
 ) -> LintReport:
     """Check ``cfg`` for the known launch traps; never raises for a finding (``launch.submit`` does).
 
@@ -98,6 +100,8 @@ def lint(
         ignore_fit: report a config that certainly does not fit in GPU memory as a warning, not a blocking finding.
         code_present: verl: whether its source is at ``trainer.code_dir`` on the pods (a bool, or a callable(path));
             default: look when the dir is visible here, else the provisioning state of this machine.
+        reward_contract: the reward functions must score what the prompt asks for (``nbtools.health``):
+            "blocking" (default), "warning" or "off".
 
     Example:
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
@@ -107,6 +111,7 @@ def lint(
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
     _secrets(cfg, r)
+    check_reward_contract(cfg, r, severity=reward_contract)
     if backends.get(cfg).trainer == "rehearsal":  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
         return r
     _dirs(cfg, r)

@@ -33,7 +33,7 @@ from nbtools.rewards._ship import (
     reward_overrides,
     reward_py_modules,
 )
-from nbtools.rewards._text import extract_answer, split_think_answer, tag_span
+from nbtools.rewards._text import extract_answer, last_boxed, split_think_answer, tag_span
 
 __all__ = [
     "ground_truth",
@@ -51,6 +51,7 @@ __all__ = [
     "extract_answer",
     "split_think_answer",
     "tag_span",
+    "last_boxed",
     "format_reward",
     "math_expr",
     "exact_answer",

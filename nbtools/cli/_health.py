@@ -1,0 +1,64 @@
+"""`nbtools health RUN [--config EXPERIMENT.yaml] [--json]`: is the run learning?
+
+Why: scripts and CI gate on it. With ``--json`` stdout is one document::
+
+    {"status": "healthy" | "warning" | "unhealthy", "steps": [first, last],
+     "checks": [{"check", "status", "first_step", "value", "threshold", "message", "fix", "examples": [{"step", "idx"}]}]}
+
+Exit 0 when healthy or with warnings only, 1 when a check is unhealthy.
+
+Example:
+    $ nbtools health runs/local-rehearsal/logs --json
+    $ nbtools health gs://my-bucket/nemo-rl/gemma3-1b-b200/logs --config experiments/gke-b200-gemma3-1b.yaml
+"""
+
+from __future__ import annotations
+
+from nbtools.cli import Out
+
+__all__ = ["register_health", "cmd_health"]
+
+
+def register_health(sub) -> None:
+    """Add the ``health`` subcommand to the ``nbtools`` parser."""
+    what = ("is the run learning? zero rewards, groups without signal, unparseable answers, truncation, log-prob "
+            "mismatch, length collapse/runaway, KL runaway, stalled reward, validation divergence")
+    p = sub.add_parser("health", help=what, description=what + ". Exit 0 healthy or warnings only, 1 unhealthy.")
+    p.set_defaults(func=cmd_health)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")
+    p.add_argument("run", metavar="RUN", help="a log_dir or an exp_NNN dir, local or gs://")
+    p.add_argument("--config", metavar="EXPERIMENT.yaml", default=None,
+                   help="the experiment: its reward functions, generation limit and answer tags (default: what the "
+                        "run itself shows)")
+    p.add_argument("--threshold", action="append", default=[], metavar="CHECK=LEVEL",
+                   help="change a check's unhealthy level, e.g. --threshold truncation=0.3 (repeatable)")
+    p.add_argument("--window", type=int, default=5, help="recent steps each check decides on (default 5)")
+
+
+def _thresholds(items: list[str]) -> dict[str, float]:
+    from nbtools.errors import ConfigError
+
+    out, bad = {}, []
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            bad.append(f"--threshold {item!r}: expected CHECK=NUMBER, e.g. truncation=0.3")
+    if bad:
+        raise ConfigError(bad)
+    return out
+
+
+def cmd_health(a) -> Out:
+    from nbtools import config, health
+
+    cfg = config.load(a.config) if a.config else None
+    report = health.check(a.run, config=cfg, thresholds=_thresholds(a.threshold) or None, window=a.window)
+    bad = report.unhealthy
+    code = 1 if bad else 0
+    error = None
+    if bad:
+        error = (f"unhealthy: {', '.join(f'{c.check} from step {c.first_step}' for c in bad)}; fix: "
+                 + "; ".join(f"{c.check}: {c.fix}" for c in bad))
+    return Out(report.to_dict(), str(report), code=code, error=error, exact=True)

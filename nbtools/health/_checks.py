@@ -1,0 +1,372 @@
+"""The checks: each a stable name, thresholds a user can change, and a fix in words and as config keys.
+
+Why: a GRPO run that learns nothing still bills its GPUs. Each failure below has been reported again and again by
+NeMo-RL, verl and TRL users; each leaves a trace in the records or the scalars within a few steps. Metric names are
+NeMo-RL's (nemo-rl-facts.md §2: ``train/truncation_rate``, ``train/token_mult_prob_error``, ``train/kl_penalty``,
+``train/mean_gen_tokens_per_sample``, ``validation/accuracy``), with verl's where it logs one.
+
+Every check decides on the recent window (the last ``window`` steps) and names the first step where the per-step
+value crossed the threshold in the run of steps that reaches the end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from nbtools.health._data import RunData, per_step
+from nbtools.health._report import CheckResult, Example, Status
+from nbtools.health._specs import CHECKS, CheckSpec
+
+__all__ = ["run_checks"]
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    data: RunData
+    window: int
+    examples: int
+    memo: dict = field(default_factory=dict)  # results other checks reuse (no-signal-groups)
+
+
+def _first_step(crossed: pd.Series) -> int | None:
+    """First step of the run of crossed steps that reaches the last step (else the first crossed step)."""
+    if crossed.empty or not crossed.any():
+        return None
+    vals = crossed.to_numpy()
+    if vals[-1]:
+        k = len(vals) - 1
+        while k > 0 and vals[k - 1]:
+            k -= 1
+        return int(crossed.index[k])
+    return int(crossed.index[np.argmax(vals)])
+
+
+def _result(spec: CheckSpec, value: float | None, message: str, *, series: pd.Series | None = None,
+            examples=(), status: Status | None = None, threshold: float | None = None,
+            first_step: int | None = None) -> CheckResult:
+    lvl, t = spec.level(value)
+    status = status or lvl
+    t = threshold if threshold is not None else t
+    if status != "ok" and first_step is None and series is not None and len(series):
+        first_step = _first_step(spec.crossed(series, t))
+    return CheckResult(spec.name, status, first_step if status != "ok" else None, value, t, message,
+                       spec.fix_text(), spec.keys, tuple(examples) if status != "ok" else (), series)
+
+
+def _skip(spec: CheckSpec, why: str) -> CheckResult:
+    return CheckResult(spec.name, "ok", None, None, spec.warning if spec.warning is not None else spec.unhealthy,
+                       f"not checked: {why}", spec.fix_text(), spec.keys)
+
+
+def _recent(series: pd.Series, window: int) -> pd.Series:
+    return series.sort_index().iloc[-window:]
+
+
+def _examples(records: pd.DataFrame, mask, n: int, *, latest: bool = False) -> list[Example]:
+    rows = records.loc[np.asarray(mask, dtype=bool), ["step", "idx"]]
+    if latest and len(rows):
+        rows = rows[rows["step"] == rows["step"].max()]
+    return [Example(int(s), int(i)) for s, i in rows.head(n).itertuples(index=False)]
+
+
+# ---- the checks ------------------------------------------------------------------------------------------------
+def zero_reward(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    if len(d.records):
+        r = d.meta["reward"].to_numpy(dtype="float64")
+        zero = per_step(d.meta, np.isclose(r, 0.0))
+        steps = list(_recent(zero, c.window).index)
+        recent = d.meta[d.meta["step"].isin(steps)]
+        vals = recent["reward"].dropna().to_numpy()
+        if len(vals) and np.ptp(vals) == 0 and not np.isclose(vals[0], 0.0):
+            const = float(vals[0])
+            every = pd.Series(1.0, index=zero.index)
+            return _result(spec, 1.0, f"every reward of steps {steps[0]}..{steps[-1]} is {const:g}: no sample is "
+                           "better than another, so no step learns anything", series=every,
+                           examples=_examples(recent, np.ones(len(recent)), c.examples))
+        value = float(np.isclose(vals, 0.0).mean()) if len(vals) else None
+        ex = _examples(d.meta, np.isclose(r, 0.0), c.examples)
+        return _result(spec, value, f"{value:.0%} of the rewards of steps {steps[0]}..{steps[-1]} are 0", series=zero,
+                       examples=ex)
+    s = d.scalar("train/reward", "critic/score/mean")
+    if s.empty:
+        return _skip(spec, "no records and no reward scalar yet")
+    recent = _recent(s, c.window)
+    value = 1.0 if np.allclose(recent.to_numpy(), 0.0) else 0.0
+    return _result(spec, value, f"the mean reward of steps {recent.index[0]}..{recent.index[-1]} is "
+                   f"{recent.mean():.3g}" + (" on every step" if value else ""), series=(s == 0).astype(float))
+
+
+def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    if not len(d.records):
+        s = d.scalar("train/baseline_reward/pct_0")
+        if s.empty:
+            return _skip(spec, "no records and no train/baseline_reward/pct_0 scalar yet")
+        both = s + d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        value = float(_recent(both, c.window).mean())
+        return _result(spec, value, f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards",
+                       series=both)
+    codes, _ = pd.factorize(d.records["prompt"], use_na_sentinel=False)  # int keys: a fast groupby
+    work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.meta["reward"].to_numpy()})
+    groups = work.groupby(["step", "group"], sort=False)["reward"].agg(["min", "max", "size"]).reset_index()
+    groups = groups[groups["size"] > 1]
+    if groups.empty:
+        return _skip(spec, "one sample per prompt: no GRPO groups")
+    groups["flat"] = np.isclose(groups["min"], groups["max"])
+    share = groups.groupby("step")["flat"].mean()
+    steps = list(_recent(share, c.window).index)
+    recent = groups[groups["step"].isin(steps)]
+    value = float(recent["flat"].mean())
+    top = float(d.meta["reward"].max())
+    at_top = recent["flat"] & np.isclose(recent["min"], top) & (top > 0)
+    solved = float(at_top.sum() / max(1, recent["flat"].sum()))
+    msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
+    status = None
+    if solved > 0.5 and spec.level(value)[0] != "ok":
+        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are solved, too easy now)"
+        if spec.level(value)[0] == "unhealthy":
+            status = "warning"  # solved, not broken: nothing left to learn from these prompts
+    flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
+    ex = []
+    if len(flat):
+        st, grp = flat.iloc[0]["step"], flat.iloc[0]["group"]
+        ex = _examples(d.meta, (work["step"] == st).to_numpy() & (codes == grp), c.examples)
+    return _result(spec, value, msg, series=share, examples=ex, status=status)
+
+
+def _parsers(data: RunData) -> list[tuple[str, Callable[[str], bool]]]:
+    """(label, response -> parseable) for what the reward functions read (default: an answer tag or \\boxed{})."""
+    from nbtools.health._contract import parse_targets
+
+    targets = parse_targets(data.mix) if data.mix is not None else None
+    if not targets:
+        targets = [("tag", data.answer_tag), ("boxed", "")]
+    return [(f"<{arg}>" if kind == "tag" else "\\boxed{}", _parser(kind, arg)) for kind, arg in targets]
+
+
+def _parser(kind: str, arg: str) -> Callable[[pa.Array], pa.Array]:
+    """A vectorised test (RE2: linear time) of NeMo-RL's ``<tag>[\\s\\S]*</tag>`` search, or of a ``\\boxed``."""
+    if kind == "tag":
+        pattern = re.escape(f"<{arg}>") + r"[\s\S]*" + re.escape(f"</{arg}>")
+    else:
+        pattern = r"\\boxed[{ ]"
+    return lambda arr: pc.fill_null(pc.match_substring_regex(arr, pattern), False)
+
+
+def answer_format(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    if not len(d.records):
+        return _skip(spec, "no records yet")
+    parsers = _parsers(d)
+    arr = pa.array(d.records["response"], from_pandas=True)
+    ok = np.zeros(len(arr), dtype=bool)
+    for _, p in parsers:
+        ok |= p(arr).to_numpy(zero_copy_only=False)
+    bad = per_step(d.meta, ~ok)
+    steps = list(_recent(bad, c.window).index)
+    value = float(bad.loc[steps].mean())
+    what = " or ".join(label for label, _ in parsers)
+    return _result(spec, value, f"{value:.0%} of the responses of steps {steps[0]}..{steps[-1]} have no {what}",
+                   series=bad, examples=_examples(d.meta, ~ok, c.examples, latest=True))
+
+
+def truncation(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    s = d.scalar("train/truncation_rate")
+    lengths = d.meta["generation_length"] if len(d.records) else None
+    at_limit = None
+    if d.limit is not None and lengths is not None and lengths.notna().any():
+        at_limit = (lengths >= d.limit).to_numpy()
+    if s.empty and at_limit is not None:
+        s = per_step(d.meta, at_limit)
+    if s.empty:
+        return _skip(spec, "no train/truncation_rate scalar, and no generation limit known (pass the experiment: "
+                           "--config EXPERIMENT.yaml)")
+    recent = _recent(s, c.window)
+    value = float(recent.mean())
+    lim = f" of {d.limit} tokens" if d.limit is not None else ""
+    ex = _examples(d.meta, at_limit, c.examples, latest=True) if at_limit is not None else []
+    if not ex and lengths is not None and lengths.notna().any():  # the longest of the latest step
+        last = d.meta[d.meta["step"] == d.meta["step"].max()]
+        ex = [Example(int(r.step), int(r.idx)) for r in last.nlargest(c.examples, "generation_length").itertuples()]
+    return _result(spec, value, f"{value:.0%} of the generations of steps {recent.index[0]}..{recent.index[-1]} hit "
+                   f"the generation limit{lim}", series=s, examples=ex)
+
+
+def _sampled_mismatch(d: RunData, window: int, per: int = 8) -> tuple[pd.Series, list[tuple[float, Example]]]:
+    """mean exp(|generation_logprobs - prev_logprobs|) over generated tokens, for a few records of recent steps."""
+    out, scored = {}, []
+    for step in d.meta["step"].drop_duplicates().sort_values().iloc[-window:]:
+        idxs = d.meta.loc[d.meta["step"] == step, "idx"].to_numpy()[:per]
+        vals = []
+        for i in idxs:
+            try:
+                rec = d.run.record(int(step), int(i), arrays=True)
+            except Exception:  # noqa: BLE001 - an unreadable record is the reader's report; use the others
+                continue
+            g, p, m = rec.get("generation_logprobs"), rec.get("prev_logprobs"), rec.get("token_loss_mask")
+            if g is None or p is None:
+                continue
+            n = min(len(g), len(p))
+            mask = (np.asarray(m[:n]) > 0) if m is not None else (np.asarray(g[:n]) != 0)
+            if not mask.any():
+                continue
+            err = float(np.exp(np.abs(np.asarray(g[:n], float) - np.asarray(p[:n], float)))[mask].mean())
+            vals.append(err)
+            scored.append((err, Example(int(step), int(i))))
+        if vals:
+            out[int(step)] = float(np.mean(vals))
+    return pd.Series(out, dtype="float64"), scored
+
+
+def logprob_mismatch(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    s = d.scalar("train/token_mult_prob_error")
+    source, scored = "train/token_mult_prob_error", []
+    if s.empty and d.run is not None and len(d.records):
+        s, scored = _sampled_mismatch(d, c.window)
+        source = "generation_logprobs vs prev_logprobs of sampled records"
+    if s.empty:
+        return _skip(spec, "no train/token_mult_prob_error scalar and no records with both logprob arrays")
+    recent = _recent(s, c.window)
+    value = float(recent.mean())
+    ex = [e for _, e in sorted(scored, key=lambda t: -t[0])[: c.examples]]
+    return _result(spec, value, f"train/inference probability ratio {value:.3f} over steps {recent.index[0]}.."
+                   f"{recent.index[-1]} ({source})", series=s, examples=ex)
+
+
+def _lengths(d: RunData) -> pd.Series:
+    if len(d.records) and d.meta["generation_length"].notna().any():
+        return d.meta.groupby("step")["generation_length"].mean().dropna()
+    return d.scalar("train/mean_gen_tokens_per_sample", "response_length/mean")
+
+
+def _length_ratio(c: _Ctx, spec: CheckSpec, label: str) -> CheckResult:
+    d = c.data
+    s = _lengths(d)
+    if len(s) < 2 * c.window:
+        return _skip(spec, f"{len(s)} step(s) of generation lengths; the check compares the first {c.window} with the "
+                           f"last {c.window}")
+    early = float(s.iloc[: c.window].mean())
+    if early <= 0:
+        return _skip(spec, "the first steps generated nothing")
+    ratio = s / early
+    recent = _recent(s, c.window)
+    value = float(recent.mean() / early)
+    ex = []
+    if len(d.records):
+        last = d.meta[d.meta["step"] == d.meta["step"].max()]
+        pick = last.nsmallest if label == "collapse" else last.nlargest
+        ex = [Example(int(r.step), int(r.idx)) for r in pick(c.examples, "generation_length").itertuples()]
+    return _result(spec, value, f"mean generation length {recent.mean():.1f} over steps {recent.index[0]}.."
+                   f"{recent.index[-1]} vs {early:.1f} over the first {c.window} steps ({value:.2f}×)",
+                   series=ratio, examples=ex)
+
+
+def length_collapse(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    return _length_ratio(c, spec, "collapse")
+
+
+def length_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    return _length_ratio(c, spec, "runaway")
+
+
+def kl_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    s = c.data.scalar("train/kl_penalty", "actor/kl_loss", "actor/ppo_kl")
+    if s.empty:
+        return _skip(spec, "no KL scalar logged (train/kl_penalty)")
+    recent = _recent(s, c.window)
+    value = float(recent.mean())
+    return _result(spec, value, f"mean KL {value:.3g} over steps {recent.index[0]}..{recent.index[-1]} (largest "
+                   f"{s.max():.3g} at step {int(s.idxmax())})", series=s)
+
+
+def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult:
+    d = c.data
+    s = (d.meta.groupby("step")["reward"].mean() if len(d.records)
+         else d.scalar("train/reward", "critic/score/mean"))
+    w = max(c.window, 10)
+    if len(s) < max(min_steps, 2 * w):
+        return _skip(spec, f"{len(s)} step(s); the check needs {max(min_steps, 2 * w)} to call a trend")
+    early, recent = float(s.iloc[:w].mean()), _recent(s, w)
+    value = float(recent.mean() - early)
+    signal = c.memo.get("no-signal-groups") or no_signal_groups(c, CHECKS["no-signal-groups"])
+    if signal.value is not None and signal.value >= CHECKS["no-signal-groups"].unhealthy:
+        return _result(spec, value, "no signal to learn from (see no-signal-groups)", status="ok")
+    return _result(spec, value, f"mean reward {recent.mean():.3g} over steps {recent.index[0]}..{recent.index[-1]} vs "
+                   f"{early:.3g} over the first {w} steps (+{value:.3g})", series=s - early)
+
+
+def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    d = c.data
+    val = d.scalar("validation/accuracy")
+    if len(val) < 3:
+        return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
+    train = d.scalar("train/reward", "critic/score/mean")
+    if train.empty and len(d.records):
+        train = d.meta.groupby("step")["reward"].mean()
+    best_step = int(val.idxmax())
+    drop = float(val.max() - val.iloc[-1])
+    at_best = train[train.index <= max(best_step, int(train.index.min()) if len(train) else 0)]
+    rose = len(train) and len(at_best) and float(_recent(train, c.window).mean()) > float(at_best.iloc[-min(
+        c.window, len(at_best)):].mean())
+    series = val.cummax() - val
+    if drop < (spec.warning or 0.0):
+        return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} (best "
+                       f"{val.max():.3g} at step {best_step})", status="ok", series=series)
+    if not rose:
+        return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} vs its best "
+                       f"{val.max():.3g} at step {best_step}; training reward did not rise meanwhile", status="ok",
+                       series=series)
+    return _result(spec, drop, f"validation accuracy fell from {val.max():.3g} (step {best_step}) to "
+                   f"{val.iloc[-1]:.3g} (step {int(val.index[-1])}) while training reward rose", series=series)
+
+
+_FUNCS: dict[str, Callable[[_Ctx, CheckSpec], CheckResult]] = {
+    "zero-reward": zero_reward, "no-signal-groups": no_signal_groups, "answer-format": answer_format,
+    "truncation": truncation, "logprob-mismatch": logprob_mismatch, "length-collapse": length_collapse,
+    "length-runaway": length_runaway, "kl-runaway": kl_runaway, "reward-stalled": reward_stalled,
+    "val-divergence": val_divergence,
+}
+
+
+def run_checks(data: RunData, *, thresholds: dict | None = None, checks=None, window: int = 5,
+               examples: int = 5) -> list[CheckResult]:
+    """Every check (or ``checks``) on ``data``, with ``thresholds`` replacing the defaults."""
+    from nbtools.errors import ConfigError
+
+    specs = dict(CHECKS)
+    problems = []
+    for name, t in (thresholds or {}).items():
+        if name not in specs:
+            problems.append(f"thresholds: unknown check {name!r}; the checks are {list(specs)}")
+            continue
+        if isinstance(t, (int, float)):
+            t = {"unhealthy": float(t)}
+        elif isinstance(t, (tuple, list)) and len(t) == 2:
+            t = {"warning": t[0], "unhealthy": t[1]}
+        if not isinstance(t, dict) or set(t) - {"warning", "unhealthy"}:
+            problems.append(f"thresholds[{name!r}]: expected a number (the unhealthy level), a (warning, unhealthy) "
+                            f"pair or {{'warning': x, 'unhealthy': y}}, got {t!r}")
+            continue
+        specs[name] = replace(specs[name], **{k: (None if v is None else float(v)) for k, v in t.items()})
+    names = list(checks) if checks else list(specs)
+    problems += [f"checks: unknown check {n!r}; the checks are {list(specs)}" for n in names if n not in specs]
+    if window < 1:
+        problems.append(f"window: expected 1 or more steps, got {window}")
+    if problems:
+        raise ConfigError(problems)
+    ctx = _Ctx(data, window, examples)
+    out = []
+    for n in names:
+        out.append(_FUNCS[n](ctx, specs[n]))
+        ctx.memo[n] = out[-1]
+    return out
