@@ -20,17 +20,22 @@ GPU_TYPES: dict[str, dict[str, Any]] = {
     },
 }
 
-# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image
+# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image. ``reward_entrypoint`` is the script that
+# looks the environment up by name (``create_env``), used when the experiment sets a reward mix: v0.5.0's
+# examples/run_grpo_math.py builds MathEnvironment itself and never reads data.env_name, its examples/run_grpo.py
+# calls create_env(env_name=data_config["env_name"], ...) (NVIDIA-NeMo/RL v0.5.0, both files).
 NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     "v0.5.0": {
         "ray": "2.49.2",
         "entrypoint": "examples/run_grpo_math.py",
+        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
         "torch": "2.9.0",
     },
     "v0.7.0": {
         "ray": "2.55.1",
         "entrypoint": "examples/run_grpo.py",
+        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
         "torch": "2.11.0",
     },
