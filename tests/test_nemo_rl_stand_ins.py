@@ -103,3 +103,25 @@ def test_nbtools_tables_agree_with_the_release_facts(version):
                                                          "trainer.reward_functions": MIX})
     script = nemo_rl.entry_script(cfg)
     assert nemo_rl_releases.script_facts(version, script)["env_name_key"] == ENV_NAME_KEY[version]
+
+
+@pytest.mark.parametrize("version", sorted(nemo_rl_releases.RELEASES))
+def test_per_release_artifacts_agree_with_the_release_facts(version):
+    from nbtools.config._tables import NEMO_RL_ARTIFACTS
+
+    row, ours = nemo_rl_releases.facts(version), NEMO_RL_ARTIFACTS[version]
+    assert (ours["val_dumps"], ours["baseline_reward"], ours["data_validation"]) == (
+        row["writes_val_dumps"], row["logs_baseline_reward"], row["data_sections"])
+
+
+def test_data_validation_on_v050_is_refused_not_dropped(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = _cfg(tmp_path, "v0.5.0", **{"trainer.reward_functions": [], "data.validation": "my_val.jsonl"})
+    assert not [o for o in nemo_rl.overrides(cfg) if "validation" in o.key]  # nothing in the command carries it
+    report = nbtools.launch.lint(cfg, existing_steps=[], client_ray_version=cfg.images.resolved_ray_version)
+    found = [f for f in report.findings if f.rule == "release-artifacts" and f.key == "data.validation"]
+    assert found and found[0].severity == "blocking" and "v0.7.0" in found[0].fix, str(report)
+    assert any(f.rule == "release-artifacts" and "val_data_step" in f.message for f in report.findings)
+    v07 = _cfg(tmp_path, "v0.7.0", **{"trainer.reward_functions": [], "data.validation": "my_val.jsonl"})
+    report = nbtools.launch.lint(v07, existing_steps=[], client_ray_version=v07.images.resolved_ray_version)
+    assert not [f for f in report.findings if f.rule == "release-artifacts"], str(report)

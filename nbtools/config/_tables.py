@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
+__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "NEMO_RL_ARTIFACTS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
 # GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node)
 GPU_TYPES: dict[str, dict[str, Any]] = {
@@ -41,6 +41,19 @@ NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     },
 }
 
+
+# What each NeMo-RL release writes and reads beyond the checkpoints, and who in nbtools reads it:
+#   val_dumps: <log_dir>/exp_NNN/val_data_step{N}.jsonl (nbtools.trajectories, notebook 05's validation view); v0.5.0's
+#     nemo_rl/algorithms/grpo.py calls log_batched_dict_as_jsonl only for train_data_step{N}.jsonl, v0.7.0's also for
+#     val_data_step{step}.jsonl (grpo.py, validate);
+#   baseline_reward: train/baseline_reward/pct_0|pct_1|pct_mixed (nbtools.metrics' "no_signal"): v0.7.0 grpo.py only;
+#   data_validation: a data.validation section (nbtools' data.validation): v0.7.0's data config has data.train /
+#     data.validation / data.default (examples/configs/grpo_math_1B.yaml); v0.5.0's is flat (dataset_name, and
+#     val_data_path for a ResponseDataset), so a data.validation override would be dropped.
+NEMO_RL_ARTIFACTS: dict[str, dict[str, bool]] = {
+    "v0.5.0": {"val_dumps": False, "baseline_reward": False, "data_validation": False},
+    "v0.7.0": {"val_dumps": True, "baseline_reward": True, "data_validation": True},
+}
 
 # `gcloud container node-pools create --accelerator=...,gpu-driver-version=` values (gcloud 528 --help); omitting the
 # key means `disabled`: no NVIDIA driver on the node and no GPU for any pod.

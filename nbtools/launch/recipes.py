@@ -95,7 +95,9 @@ RECIPES: dict[str, dict[str, Any]] = {
         "images": {"nemo_rl_version": "v0.5.0"},
         "trainer": {"recipe": "examples/configs/grpo_math_1B.yaml"},
         "model": {"name": "Qwen/Qwen3-1.7B-Base", "max_total_sequence_length": 4096},
-        "data": {"dataset": "DeepScaler", "validation": "AIME2024"},
+        # v0.5.0 has no data.validation: DeepScalerDataset validates on HuggingFaceH4/aime_2024 by itself
+        # (NVIDIA-NeMo/RL v0.5.0 nemo_rl/data/datasets/response_datasets/deepscaler.py)
+        "data": {"dataset": "DeepScaler"},
         "grpo": {"num_prompts_per_step": 64, "num_generations_per_prompt": 16, "max_num_steps": 200, "val_period": 10},
         "checkpointing": {**_ck003, "save_period": 10, "keep_top_k": 10, "model_save_format": "torch_save"},
         "logging": {**_lg003, "tensorboard": True},
