@@ -437,3 +437,26 @@ def test_compare_refuses_different_problems_and_notes_different_settings():
         warnings.simplefilter("error")  # same problems, same settings: nothing to warn about
         assert not [n for n in compare(base, parse_score_blocks(_nemo_rl_block("t", "math500", 232.0, 500))[0]).notes
                     if "MISMATCH" in n]
+
+
+def test_dataset_names_are_the_branches_of_the_release_s_load_eval_dataset(gke_cfg):
+    """Issue 27 item 5: the names per release are read from the tag's own file (tests/assets/nemo-rl/<tag>/...)."""
+    import ast
+
+    assets = Path(__file__).resolve().parent / "assets" / "nemo-rl"
+    for version in ("v0.5.0", "v0.7.0"):
+        src = (assets / version / "nemo_rl" / "data" / "datasets" / "eval_datasets" / "__init__.py.txt").read_text()
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Compare) and getattr(node.left, "id", None) == "dataset_name":
+                for c in node.comparators:
+                    names |= {e.value for e in getattr(c, "elts", [c]) if isinstance(getattr(e, "value", None), str)}
+        names = {n for n in names if "/" not in n}  # an HF id (TwinkStart/MMAU) passes as an id anyway
+        ours = set(nbtools.evals.dataset_names(version))
+        assert names <= ours, (version, names - ours)
+        assert {n for n in ours if not n.startswith("mmlu_")} <= names | {"mmlu"}, (version, ours - names)
+    v07 = nbtools.evals.build_eval_job(gke_cfg, "m", dataset="aime2026").entrypoint
+    assert "data.dataset_name=aime2026" in v07 and "data.dataset_name=mmau" in nbtools.evals.build_eval_job(
+        gke_cfg, "m", dataset="mmau").entrypoint
+    with pytest.raises(ConfigError, match="'aime2026' is not a run_eval.py dataset in NeMo-RL v0.5.0"):
+        nbtools.evals.build_eval_job(gke_cfg.replace(**{"images.nemo_rl_version": "v0.5.0"}), "m", dataset="aime2026")

@@ -35,13 +35,16 @@ _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "I
                "ZH-CN", "SW-KE", "YO-NG"]
 _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mmlu_{x}" for x in _MMLU_LANGS)]
 # Built-in data.dataset_name values of run_eval.py per NeMo-RL release: the branches of load_eval_dataset() in
-# nemo_rl/data/datasets/eval_datasets/__init__.py (AIME is `aime2024`/`aime2025`, lower case, in both; the release's
-# own examples/configs/evals/eval.yaml defaults to "aime2024"). Any other name falls through to LocalMathDataset,
-# which tries to load it as a file or HF dataset id: `AIME2024` (the *training* registry's spelling) and `daily-omni`
-# (a response dataset) are not eval datasets.
+# nemo_rl/data/datasets/eval_datasets/__init__.py at the tag. v0.5.0: `aime2024`/`aime2025` (lower case); v0.7.0 adds
+# `aime2026` and the multimodal `mmau` (also `TwinkStart/MMAU`, its HF id); the releases' own
+# examples/configs/evals/eval.yaml default to "aime2024". Any other name falls through to LocalMathDataset, which
+# loads it as a file or HF dataset id: `AIME2024` (the *training* registry's spelling) is not an eval dataset there.
+# NeMo-RL main (not a release yet) drops the aime branches (AIME goes through the response-dataset registry as
+# `AIME2024`, nemo_rl/data/datasets/response_datasets/__init__.py) and adds `daily-omni`: a row for it comes with
+# the release.
 _DATASETS = {
     "v0.5.0": [*_COMMON, "aime2024", "aime2025"],
-    "v0.7.0": [*_COMMON, "aime2024", "aime2025"],
+    "v0.7.0": [*_COMMON, "aime2024", "aime2025", "aime2026", "mmau"],
 }
 # Top-level sections of examples/configs/evals/eval.yaml; a typo elsewhere is silently accepted (extra="allow")
 _SECTIONS = {"eval", "generation", "tokenizer", "data", "env", "cluster", "logger"}
