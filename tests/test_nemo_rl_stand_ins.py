@@ -125,3 +125,13 @@ def test_data_validation_on_v050_is_refused_not_dropped(tmp_path, monkeypatch):
     v07 = _cfg(tmp_path, "v0.7.0", **{"trainer.reward_functions": [], "data.validation": "my_val.jsonl"})
     report = nbtools.launch.lint(v07, existing_steps=[], client_ray_version=v07.images.resolved_ray_version)
     assert not [f for f in report.findings if f.rule == "release-artifacts"], str(report)
+
+
+def test_notebook_08_points_to_the_mechanism_that_reaches_a_math_run():
+    """Issue 27 item 3: only NeMo-RL's VLM environment reads env.<name>.reward_functions (v0.5.0 and v0.7.0
+    nemo_rl/environments/vlm_environment.py); a math run scores with what trainer.reward_functions ships."""
+    cells = json.loads((ROOT / "notebooks" / "08_rewards.ipynb").read_text())["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "`trainer.reward_functions`" in text and "`trainer.reward_module`" in text
+    for line in (ln for ln in text.splitlines() if "env.<name>.reward_functions" in ln):
+        assert "VLM" in line, line
