@@ -460,3 +460,14 @@ def test_dataset_names_are_the_branches_of_the_release_s_load_eval_dataset(gke_c
         gke_cfg, "m", dataset="mmau").entrypoint
     with pytest.raises(ConfigError, match="'aime2026' is not a run_eval.py dataset in NeMo-RL v0.5.0"):
         nbtools.evals.build_eval_job(gke_cfg.replace(**{"images.nemo_rl_version": "v0.5.0"}), "m", dataset="aime2026")
+
+
+def test_the_eval_job_generates_as_long_as_the_experiment(gke_cfg):
+    """Issue 27 item 9: the eval config's 2048 is not the experiment's length (tutorial 000 scored at 8192)."""
+    job = nbtools.evals.build_eval_job(gke_cfg, "m")
+    assert f"generation.vllm_cfg.max_model_len={gke_cfg.trainer.vllm_cfg['max_model_len']}" in job.entrypoint
+    plain = gke_cfg.replace(**{"trainer.vllm_cfg": {}, "model.max_total_sequence_length": 4096})
+    assert "generation.vllm_cfg.max_model_len=4096" in nbtools.evals.build_eval_job(plain, "m").entrypoint
+    both = nbtools.evals.eval_jobs(plain, dataset="math500")
+    assert {o for j in both for o in j.overrides if "max_model_len" in o} == {"generation.vllm_cfg.max_model_len=4096"}
+    assert "max_model_len=8192" in nbtools.evals.build_eval_job(plain, "m", max_model_len=8192).entrypoint

@@ -36,7 +36,7 @@ EXPECTED = {
     "tutorial-000-gemma3-1b-it": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml "
         "cluster.num_nodes=1 cluster.gpus_per_node=8 grpo.num_prompts_per_step=32 grpo.num_generations_per_prompt=16 "
-        "grpo.max_num_steps=20 grpo.val_period=5 grpo.val_at_start=true policy.model_name=google/gemma-3-1b-it "
+        "grpo.max_num_steps=30 grpo.val_period=5 grpo.val_at_start=true policy.model_name=google/gemma-3-1b-it "
         "policy.max_total_sequence_length=2048 +policy.tokenizer.chat_template_kwargs.enable_thinking=true "
         "policy.generation.max_new_tokens=1024 policy.generation.vllm_cfg.max_model_len=2048 "
         "policy.generation.vllm_cfg.enforce_eager=true +policy.generation.vllm_kwargs.block_size=32 "

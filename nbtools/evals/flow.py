@@ -92,7 +92,8 @@ def evaluate(
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
         max_model_len: NeMo-RL only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it as
-            max_new_tokens; default: the eval config's 2048; the MATH-500 tutorial used 8192). Use the same value for
+            max_new_tokens; default: the experiment's generation length, ``nbtools.evals.job.generation_length``; the
+            MATH-500 tutorial used 8192). Use the same value for
             both models: scores are comparable only at equal settings.
         timeout: seconds to wait for a cluster evaluation job.
         batch_size: rehearsal only: sequences per forward pass.

@@ -28,7 +28,8 @@ from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
 
-__all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT"]
+__all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT",
+           "generation_length"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
 _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "IT-IT", "JA-JP", "KO-KR", "PT-BR",
@@ -172,7 +173,10 @@ def build_eval_job(
         dataset: `data.dataset_name`, validated for `cfg.images.nemo_rl_version`.
         num_tests_per_prompt: samples per problem (`eval.num_tests_per_prompt`).
         temperature: default 0.0 (greedy) for one sample, 1.0 for several.
-        max_model_len: `generation.vllm_cfg.max_model_len` (what the score block calls max_new_tokens).
+        max_model_len: `generation.vllm_cfg.max_model_len` (what the score block calls max_new_tokens); default: the
+            experiment's own generation length (``trainer.vllm_cfg.max_model_len``, else
+            ``model.max_total_sequence_length``), not the eval config's 2048: scores depend on it (tutorial 000's
+            MATH-500 numbers, 0.4020 -> 0.4640, are at 8192).
         save_path: `eval.save_path`; default `<dirname(log_dir)>/eval/<dataset>_<label>` on the shared mount.
         config: eval config relative to the NeMo-RL checkout.
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
@@ -205,8 +209,9 @@ def build_eval_job(
         f"cluster.gpus_per_node={cfg.cluster.gpus_per_node}",
         *(f"generation.vllm_kwargs.{k}={v}" for k, v in sorted(cfg.trainer.vllm_kwargs.items())),
     ]
-    if max_model_len is not None:
-        ours.append(f"generation.vllm_cfg.max_model_len={max_model_len}")
+    if max_model_len is None:
+        max_model_len = generation_length(cfg)
+    ours.append(f"generation.vllm_cfg.max_model_len={max_model_len}")
     user = validate_overrides(list(overrides))
     user_keys = {o.split("=", 1)[0] for o in user}
     final = tuple(o for o in ours if o.split("=", 1)[0] not in user_keys) + tuple(user)
@@ -225,6 +230,12 @@ def build_eval_job(
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,
                    entrypoint=entrypoint, submission_id=submission_id, address=cfg.dashboard_url,
                    runtime_env={"env_vars": env}, metadata=metadata)
+
+
+def generation_length(cfg: Any) -> int:
+    """The experiment's vLLM ``max_model_len`` (prompt + answer): what an evaluation should generate with too."""
+    v = (cfg.trainer.vllm_cfg or {}).get("max_model_len")
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else int(cfg.model.max_total_sequence_length)
 
 
 def finetuned_model_path(cfg: Any) -> str:

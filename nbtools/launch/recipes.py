@@ -65,7 +65,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         },
         model={"name": "google/gemma-3-1b-it", "chat_template_kwargs": {"enable_thinking": True}, "max_total_sequence_length": 2048},
         data={"dataset": "OpenMathInstruct-2"},
-        grpo={"max_num_steps": 20, "val_period": 5, "val_at_start": True, "max_new_tokens": 1024},
+        grpo={"max_num_steps": 30, "val_period": 5, "val_at_start": True, "max_new_tokens": 1024},  # scored at step 30
         checkpointing={**_ck000, "model_save_format": "torch_save", "save_consolidated": False, "save_optimizer": False},
         logging={**_lg000, "tensorboard": True, "wandb": False},
         secrets={"hf_token": dict(_HF)},
