@@ -281,7 +281,10 @@ def test_build_eval_job_entrypoint(gke_cfg):
                                        overrides=["generation.vllm_cfg.max_model_len=8192"])
     ep = job.entrypoint
     assert ep.startswith("cd /opt/nemo-rl && python -u examples/run_eval.py --config examples/configs/evals/math_eval.yaml ")
-    for part in ("generation.model_name=/data/nemo-rl/gemma3-1b-b200/merged_hf", "data.dataset_name=math500",
+    local = "/tmp/nbtools-models/gemma3-1b-b200/fine-tuned/merged_hf"  # issue 27 item 10: not mmap over gcsfuse
+    assert job.local_copy[:2] == ("bash", "-c") and "/data/nemo-rl/gemma3-1b-b200/merged_hf" in job.local_copy[2]
+    assert local in job.local_copy[2] and job.model_name == "/data/nemo-rl/gemma3-1b-b200/merged_hf"
+    for part in (f"generation.model_name={local}", "data.dataset_name=math500",
                  "eval.num_tests_per_prompt=1", "eval.save_path=/data/nemo-rl/gemma3-1b-b200/eval/math500_fine-tuned",
                  "generation.temperature=0.0", "cluster.gpus_per_node=8", "generation.vllm_kwargs.block_size=32",
                  "generation.vllm_cfg.max_model_len=8192"):
@@ -293,6 +296,9 @@ def test_build_eval_job_entrypoint(gke_cfg):
     assert again.submission_id == job.submission_id  # re-running re-attaches
     base, tuned = nbtools.evals.eval_jobs(gke_cfg, num_tests_per_prompt=4)
     assert "generation.model_name=google/gemma-3-1b-it" in base.entrypoint and tuned.temperature == 1.0
+    assert base.local_copy == () and tuned.local_copy  # an HF id downloads to HF_HOME; the merged model is copied
+    off = nbtools.evals.build_eval_job(gke_cfg, "/data/x/merged_hf", copy_to_local=False)
+    assert off.local_copy == () and "generation.model_name=/data/x/merged_hf" in off.entrypoint
     assert base.save_path != tuned.save_path and tuned.label == "fine-tuned-sampled4"
     assert "-eval-math500-fine-tuned-sampled4-" in tuned.submission_id and "ray job submit" in base._repr_html_()
 

@@ -125,6 +125,7 @@ def evaluate(
     kw = {"max_model_len": max_model_len} if max_model_len else {}
     jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
     spec = jobs[0 if which == "baseline" else 1]
+    spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
     job = spec.submit()
     job.wait(timeout=timeout)
     result = collect(job, save_path=cfg.url(spec.save_path))

@@ -32,6 +32,7 @@ __all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eva
            "generation_length"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
+LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each GPU worker pod
 _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "IT-IT", "JA-JP", "KO-KR", "PT-BR",
                "ZH-CN", "SW-KE", "YO-NG"]
 _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mmlu_{x}" for x in _MMLU_LANGS)]
@@ -120,6 +121,30 @@ class EvalJob:
     address: str
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    local_copy: tuple[str, ...] = ()  # argv run in every GPU worker pod first: the model to the node's local disk
+
+    def prepare(self, cfg: Any, *, timeout: float = 3600) -> list[Any]:
+        """Copy the model to every GPU worker pod's local disk (``local_copy``), before :meth:`submit`.
+
+        Why: vLLM loads safetensors with mmap, which over gcsfuse can crawl or crash (notebook 06 says so; tutorial
+        000 copies to the workers' disks). The copy is checked and skipped when already there.
+
+        Raises:
+            NotReadyError: a pod's copy failed (its output says why).
+        """
+        if not self.local_copy:
+            return []
+        from nbtools import backends
+        from nbtools.errors import NotReadyError
+
+        done = backends.get(cfg).exec_on(list(self.local_copy), node_type="worker", timeout=timeout)
+        bad = [r for r in done if r.returncode != 0]
+        if bad:
+            raise NotReadyError(f"copying the model to local disk failed in pod(s) {[r.pod for r in bad]}: "
+                                f"{(bad[0].stderr or bad[0].stdout).strip()[-500:]}",
+                                fix="check the pods' free disk (kubectl exec ... df -h /tmp) and that the merged model "
+                                    "is complete (nbtools.checkpoints.verify), then run again")
+        return done
 
     def to_command(self) -> str:
         """The equivalent `ray job submit` command, to copy into a terminal."""
@@ -163,6 +188,7 @@ def build_eval_job(
     save_path: str | None = None,
     config: str = "examples/configs/evals/math_eval.yaml",
     overrides: list[str] | tuple[str, ...] = (),
+    copy_to_local: bool | None = None,
 ) -> EvalJob:
     """Build (not submit) NeMo-RL's run_eval.py job for one model.
 
@@ -180,6 +206,8 @@ def build_eval_job(
         save_path: `eval.save_path`; default `<dirname(log_dir)>/eval/<dataset>_<label>` on the shared mount.
         config: eval config relative to the NeMo-RL checkout.
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
+        copy_to_local: load the model from the GPU nodes' local disk (copied there by :meth:`EvalJob.prepare`), not
+            through gcsfuse with mmap; default: on GKE for a model under the gcsfuse mount (the merged model).
 
     Returns:
         EvalJob with `.entrypoint`, `.to_command()`, `.submit()`.
@@ -199,8 +227,15 @@ def build_eval_job(
     label = label or _slug(posixpath.basename(model_name.rstrip("/")))
     if save_path is None:
         save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"{_slug(dataset)}_{_slug(label)}")
+    from nbtools.checkpoints._remote import copy_to_local_disk_command
+
+    mount = str(cfg.storage.mount_path or "").rstrip("/")
+    on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
+    copy = on_fuse if copy_to_local is None else bool(copy_to_local)
+    loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
+        if copy else model_name
     ours = [
-        f"generation.model_name={model_name}",
+        f"generation.model_name={loaded}",
         f"data.dataset_name={dataset}",
         f"eval.num_tests_per_prompt={num_tests_per_prompt}",
         f"eval.save_path={save_path}",
@@ -229,7 +264,8 @@ def build_eval_job(
     return EvalJob(label=label, model_name=model_name, dataset_name=dataset, num_tests_per_prompt=num_tests_per_prompt,
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,
                    entrypoint=entrypoint, submission_id=submission_id, address=cfg.dashboard_url,
-                   runtime_env={"env_vars": env}, metadata=metadata)
+                   runtime_env={"env_vars": env}, metadata=metadata,
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
 
 
 def generation_length(cfg: Any) -> int:
