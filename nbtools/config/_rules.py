@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
+from nbtools.config._tables import gke_version_too_old
 from nbtools.config._tokens import redact, token_kind
 from nbtools.config._validate import Problems, _part, _show
 
@@ -68,6 +69,12 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
         add(("cluster.gpus_per_node", "cluster.gpu_type"),
             f"cluster.gpus_per_node: {cfg.cluster.gpus_per_node} does not match {cfg.cluster.gpu_type} "
             f"({cfg.cluster.machine_type} has {expected}); fix: set `cluster.gpus_per_node` to {expected}")
+    floor = gke_version_too_old(cfg.cluster.gke_version or "", cfg.cluster.gpu_type)
+    if floor:
+        add(("cluster.gke_version", "cluster.gpu_type"),
+            f"cluster.gke_version: {cfg.cluster.gke_version!r} is older than GKE supports {cfg.cluster.gpu_type} on "
+            f"(>= {floor}, Google's NeMo RL on GKE tutorial); fix: `gke_version: {floor}` or newer, or leave it unset "
+            "for the release channel's default")
     if cfg.cluster.worker_replicas < 1:
         add(("cluster.worker_replicas",),
             f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")

@@ -6,19 +6,41 @@ from typing import Any
 
 __all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "NEMO_RL_ARTIFACTS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
-# GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node)
+# GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node, the oldest GKE version for it:
+# Google's tutorial "Fine-tune ... with NeMo RL on GKE" (tutorial 001), GKE_VERSION: "For NVIDIA B200 (180 GB) GPUs,
+# use 1.32.2-gke.1422000 or later. For NVIDIA H200 (141 GB) GPUs, use 1.31.4-gke.1183000 or later")
 GPU_TYPES: dict[str, dict[str, Any]] = {
     "nvidia-b200": {
         "machine_type": "a4-highgpu-8g",
         "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a4.txtpb",
         "gpus_per_node": 8,
+        "min_gke_version": "1.32.2-gke.1422000",
     },
     "nvidia-h200-141gb": {
         "machine_type": "a3-ultragpu-8g",
         "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a3u.txtpb",
         "gpus_per_node": 8,
+        "min_gke_version": "1.31.4-gke.1183000",
     },
 }
+
+
+def gke_version_parts(version: str) -> tuple[int, ...] | None:
+    """``1.32.2-gke.1422000`` -> (1, 32, 2, 1422000); ``1.33`` -> (1, 33); None for ``latest`` or a non-version."""
+    import re
+
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?", version.strip())
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def gke_version_too_old(version: str, gpu_type: str) -> str | None:
+    """The minimum ``version`` misses for ``gpu_type`` (None when it is new enough, partial-but-compatible such as
+    ``1.32``, ``latest``, or not a version at all: gcloud judges those)."""
+    need = GPU_TYPES.get(gpu_type, {}).get("min_gke_version")
+    have, floor = gke_version_parts(version), gke_version_parts(need) if need else None
+    if have is None or floor is None:
+        return None
+    return need if have < floor[:len(have)] or (len(have) == len(floor) and have < floor) else None
 
 # NeMo-RL release -> pinned Ray (uv.lock), entry point, container image. ``reward_entrypoint`` is the script that
 # looks the environment up by name (``create_env``), used when the experiment sets a reward mix: v0.5.0's
