@@ -34,3 +34,22 @@ def test_the_plan_shows_the_floor_when_no_version_is_named():
     named = cfg.replace(**{"cluster.gke_version": "1.33.1-gke.100"})
     step = next(s for s in nbtools.gke.plan(named).steps if s.name == "cluster")
     assert "--cluster-version=1.33.1-gke.100" in step.command and "GKE 1.33.1-gke.100" in step.what
+
+
+def test_the_nccl_installer_pin_is_the_gib_v1_1_1_installer_without_its_own_nccl():
+    """Issue 27 item 4: container-engine-accelerators 2da1c92f (tests/assets copy) runs nccl-plugin-gib:v1.1.1 and
+    ``container_entry.sh install`` without ``--install-nccl`` on GKE Standard; the pin is that commit."""
+    import yaml
+
+    from nbtools.config._tables import NCCL_INSTALLER_REF
+
+    assets = ROOT / "tests" / "assets" / "container-engine-accelerators"
+    assert NCCL_INSTALLER_REF in (assets / "SOURCE.md").read_text()
+    ds = next(d for d in yaml.safe_load_all((assets / "gpudirect-rdma" / "nccl-rdma-installer.yaml").read_text())
+              if d["kind"] == "DaemonSet")
+    init = {c["name"]: c for c in ds["spec"]["template"]["spec"]["initContainers"]}
+    assert init["nccl-rdma-installer"]["image"].endswith("/nccl-plugin-gib:v1.1.1")
+    script = " ".join(init["nccl-rdma-installer"].get("args", []))
+    assert "container_entry.sh install" in script and "--install-nccl" not in script
+    cfg = nbtools.config.load(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml")
+    assert f"/{NCCL_INSTALLER_REF}/gpudirect-rdma/nccl-rdma-installer.yaml" in nbtools.manifests.nccl_installer_url(cfg)

@@ -105,7 +105,7 @@ def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
         add(("cluster.nccl_installer_ref",),
             f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
             "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
-            "`2c776f7e9656a2b6476f19938b738b4186000ce3`")
+            "`2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae`")
     if t.kind == "verl" and (t.verl_ref in ("main", "master", "HEAD", "") or not re.match(r"^[A-Za-z0-9._/-]+$", t.verl_ref)):
         add(("trainer.kind", "trainer.verl_ref"),
             f"trainer.verl_ref: {t.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "

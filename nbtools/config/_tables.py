@@ -82,8 +82,14 @@ NEMO_RL_ARTIFACTS: dict[str, dict[str, bool]] = {
 GPU_DRIVER_VERSIONS = ("latest", "default", "disabled")
 
 # GoogleCloudPlatform/container-engine-accelerators commit whose gpudirect-rdma/nccl-rdma-installer{,-autopilot}.yaml
-# (gIB plugin image nccl-plugin-gib:v1.0.6, nvidia-b200 + nvidia-h200-141gb) the plan applies.
-NCCL_INSTALLER_REF = "2c776f7e9656a2b6476f19938b738b4186000ce3"
+# the plan applies: 2da1c92f (2026-05-06, the newest change to both files): gIB plugin image nccl-plugin-gib:v1.1.1
+# (was v1.0.6 at 2c776f7e, 2025-07-01; v1.1.0 came in 209d1af0), `container_entry.sh install` without
+# `--install-nccl` (commit "Removed --install-nccl from default and a4x installers": the node gets the gIB net plugin
+# and its tuner configs, and jobs use the NCCL their image ships, here PyTorch's), and no `disable-log-martian`
+# init container. The hostPaths (/home/kubernetes/bin/gib, .../nvidia/lib64) and the tuner files the Ray workers read
+# (/usr/local/gib/configs/tuner_config_a4.txtpb, _a3u) are unchanged; Google's nccl-test-a4.yaml at that commit uses
+# the v1.1.1 diagnostic image with the same LD_LIBRARY_PATH and set_nccl_env.sh.
+NCCL_INSTALLER_REF = "2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae"
 
 # The verl source tutorial 002 runs from the shared mount (`cd /data/verl`): a pinned release of the project's repo.
 VERL_REPO = "https://github.com/verl-project/verl"
