@@ -47,14 +47,14 @@ EXPECTED = {
     ),
     "tutorial-001-gemma3-27b-it": (
         "cd /opt/nemo-rl && python -u examples/run_grpo.py --config examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml "
-        "cluster.num_nodes=2 cluster.gpus_per_node=8 grpo.num_prompts_per_step=16 grpo.num_generations_per_prompt=32 "
+        "cluster.num_nodes=3 cluster.gpus_per_node=8 grpo.num_prompts_per_step=16 grpo.num_generations_per_prompt=64 "
         "grpo.max_num_steps=10 policy.model_name=google/gemma-3-27b-it policy.dtensor_cfg.tensor_parallel_size=8 "
         "policy.dtensor_cfg._v2=true policy.generation.colocated.enabled=false "
         "policy.generation.colocated.resources.num_nodes=1 policy.generation.colocated.resources.gpus_per_node=8 "
         "policy.generation.vllm_cfg.tensor_parallel_size=8 policy.generation.vllm_cfg.gpu_memory_utilization=0.9 "
         "+policy.generation.vllm_kwargs.block_size=32 data.train.dataset_name=GSM8K "
         "checkpointing.checkpoint_dir=/data/nemo-rl/gemma3-27b-it-gsm8k/checkpoints checkpointing.model_save_format=torch_save "
-        "logger.log_dir=/data/nemo-rl/gemma3-27b-it-gsm8k/logs logger.tensorboard_enabled=false logger.wandb_enabled=true "
+        "logger.log_dir=/data/nemo-rl/gemma3-27b-it-gsm8k/logs logger.tensorboard_enabled=true logger.wandb_enabled=true "
         "logger.wandb.name=gemma3-27b-it-gsm8k",
         NEMO_GKE_ENV,
     ),
@@ -86,7 +86,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_8B.yaml cluster.num_nodes=4 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=64 grpo.num_generations_per_prompt=32 grpo.max_num_steps=100 "
         "policy.model_name=meta-llama/Llama-3.1-8B-Instruct checkpointing.checkpoint_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/checkpoints "
-        "logger.log_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/logs logger.tensorboard_enabled=false logger.wandb_enabled=true "
+        "logger.log_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/logs logger.tensorboard_enabled=true logger.wandb_enabled=true "
         "logger.wandb.name=llama3-1-8b-grpo-4nodes",
         NEMO_GKE_ENV,
     ),
@@ -257,8 +257,8 @@ def test_gpus_requested_vs_cluster():
     cfg = _cfg("tutorial-001-gemma3-27b-it")
     assert "gpus" not in _rules(cfg).rules()
     f = [x for x in _rules(cfg, cluster_gpus=8).findings if x.rule == "gpus"]
-    assert f[0].severity == "blocking" and "16 GPUs" in f[0].message and "worker_replicas: 1" in f[0].fix
-    all_gen = cfg.replace(**{"trainer.generation_nodes": 2})
+    assert f[0].severity == "blocking" and "24 GPUs" in f[0].message and "worker_replicas: 1" in f[0].fix
+    all_gen = cfg.replace(**{"trainer.generation_nodes": 3})
     assert any(x.rule == "gpus" and x.severity == "blocking" and "no node for training" in x.message for x in _rules(all_gen).findings)
     idle = [x for x in _rules(cfg, cluster_gpus=32).findings if x.rule == "gpus"]
     assert idle[0].severity == "warning"
