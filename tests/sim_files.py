@@ -59,11 +59,17 @@ def write_shims(sim, *, conf: dict) -> None:
 
 
 def write_checkout(sim, rehearsal: dict) -> None:
-    """The image: ``/opt/nemo-rl`` stand-in (doubles + v0.7.0 configs + the baked rehearsal) and its ``python``."""
+    """The image: ``/opt/nemo-rl`` stand-in (doubles + the release's configs + the baked rehearsal) and its ``python``.
+
+    The release is the experiment's ``images.nemo_rl_version`` (v0.7.0 unless the sim's changes say otherwise); the
+    doubles behave as that release does (sim_nemo_rl/examples/nemo_rl_releases.py).
+    """
     from sim_gke import nemo_rl_configs
 
+    version = str(getattr(sim, "_changes", {}).get("images.nemo_rl_version", "v0.7.0"))
     shutil.copytree(TESTS / "sim_nemo_rl", sim.code_dir, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
-    shutil.copytree(nemo_rl_configs(), sim.code_dir / "examples" / "configs", dirs_exist_ok=True)
+    configs = nemo_rl_configs() if version == "v0.7.0" else TESTS / "assets" / "nemo-rl" / version / "examples" / "configs"
+    shutil.copytree(configs, sim.code_dir / "examples" / "configs", dirs_exist_ok=True)
     local = _local()
     baked = {k: local[k] for k in ("name", "model", "data", "grpo", "checkpointing", "logging", "rehearsal")}
     baked["backend"] = "local"
@@ -71,7 +77,8 @@ def write_checkout(sim, rehearsal: dict) -> None:
     path = sim.code_dir / "sim_rehearsal.yaml"
     path.write_text("# The miniature GRPO the NeMo-RL test doubles train and evaluate (the simulated image's model).\n"
                     + yaml.safe_dump(baked, sort_keys=False))
-    (sim.code_dir / "sim_gke.json").write_text(json.dumps({"nbtools_root": str(ROOT), "rehearsal_config": str(path)}))
+    (sim.code_dir / "sim_gke.json").write_text(json.dumps({"nbtools_root": str(ROOT), "rehearsal_config": str(path),
+                                                                "nemo_rl_version": version}))
     (sim.image_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (sim.image_dir / "python").chmod(0o755)
 

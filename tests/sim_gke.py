@@ -330,7 +330,8 @@ class SimGke:
         return self.kube.objects(f"/api/v1/namespaces/{namespace}/pods")
 
     def preempt(self, pod: str | None = None, *, namespace: str = "default", replace_after: float = 0.5) -> dict:
-        """Reclaim a spot node: its pod (default: the first worker) fails with node-shutdown events, then KubeRay's
+        """Reclaim a spot node: its pod (default: the first worker) fails with kubelet's node-shutdown condition and a
+        node event, then KubeRay's
         stand-in replaces it after ``replace_after`` seconds. Returns the failed pod."""
         if pod is None:
             workers = sorted(n for n, p in self.pods(namespace).items()

@@ -111,7 +111,8 @@ class KubeRayController:
         for cs in obj["status"].get("containerStatuses") or []:
             cs.update(ready=False, state={"terminated": {"exitCode": 137, "reason": "Error", "finishedAt": _now()}})
         self.kube.put(coll, obj)
-        self.kube.add_event(namespace, pod, "TerminationByKubelet", _NODE_SHUTDOWN, component="kubelet")
+        # kubelet says it only through the pod's DisruptionTarget condition above (reason TerminationByKubelet), not
+        # with an event: nbtools must read the condition (k8s.io/api core/v1 PodReasonTerminationByKubelet)
         self.kube.add_event(namespace, node or pod, "PreemptionNotice",
                             f"Spot VM {node} is being reclaimed by Compute Engine", kind="Node", component="gke")
         return obj

@@ -309,3 +309,39 @@ def test_cleanup_works_when_the_cluster_is_gone(tmp_path, cfg, kd, kc):
     gone = _be(cfg, str(tmp_path / "dead")).down()
     assert gone.actions["action"].iloc[1:].str.startswith("skipped: the Kubernetes API did not answer").all()
     assert _be(cfg, str(tmp_path / "dead")).reattach() is None
+
+
+def test_events_read_the_pods_disruption_condition_kubelet_sets_without_an_event(kd, kc, cfg):
+    """Issue 27 item 2: kubelet's graceful node shutdown is the pod's DisruptionTarget condition with reason
+    TerminationByKubelet (k8s.io/api core/v1 PodReasonTerminationByKubelet), not an event; diagnose reads it."""
+    shutdown = "Pod was terminated in response to imminent node shutdown."
+    kd.add_pod(NS, f"{NAME}-gpu-workers-w0", {"ray.io/cluster": NAME, "ray.io/node-type": "worker"}, phase="Failed",
+               conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                            "message": shutdown, "lastTransitionTime": "2026-11-25T10:00:00Z"}])
+    kd.add_pod(NS, "other-cluster-w0", {"ray.io/cluster": "other"}, phase="Failed",
+               conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                            "message": shutdown, "lastTransitionTime": "2026-11-25T10:00:00Z"}])
+    assert not [e for e in kd.objects(f"/api/v1/namespaces/{NS}/events").values()], "no event: only the condition"
+    events = _be(cfg, kc).events()
+    assert events == [f"Warning TerminationByKubelet: Pod/{NAME}-gpu-workers-w0: {shutdown} (pod condition "
+                      "DisruptionTarget)"]
+    assert nbtools.launch.diagnose_log("ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing "
+                                       "this task.", events=events).cause == "preempted"
+    t = 1795600800.0  # 2026-11-25T10:00:00Z: outside a window that starts later, inside one around it
+    assert _be(cfg, kc).events(since=t + 3600) == [] and len(_be(cfg, kc).events(since=t - 60, until=t + 60)) == 1
+
+
+def test_the_eval_job_copies_the_merged_model_to_every_gpu_workers_disk_first(kd, kc, cfg, monkeypatch):
+    """Issue 27 item 10: the merged model is loaded from each worker's local disk, not mmap'd through gcsfuse."""
+    monkeypatch.setenv("KUBECONFIG", kc)
+    _pods(kd, workers=2)
+    merged = nbtools.evals.finetuned_model_path(cfg)
+    spec = nbtools.evals.build_eval_job(cfg, merged, label="fine-tuned")
+    spec.prepare(cfg)
+    hit = sorted((e["pod"], e["container"]) for e in kd.execs)
+    assert hit == [(f"{NAME}-gpu-workers-w0", "ray-worker"), (f"{NAME}-gpu-workers-w1", "ray-worker")]
+    assert kd.execs[0]["command"] == list(spec.local_copy) and merged in spec.local_copy[2]
+    kd.execs.clear()
+    kd.exec_result[f"{NAME}-gpu-workers-w1"] = ("", "cp: No space left on device\n", 1)
+    with pytest.raises(nbtools.errors.NotReadyError, match=r"gpu-workers-w1.*No space left on device"):
+        spec.prepare(cfg)

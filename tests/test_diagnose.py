@@ -88,7 +88,7 @@ def test_events_say_preempted_where_the_log_only_says_a_node_died():
     assert "TerminationByKubelet" in d.evidence and d.events == tuple(SHUTDOWN_EVENTS)
     assert diagnose_log("", status="STOPPED", events=SHUTDOWN_EVENTS).cause == "preempted"
     oom_kill = ["Warning OOMKilling: Node/gke-pool-1: Memory cgroup out of memory: Killed process 4121 (ray::DTensor)"]
-    assert diagnose_log(ACTOR_DIED, events=oom_kill).cause == "oom"
+    assert diagnose_log(ACTOR_DIED, events=oom_kill).cause == "host-oom"  # the kernel's OOM killer: RAM, not the GPU
 
 
 def test_diagnosis_is_a_typed_result_with_json_and_html():
@@ -129,3 +129,105 @@ def test_cli_diagnose_a_saved_log(tmp_path, cli_run):
     assert rc == 1 and "expected a job log" in json.loads(out)["error"] and "nbtools jobs logs" in json.loads(out)["fix"]
     rc, out, err = cli_run("diagnose", "--json")
     assert rc == 1 and "pass SUBMISSION_ID" in json.loads(out)["fix"]
+
+
+# issue 27 item 2: an actor whose __init__ raised is the error it carries (Ray's ActorDiedError text, ray
+# python/ray/exceptions.py; worker lines forwarded to the driver with Ray's "(Class pid=N, ip=A)" prefix)
+_W = "(VllmGenerationWorker pid=2211, ip=10.8.0.12)"
+VLLM_KV_CACHE = f"""{_W} Exception raised in creation task: The actor died because of an error raised in its creation \
+task, ray::VllmGenerationWorker.__init__() (pid=2211, ip=10.8.0.12, actor_id=5dc662848f950df8d330eb8a01000000, \
+repr=<nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker object at 0x7f0adb21f490>)
+{_W}   File "/opt/nemo-rl/nemo_rl/models/generation/vllm/vllm_worker.py", line 387, in __init__
+{_W}     self.llm = vllm.LLM(**llm_kwargs)
+{_W}   File "/opt/nemo-rl/.venv/lib/python3.12/site-packages/vllm/v1/core/kv_cache_utils.py", line 528, in \
+check_enough_kv_cache_memory
+{_W}     raise ValueError("No available memory for the cache blocks. "
+{_W} ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing \
+the engine.
+Traceback (most recent call last):
+  File "/opt/nemo-rl/examples/run_grpo.py", line 251, in <module>
+    main()
+ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, \
+ray::VllmGenerationWorker.__init__() (pid=2211, ip=10.8.0.12, actor_id=5dc662848f950df8d330eb8a01000000)"""
+GATED = """Traceback (most recent call last):
+  File "/opt/nemo-rl/examples/run_grpo.py", line 251, in <module>
+    main()
+ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, \
+ray::DTensorPolicyWorkerV2.__init__() (pid=3120, ip=10.8.0.13, actor_id=28507c63735529c3265367b501000000)
+  File "/opt/nemo-rl/nemo_rl/models/policy/dtensor_policy_worker_v2.py", line 172, in __init__
+    model_config = AutoConfig.from_pretrained(model_name, trust_remote_code=True)
+OSError: You are trying to access a gated repo.
+Make sure to have access to it at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct.
+401 Client Error. (Request ID: Root=1-6745a1b2-3c4d5e6f7a8b9c0d1e2f3a4b)
+Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/resolve/main/config.json.
+Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be authenticated to \
+access it. Please log in."""
+# Ray's memory monitor (host RAM): "N worker(s) were killed ..." from Ray 2.55, "Task was killed ..." before
+# (ray-project/ray doc/source/ray-core/scheduling/ray-oom-prevention.rst)
+HOST_OOM_NEW = ("ray.exceptions.OutOfMemoryError: 2 worker(s) were killed due to the node running low on memory. Memory "
+                "on the node (IP: 10.8.0.12, ID: 4cb25bc084ae) was 1900.62GB / 2000.00GB (0.950311), which exceeds the "
+                "memory usage threshold of 0.950000.")
+HOST_OOM_OLD = ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\nMemory on the "
+                "node (IP: 10.8.0.12, ID: e5d953ef03e5) where the task (task ID: 43534ce9375f, name=allocate_memory, "
+                "pid=11362, memory used=1.25GB) was running was 7.12GB / 7.47GB (0.953), which exceeds the memory usage "
+                "threshold of 0.95.")
+
+
+def test_an_actor_whose_init_raised_is_the_error_it_carries_never_a_lost_node():
+    kv = diagnose_log(VLLM_KV_CACHE)
+    assert (kv.cause, kv.retry) == ("oom", False), kv
+    assert "No available memory for the cache blocks" in kv.evidence and "gpu_memory_utilization" in kv.fix
+    gated = diagnose_log(GATED)
+    assert (gated.cause, gated.retry) == ("user-error", False), gated
+    assert "OSError: You are trying to access a gated repo." in gated.evidence
+    assert gated.frame == "/opt/nemo-rl/nemo_rl/models/policy/dtensor_policy_worker_v2.py:172 in __init__"
+    assert "licence" in gated.fix and "hf_token" in gated.fix
+    # a plain error in __init__ is the user's error at its frame
+    plain = GATED.split("OSError")[0] + "KeyError: 'generation'"
+    assert (diagnose_log(plain).cause, diagnose_log(plain).evidence.count("KeyError: 'generation'")) == ("user-error", 1)
+    # a node that died while the actor was being created is still a lost node
+    assert diagnose_log(GATED + "\n" + NODE_DEAD).cause == "lost-node"
+
+
+@pytest.mark.parametrize("log", [HOST_OOM_NEW, HOST_OOM_OLD])
+def test_rays_memory_monitor_is_host_oom_with_its_own_fix(log):
+    d = diagnose_log(log + "\n" + ACTOR_DIED.split("The actor died because its node")[0])
+    assert (d.cause, d.retry) == ("host-oom", False), d
+    assert "host memory" in d.fix and d.fix != diagnose_log(OOM).fix
+
+
+def test_kubelets_memory_eviction_is_host_oom_and_its_shutdown_preemption():
+    evict = ["Warning TerminationByKubelet: Pod/gemma-ray-gpu-workers-x7k2p: The node was low on resource: memory. "
+             "Threshold quantity: 100Mi, available: 92Ki. (pod condition DisruptionTarget)"]
+    assert diagnose_log(ACTOR_DIED, events=evict).cause == "host-oom"
+    assert diagnose_log(ACTOR_DIED, events=SHUTDOWN_EVENTS[:1]).cause == "preempted"
+
+
+class _Counting:
+    """A compiled pattern that records how many characters each search is given."""
+
+    def __init__(self, pattern, seen):
+        self.pattern, self.seen = pattern, seen
+
+    def search(self, text, *a):
+        self.seen.append(len(text))
+        return self.pattern.search(text, *a)
+
+
+@pytest.mark.parametrize("size", [1 << 20, 8 << 20])
+def test_one_huge_line_costs_a_bounded_search(monkeypatch, size):
+    from nbtools.launch import _diagnose
+
+    seen: list[int] = []
+    for name in ("_LOG_RULES", "_EVENT_RULES"):
+        monkeypatch.setattr(_diagnose, name, [(c, _Counting(p, seen)) for c, p in getattr(_diagnose, name)])
+    # the backtracking shape of issue 31: "gloo" over and over with no "Connection ... by peer" after it
+    line = ("gloo " * (size // 5))[:size]
+    d = diagnose_log(f"step 3\n{line}\nRuntimeError: gloo Connection reset by peer", events=[line])
+    assert d.cause == "lost-node" and "gloo Connection reset by peer" in d.evidence
+    assert seen and max(seen) <= _diagnose.LINE_CHARS + 64, max(seen)
+    assert len(d.evidence) <= 2000
+    # what the line says at its start and its end still decides
+    head = "torch.OutOfMemoryError: CUDA out of memory. " + "x" * size
+    assert diagnose_log(head).cause == "oom"
+    assert diagnose_log("x" * size + " ncclRemoteError: remote process exited").cause == "nccl"

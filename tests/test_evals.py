@@ -281,7 +281,10 @@ def test_build_eval_job_entrypoint(gke_cfg):
                                        overrides=["generation.vllm_cfg.max_model_len=8192"])
     ep = job.entrypoint
     assert ep.startswith("cd /opt/nemo-rl && python -u examples/run_eval.py --config examples/configs/evals/math_eval.yaml ")
-    for part in ("generation.model_name=/data/nemo-rl/gemma3-1b-b200/merged_hf", "data.dataset_name=math500",
+    local = "/tmp/nbtools-models/gemma3-1b-b200/fine-tuned/merged_hf"  # issue 27 item 10: not mmap over gcsfuse
+    assert job.local_copy[:2] == ("bash", "-c") and "/data/nemo-rl/gemma3-1b-b200/merged_hf" in job.local_copy[2]
+    assert local in job.local_copy[2] and job.model_name == "/data/nemo-rl/gemma3-1b-b200/merged_hf"
+    for part in (f"generation.model_name={local}", "data.dataset_name=math500",
                  "eval.num_tests_per_prompt=1", "eval.save_path=/data/nemo-rl/gemma3-1b-b200/eval/math500_fine-tuned",
                  "generation.temperature=0.0", "cluster.gpus_per_node=8", "generation.vllm_kwargs.block_size=32",
                  "generation.vllm_cfg.max_model_len=8192"):
@@ -293,6 +296,9 @@ def test_build_eval_job_entrypoint(gke_cfg):
     assert again.submission_id == job.submission_id  # re-running re-attaches
     base, tuned = nbtools.evals.eval_jobs(gke_cfg, num_tests_per_prompt=4)
     assert "generation.model_name=google/gemma-3-1b-it" in base.entrypoint and tuned.temperature == 1.0
+    assert base.local_copy == () and tuned.local_copy  # an HF id downloads to HF_HOME; the merged model is copied
+    off = nbtools.evals.build_eval_job(gke_cfg, "/data/x/merged_hf", copy_to_local=False)
+    assert off.local_copy == () and "generation.model_name=/data/x/merged_hf" in off.entrypoint
     assert base.save_path != tuned.save_path and tuned.label == "fine-tuned-sampled4"
     assert "-eval-math500-fine-tuned-sampled4-" in tuned.submission_id and "ray job submit" in base._repr_html_()
 
@@ -437,3 +443,37 @@ def test_compare_refuses_different_problems_and_notes_different_settings():
         warnings.simplefilter("error")  # same problems, same settings: nothing to warn about
         assert not [n for n in compare(base, parse_score_blocks(_nemo_rl_block("t", "math500", 232.0, 500))[0]).notes
                     if "MISMATCH" in n]
+
+
+def test_dataset_names_are_the_branches_of_the_release_s_load_eval_dataset(gke_cfg):
+    """Issue 27 item 5: the names per release are read from the tag's own file (tests/assets/nemo-rl/<tag>/...)."""
+    import ast
+
+    assets = Path(__file__).resolve().parent / "assets" / "nemo-rl"
+    for version in ("v0.5.0", "v0.7.0"):
+        src = (assets / version / "nemo_rl" / "data" / "datasets" / "eval_datasets" / "__init__.py.txt").read_text()
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.Compare) and getattr(node.left, "id", None) == "dataset_name":
+                for c in node.comparators:
+                    names |= {e.value for e in getattr(c, "elts", [c]) if isinstance(getattr(e, "value", None), str)}
+        names = {n for n in names if "/" not in n}  # an HF id (TwinkStart/MMAU) passes as an id anyway
+        ours = set(nbtools.evals.dataset_names(version))
+        assert names <= ours, (version, names - ours)
+        assert {n for n in ours if not n.startswith("mmlu_")} <= names | {"mmlu"}, (version, ours - names)
+    v07 = nbtools.evals.build_eval_job(gke_cfg, "m", dataset="aime2026").entrypoint
+    assert "data.dataset_name=aime2026" in v07 and "data.dataset_name=mmau" in nbtools.evals.build_eval_job(
+        gke_cfg, "m", dataset="mmau").entrypoint
+    with pytest.raises(ConfigError, match="'aime2026' is not a run_eval.py dataset in NeMo-RL v0.5.0"):
+        nbtools.evals.build_eval_job(gke_cfg.replace(**{"images.nemo_rl_version": "v0.5.0"}), "m", dataset="aime2026")
+
+
+def test_the_eval_job_generates_as_long_as_the_experiment(gke_cfg):
+    """Issue 27 item 9: the eval config's 2048 is not the experiment's length (tutorial 000 scored at 8192)."""
+    job = nbtools.evals.build_eval_job(gke_cfg, "m")
+    assert f"generation.vllm_cfg.max_model_len={gke_cfg.trainer.vllm_cfg['max_model_len']}" in job.entrypoint
+    plain = gke_cfg.replace(**{"trainer.vllm_cfg": {}, "model.max_total_sequence_length": 4096})
+    assert "generation.vllm_cfg.max_model_len=4096" in nbtools.evals.build_eval_job(plain, "m").entrypoint
+    both = nbtools.evals.eval_jobs(plain, dataset="math500")
+    assert {o for j in both for o in j.overrides if "max_model_len" in o} == {"generation.vllm_cfg.max_model_len=4096"}
+    assert "max_model_len=8192" in nbtools.evals.build_eval_job(plain, "m", max_model_len=8192).entrypoint

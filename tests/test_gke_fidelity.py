@@ -175,7 +175,7 @@ def test_nccl_installer_is_the_published_manifest_checked_in_its_own_namespace(m
     cfg = _cfg(**{"cluster.mode": mode})
     step = nbtools.gke.plan(cfg)["nccl-installer"]
     url = ("https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/"
-           f"2c776f7e9656a2b6476f19938b738b4186000ce3/gpudirect-rdma/{asset}")
+           f"2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae/gpudirect-rdma/{asset}")
     assert url in step.command[-1] and nbtools.manifests.nccl_installer_url(cfg) == url
     # the upstream manifest (tests/assets copy at that commit) says where the DaemonSet lives: the check looks there
     ds = next(d for d in yaml.safe_load_all((ASSETS / asset).read_text()) if d["kind"] == "DaemonSet")

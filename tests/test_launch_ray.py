@@ -165,6 +165,7 @@ def _experiment(tmp_path: Path, address: str, code_dir: Path, name: str, **chang
     data.update(name=name, backend="ray")
     data["ray"] = {"address": address}
     data["images"] = {"nemo_rl_version": "v0.7.0"}
+    data["data"] = {**data["data"], "validation": "AIME2024"}  # v0.7.0 has a data.validation section (v0.5.0 not)
     data["storage"] = {"kind": "gcsfuse", "mount_path": str(shared)}
     data["trainer"] = {"recipe": "examples/configs/grpo_math_1B.yaml", "code_dir": str(code_dir), "python": sys.executable}
     data["checkpointing"] = {**data["checkpointing"], "checkpoint_dir": str(shared / name / "checkpoints")}

@@ -207,7 +207,7 @@ def test_module_cli_writes_the_same_files(tmp_path):
 
 @pytest.mark.parametrize("name", ["b200-standard-spot", "h200-reservation-helm"])
 def test_nccl_installer_feeds_the_host_paths_the_workers_mount(name):
-    # The installer is Google's published manifest (container-engine-accelerators@2c776f7e, copied to tests/assets),
+    # The installer is Google's published manifest (container-engine-accelerators@2da1c92f, copied to tests/assets),
     # applied by URL; the workers must mount the host directories it writes and run on a GPU type it targets.
     import yaml
 

@@ -1,7 +1,8 @@
 """Issue 14 item 14: a reward written for notebook 08 scores the real NeMo-RL job.
 
-NeMo-RL's hook (both v0.5.0 and v0.7.0): the data config names the environment (``data.env_name`` /
-``data.default.env_name``), ``create_env`` builds ``ENV_REGISTRY[name]["actor_class_fqn"]`` with the py_executable of
+NeMo-RL's hook (the scripts that call ``create_env``: v0.5.0's ``examples/run_grpo.py``, not its ``run_grpo_math.py``,
+which hard-codes the math environment; v0.7.0's ``examples/run_grpo.py``): the data config names the environment
+(``data.env_name`` / ``data.default.env_name``), ``create_env`` builds ``ENV_REGISTRY[name]["actor_class_fqn"]`` with the py_executable of
 ``ACTOR_ENVIRONMENT_REGISTRY`` and the config ``env.<name>`` (NVIDIA-NeMo/RL ``nemo_rl/environments/utils.py``,
 ``nemo_rl/distributed/ray_actor_environment_registry.py``). Overrides are applied with Hydra exactly as NeMo-RL's
 ``nemo_rl/utils/config.py`` ``parse_hydra_overrides`` does; the job test runs on the session's real Ray head.

@@ -12,7 +12,9 @@ from __future__ import annotations
 from nbtools.checkpoints._listing import (
     LAYOUTS,
     best,
+    checkpoint_status,
     detect_layout,
+    in_progress,
     latest,
     list_checkpoints,
     overview,
@@ -34,6 +36,8 @@ __all__ = [
     "overview",
     "latest",
     "best",
+    "in_progress",
+    "checkpoint_status",
     "detect_layout",
     "read_training_info",
     "merge",

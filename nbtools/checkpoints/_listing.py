@@ -2,12 +2,20 @@
 
 The checkpoint_dir may be a local path or a URL (``gs://…`` on GKE): only directory listings and the small
 ``training_info.json`` files are read, never the weights. Local paths come back as ``Path``, URLs as ``str``.
+
+``tmp_step_N`` is a checkpoint being written (NeMo-RL renames it to ``step_N`` when complete,
+``nemo_rl/utils/checkpoint.py``); on NeMo-RL main the rename runs in a background thread (``begin_finalization``)
+and waits for async writes, so a ``tmp_step_N`` lingers for a while, and ``latest_checkpoint_status.json`` at the
+checkpoint root records ``last_checkpoint_step`` right after the save starts finalising (``nemo_rl/algorithms/grpo.py``
+``_write_latest_checkpoint_status``, NVIDIA-NeMo/RL main at 7ea279ab). Neither is ever a checkpoint here: the
+listing reports them as in progress (``df.attrs["in_progress"]``, ``df.attrs["status"]``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -17,7 +25,11 @@ from nbtools import storage
 from nbtools._layout import STEP_RE, step_dirs
 from nbtools.errors import CheckpointError, NotFoundError
 
-__all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir"]
+__all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
+           "in_progress", "checkpoint_status"]
+
+STATUS_FILE = "latest_checkpoint_status.json"  # NeMo-RL main: {last_checkpoint_step, last_successful_ckpt_save_completion}
+_TMP_RE = re.compile(r"^tmp_step_(\d+)$")
 
 LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
 
@@ -36,6 +48,50 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
             fix="check checkpointing.checkpoint_dir (cfg.checkpoint_dir), or wait until the run saved its first checkpoint",
         )
     return step_dirs(d)  # tmp_step_N (being written) and old_step_N (being replaced) never match
+
+
+def in_progress(checkpoint_dir: str | Path) -> list[int]:
+    """The steps whose ``tmp_step_N`` exists and whose ``step_N`` does not yet: being written or finalised.
+
+    Example:
+        >>> nbtools.checkpoints.in_progress(cfg.checkpoint_dir)
+        [300]
+    """
+    try:
+        if storage.is_remote(checkpoint_dir):
+            names = [e.name for e in storage.ls(str(checkpoint_dir).rstrip("/")) if e.is_dir]
+        else:
+            d = Path(checkpoint_dir).expanduser()
+            names = [p.name for p in d.iterdir() if p.is_dir()] if d.is_dir() else []
+    except (NotFoundError, OSError):
+        return []
+    done = {int(m.group(1)) for n in names if (m := STEP_RE.match(n))}
+    return sorted({int(m.group(1)) for n in names if (m := _TMP_RE.match(n))} - done)
+
+
+def checkpoint_status(checkpoint_dir: str | Path) -> dict | None:
+    """NeMo-RL main's ``latest_checkpoint_status.json`` at the checkpoint root (None when absent or unreadable).
+
+    Its ``last_checkpoint_step`` is written when a save *starts* finalising: the step may still be ``tmp_step_N``.
+    """
+    url = storage.join(str(checkpoint_dir), STATUS_FILE) if storage.is_remote(checkpoint_dir) else None
+    try:
+        raw = storage.read_bytes(url) if url else (Path(checkpoint_dir).expanduser() / STATUS_FILE).read_bytes()
+        data = json.loads(raw)
+    except (NotFoundError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _none_yet(checkpoint_dir: str | Path) -> NotFoundError:
+    pending = in_progress(checkpoint_dir)
+    if pending:
+        return NotFoundError(
+            f"no complete step_N checkpoint in {checkpoint_dir} yet: tmp_step_{pending[-1]} is still being written or "
+            "finalised (NeMo-RL renames it to step_N when done)",
+            fix="wait for the rename; never use a tmp_step_N directory (it may be incomplete)")
+    return NotFoundError(f"no step_N checkpoints in {checkpoint_dir}",
+                         fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
 
 
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
@@ -172,6 +228,9 @@ def _remote_layout(step: str) -> str:
 def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
     """Every finished ``step_N`` with its layout and ``training_info.json`` fields, oldest first.
 
+    ``tmp_step_N`` directories are not rows: their steps are in ``df.attrs["in_progress"]``, and NeMo-RL main's
+    ``latest_checkpoint_status.json`` (when present) in ``df.attrs["status"]``.
+
     A step whose ``training_info.json`` is missing, not JSON, truncated or of the wrong shape is still listed,
     with the reason in the ``problem`` column (None when fine), so one damaged step never hides the others.
 
@@ -190,8 +249,10 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
         reserved = {"step", "path", "layout", "problem"}
         rows.append({"step": step, "path": str(path), "layout": layout, "problem": problem,
                      **{k: v for k, v in info.items() if k not in reserved}})
-    df = pd.DataFrame(rows, columns=None if rows else ["step", "path", "layout", "problem"])
-    return df.reset_index(drop=True)
+    df = pd.DataFrame(rows, columns=None if rows else ["step", "path", "layout", "problem"]).reset_index(drop=True)
+    df.attrs["in_progress"] = in_progress(checkpoint_dir)  # tmp_step_N: never rows, never picked
+    df.attrs["status"] = checkpoint_status(checkpoint_dir)
+    return df
 
 
 def overview(checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -229,8 +290,7 @@ def latest(checkpoint_dir: str | Path) -> Path:
     """
     steps = _steps(checkpoint_dir)
     if not steps:
-        raise NotFoundError(f"no step_N checkpoints in {checkpoint_dir}",
-                            fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
+        raise _none_yet(checkpoint_dir)
     return steps[-1][1]
 
 
@@ -248,8 +308,7 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
     """
     steps = _steps(checkpoint_dir)
     if not steps:
-        raise NotFoundError(f"no step_N checkpoints in {checkpoint_dir}",
-                            fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
+        raise _none_yet(checkpoint_dir)
     worst = -math.inf if higher_is_better else math.inf
     ranked, damaged = [], []
     for n, path in steps:

@@ -21,7 +21,7 @@ __all__ = ["register_diagnose", "add_launch_flags", "cmd_diagnose", "supervised_
 
 def register_diagnose(sub) -> None:
     """Add the ``diagnose`` subcommand to the ``nbtools`` parser."""
-    what = ("why a finished job ended: preempted | lost-node | oom | nccl | user-error | stopped | unknown, whether "
+    what = ("why a finished job ended: preempted | lost-node | oom | host-oom | nccl | user-error | stopped | unknown, whether "
             "a retry helps, the lines that decided it and the fix")
     p = sub.add_parser("diagnose", help=what, description=what + ". Exit 0 when a retry helps (or it succeeded), 1 not.")
     p.set_defaults(func=cmd_diagnose)

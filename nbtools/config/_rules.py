@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
+from nbtools.config._tables import gke_version_too_old
 from nbtools.config._tokens import redact, token_kind
 from nbtools.config._validate import Problems, _part, _show
 
@@ -68,6 +69,12 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
         add(("cluster.gpus_per_node", "cluster.gpu_type"),
             f"cluster.gpus_per_node: {cfg.cluster.gpus_per_node} does not match {cfg.cluster.gpu_type} "
             f"({cfg.cluster.machine_type} has {expected}); fix: set `cluster.gpus_per_node` to {expected}")
+    floor = gke_version_too_old(cfg.cluster.gke_version or "", cfg.cluster.gpu_type)
+    if floor:
+        add(("cluster.gke_version", "cluster.gpu_type"),
+            f"cluster.gke_version: {cfg.cluster.gke_version!r} is older than GKE supports {cfg.cluster.gpu_type} on "
+            f"(>= {floor}, Google's NeMo RL on GKE tutorial); fix: `gke_version: {floor}` or newer, or leave it unset "
+            "for the release channel's default")
     if cfg.cluster.worker_replicas < 1:
         add(("cluster.worker_replicas",),
             f"cluster.worker_replicas: {cfg.cluster.worker_replicas} must be >= 1; fix: set it to the number of GPU nodes")
@@ -98,7 +105,7 @@ def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
         add(("cluster.nccl_installer_ref",),
             f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
             "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
-            "`2c776f7e9656a2b6476f19938b738b4186000ce3`")
+            "`2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae`")
     if t.kind == "verl" and (t.verl_ref in ("main", "master", "HEAD", "") or not re.match(r"^[A-Za-z0-9._/-]+$", t.verl_ref)):
         add(("trainer.kind", "trainer.verl_ref"),
             f"trainer.verl_ref: {t.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "

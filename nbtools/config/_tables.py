@@ -4,46 +4,92 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
+__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "NEMO_RL_ARTIFACTS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
-# GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node)
+# GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node, the oldest GKE version for it:
+# Google's tutorial "Fine-tune ... with NeMo RL on GKE" (tutorial 001), GKE_VERSION: "For NVIDIA B200 (180 GB) GPUs,
+# use 1.32.2-gke.1422000 or later. For NVIDIA H200 (141 GB) GPUs, use 1.31.4-gke.1183000 or later")
 GPU_TYPES: dict[str, dict[str, Any]] = {
     "nvidia-b200": {
         "machine_type": "a4-highgpu-8g",
         "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a4.txtpb",
         "gpus_per_node": 8,
+        "min_gke_version": "1.32.2-gke.1422000",
     },
     "nvidia-h200-141gb": {
         "machine_type": "a3-ultragpu-8g",
         "nccl_tuner_config": "/usr/local/gib/configs/tuner_config_a3u.txtpb",
         "gpus_per_node": 8,
+        "min_gke_version": "1.31.4-gke.1183000",
     },
 }
 
-# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image
+
+def gke_version_parts(version: str) -> tuple[int, ...] | None:
+    """``1.32.2-gke.1422000`` -> (1, 32, 2, 1422000); ``1.33`` -> (1, 33); None for ``latest`` or a non-version."""
+    import re
+
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?", version.strip())
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def gke_version_too_old(version: str, gpu_type: str) -> str | None:
+    """The minimum ``version`` misses for ``gpu_type`` (None when it is new enough, partial-but-compatible such as
+    ``1.32``, ``latest``, or not a version at all: gcloud judges those)."""
+    need = GPU_TYPES.get(gpu_type, {}).get("min_gke_version")
+    have, floor = gke_version_parts(version), gke_version_parts(need) if need else None
+    if have is None or floor is None:
+        return None
+    return need if have < floor[:len(have)] or (len(have) == len(floor) and have < floor) else None
+
+# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image. ``reward_entrypoint`` is the script that
+# looks the environment up by name (``create_env``), used when the experiment sets a reward mix: v0.5.0's
+# examples/run_grpo_math.py builds MathEnvironment itself and never reads data.env_name, its examples/run_grpo.py
+# calls create_env(env_name=data_config["env_name"], ...) (NVIDIA-NeMo/RL v0.5.0, both files).
 NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     "v0.5.0": {
         "ray": "2.49.2",
         "entrypoint": "examples/run_grpo_math.py",
+        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
         "torch": "2.9.0",
     },
     "v0.7.0": {
         "ray": "2.55.1",
         "entrypoint": "examples/run_grpo.py",
+        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
         "torch": "2.11.0",
     },
 }
 
 
+# What each NeMo-RL release writes and reads beyond the checkpoints, and who in nbtools reads it:
+#   val_dumps: <log_dir>/exp_NNN/val_data_step{N}.jsonl (nbtools.trajectories, notebook 05's validation view); v0.5.0's
+#     nemo_rl/algorithms/grpo.py calls log_batched_dict_as_jsonl only for train_data_step{N}.jsonl, v0.7.0's also for
+#     val_data_step{step}.jsonl (grpo.py, validate);
+#   baseline_reward: train/baseline_reward/pct_0|pct_1|pct_mixed (nbtools.metrics' "no_signal"): v0.7.0 grpo.py only;
+#   data_validation: a data.validation section (nbtools' data.validation): v0.7.0's data config has data.train /
+#     data.validation / data.default (examples/configs/grpo_math_1B.yaml); v0.5.0's is flat (dataset_name, and
+#     val_data_path for a ResponseDataset), so a data.validation override would be dropped.
+NEMO_RL_ARTIFACTS: dict[str, dict[str, bool]] = {
+    "v0.5.0": {"val_dumps": False, "baseline_reward": False, "data_validation": False},
+    "v0.7.0": {"val_dumps": True, "baseline_reward": True, "data_validation": True},
+}
+
 # `gcloud container node-pools create --accelerator=...,gpu-driver-version=` values (gcloud 528 --help); omitting the
 # key means `disabled`: no NVIDIA driver on the node and no GPU for any pod.
 GPU_DRIVER_VERSIONS = ("latest", "default", "disabled")
 
 # GoogleCloudPlatform/container-engine-accelerators commit whose gpudirect-rdma/nccl-rdma-installer{,-autopilot}.yaml
-# (gIB plugin image nccl-plugin-gib:v1.0.6, nvidia-b200 + nvidia-h200-141gb) the plan applies.
-NCCL_INSTALLER_REF = "2c776f7e9656a2b6476f19938b738b4186000ce3"
+# the plan applies: 2da1c92f (2026-05-06, the newest change to both files): gIB plugin image nccl-plugin-gib:v1.1.1
+# (was v1.0.6 at 2c776f7e, 2025-07-01; v1.1.0 came in 209d1af0), `container_entry.sh install` without
+# `--install-nccl` (commit "Removed --install-nccl from default and a4x installers": the node gets the gIB net plugin
+# and its tuner configs, and jobs use the NCCL their image ships, here PyTorch's), and no `disable-log-martian`
+# init container. The hostPaths (/home/kubernetes/bin/gib, .../nvidia/lib64) and the tuner files the Ray workers read
+# (/usr/local/gib/configs/tuner_config_a4.txtpb, _a3u) are unchanged; Google's nccl-test-a4.yaml at that commit uses
+# the v1.1.1 diagnostic image with the same LD_LIBRARY_PATH and set_nccl_env.sh.
+NCCL_INSTALLER_REF = "2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae"
 
 # The verl source tutorial 002 runs from the shared mount (`cd /data/verl`): a pinned release of the project's repo.
 VERL_REPO = "https://github.com/verl-project/verl"

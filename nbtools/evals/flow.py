@@ -93,7 +93,8 @@ def evaluate(
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
         max_model_len: NeMo-RL only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it as
-            max_new_tokens; default: the eval config's 2048; the MATH-500 tutorial used 8192). Use the same value for
+            max_new_tokens; default: the experiment's generation length, ``nbtools.evals.job.generation_length``; the
+            MATH-500 tutorial used 8192). Use the same value for
             both models: scores are comparable only at equal settings.
         timeout: seconds to wait for a cluster evaluation job.
         batch_size: rehearsal only: sequences per forward pass.
@@ -125,6 +126,7 @@ def evaluate(
     kw = {"max_model_len": max_model_len} if max_model_len else {}
     jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
     spec = jobs[0 if which == "baseline" else 1]
+    spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
     job = spec.submit()
     job.wait(timeout=timeout)
     result = collect(job, save_path=cfg.url(spec.save_path))

@@ -28,20 +28,25 @@ from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
 
-__all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT"]
+__all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT",
+           "generation_length"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
+LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each GPU worker pod
 _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "IT-IT", "JA-JP", "KO-KR", "PT-BR",
                "ZH-CN", "SW-KE", "YO-NG"]
 _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mmlu_{x}" for x in _MMLU_LANGS)]
 # Built-in data.dataset_name values of run_eval.py per NeMo-RL release: the branches of load_eval_dataset() in
-# nemo_rl/data/datasets/eval_datasets/__init__.py (AIME is `aime2024`/`aime2025`, lower case, in both; the release's
-# own examples/configs/evals/eval.yaml defaults to "aime2024"). Any other name falls through to LocalMathDataset,
-# which tries to load it as a file or HF dataset id: `AIME2024` (the *training* registry's spelling) and `daily-omni`
-# (a response dataset) are not eval datasets.
+# nemo_rl/data/datasets/eval_datasets/__init__.py at the tag. v0.5.0: `aime2024`/`aime2025` (lower case); v0.7.0 adds
+# `aime2026` and the multimodal `mmau` (also `TwinkStart/MMAU`, its HF id); the releases' own
+# examples/configs/evals/eval.yaml default to "aime2024". Any other name falls through to LocalMathDataset, which
+# loads it as a file or HF dataset id: `AIME2024` (the *training* registry's spelling) is not an eval dataset there.
+# NeMo-RL main (not a release yet) drops the aime branches (AIME goes through the response-dataset registry as
+# `AIME2024`, nemo_rl/data/datasets/response_datasets/__init__.py) and adds `daily-omni`: a row for it comes with
+# the release.
 _DATASETS = {
     "v0.5.0": [*_COMMON, "aime2024", "aime2025"],
-    "v0.7.0": [*_COMMON, "aime2024", "aime2025"],
+    "v0.7.0": [*_COMMON, "aime2024", "aime2025", "aime2026", "mmau"],
 }
 # Top-level sections of examples/configs/evals/eval.yaml; a typo elsewhere is silently accepted (extra="allow")
 _SECTIONS = {"eval", "generation", "tokenizer", "data", "env", "cluster", "logger"}
@@ -116,6 +121,30 @@ class EvalJob:
     address: str
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    local_copy: tuple[str, ...] = ()  # argv run in every GPU worker pod first: the model to the node's local disk
+
+    def prepare(self, cfg: Any, *, timeout: float = 3600) -> list[Any]:
+        """Copy the model to every GPU worker pod's local disk (``local_copy``), before :meth:`submit`.
+
+        Why: vLLM loads safetensors with mmap, which over gcsfuse can crawl or crash (notebook 06 says so; tutorial
+        000 copies to the workers' disks). The copy is checked and skipped when already there.
+
+        Raises:
+            NotReadyError: a pod's copy failed (its output says why).
+        """
+        if not self.local_copy:
+            return []
+        from nbtools import backends
+        from nbtools.errors import NotReadyError
+
+        done = backends.get(cfg).exec_on(list(self.local_copy), node_type="worker", timeout=timeout)
+        bad = [r for r in done if r.returncode != 0]
+        if bad:
+            raise NotReadyError(f"copying the model to local disk failed in pod(s) {[r.pod for r in bad]}: "
+                                f"{(bad[0].stderr or bad[0].stdout).strip()[-500:]}",
+                                fix="check the pods' free disk (kubectl exec ... df -h /tmp) and that the merged model "
+                                    "is complete (nbtools.checkpoints.verify), then run again")
+        return done
 
     def to_command(self) -> str:
         """The equivalent `ray job submit` command, to copy into a terminal."""
@@ -159,6 +188,7 @@ def build_eval_job(
     save_path: str | None = None,
     config: str = "examples/configs/evals/math_eval.yaml",
     overrides: list[str] | tuple[str, ...] = (),
+    copy_to_local: bool | None = None,
 ) -> EvalJob:
     """Build (not submit) NeMo-RL's run_eval.py job for one model.
 
@@ -169,10 +199,15 @@ def build_eval_job(
         dataset: `data.dataset_name`, validated for `cfg.images.nemo_rl_version`.
         num_tests_per_prompt: samples per problem (`eval.num_tests_per_prompt`).
         temperature: default 0.0 (greedy) for one sample, 1.0 for several.
-        max_model_len: `generation.vllm_cfg.max_model_len` (what the score block calls max_new_tokens).
+        max_model_len: `generation.vllm_cfg.max_model_len` (what the score block calls max_new_tokens); default: the
+            experiment's own generation length (``trainer.vllm_cfg.max_model_len``, else
+            ``model.max_total_sequence_length``), not the eval config's 2048: scores depend on it (tutorial 000's
+            MATH-500 numbers, 0.4020 -> 0.4640, are at 8192).
         save_path: `eval.save_path`; default `<dirname(log_dir)>/eval/<dataset>_<label>` on the shared mount.
         config: eval config relative to the NeMo-RL checkout.
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
+        copy_to_local: load the model from the GPU nodes' local disk (copied there by :meth:`EvalJob.prepare`), not
+            through gcsfuse with mmap; default: on GKE for a model under the gcsfuse mount (the merged model).
 
     Returns:
         EvalJob with `.entrypoint`, `.to_command()`, `.submit()`.
@@ -192,8 +227,15 @@ def build_eval_job(
     label = label or _slug(posixpath.basename(model_name.rstrip("/")))
     if save_path is None:
         save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"{_slug(dataset)}_{_slug(label)}")
+    from nbtools.checkpoints._remote import copy_to_local_disk_command
+
+    mount = str(cfg.storage.mount_path or "").rstrip("/")
+    on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
+    copy = on_fuse if copy_to_local is None else bool(copy_to_local)
+    loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
+        if copy else model_name
     ours = [
-        f"generation.model_name={model_name}",
+        f"generation.model_name={loaded}",
         f"data.dataset_name={dataset}",
         f"eval.num_tests_per_prompt={num_tests_per_prompt}",
         f"eval.save_path={save_path}",
@@ -202,8 +244,9 @@ def build_eval_job(
         f"cluster.gpus_per_node={cfg.cluster.gpus_per_node}",
         *(f"generation.vllm_kwargs.{k}={v}" for k, v in sorted(cfg.trainer.vllm_kwargs.items())),
     ]
-    if max_model_len is not None:
-        ours.append(f"generation.vllm_cfg.max_model_len={max_model_len}")
+    if max_model_len is None:
+        max_model_len = generation_length(cfg)
+    ours.append(f"generation.vllm_cfg.max_model_len={max_model_len}")
     user = validate_overrides(list(overrides))
     user_keys = {o.split("=", 1)[0] for o in user}
     final = tuple(o for o in ours if o.split("=", 1)[0] not in user_keys) + tuple(user)
@@ -221,7 +264,14 @@ def build_eval_job(
     return EvalJob(label=label, model_name=model_name, dataset_name=dataset, num_tests_per_prompt=num_tests_per_prompt,
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,
                    entrypoint=entrypoint, submission_id=submission_id, address=cfg.dashboard_url,
-                   runtime_env={"env_vars": env}, metadata=metadata)
+                   runtime_env={"env_vars": env}, metadata=metadata,
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
+
+
+def generation_length(cfg: Any) -> int:
+    """The experiment's vLLM ``max_model_len`` (prompt + answer): what an evaluation should generate with too."""
+    v = (cfg.trainer.vllm_cfg or {}).get("max_model_len")
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else int(cfg.model.max_total_sequence_length)
 
 
 def finetuned_model_path(cfg: Any) -> str:

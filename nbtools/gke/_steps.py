@@ -6,6 +6,7 @@ import re
 import shlex
 
 from nbtools import manifests
+from nbtools.config._tables import GPU_TYPES
 from nbtools.gke._plan import Step, _join
 from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
@@ -124,7 +125,11 @@ def build_steps(cfg) -> list[Step]:
                "--enable-dataplane-v2", "--enable-ip-alias", "--enable-multi-networking",
                f"--addons={','.join(addons)}", f"--workload-pool={g.project}.svc.id.goog",
                f"--machine-type={c.head_machine_type}", "--num-nodes=1", *version)
-    steps.append(Step("cluster", f"GKE {c.mode} cluster with multi-networking", cmd, check=cluster_check, undo=cluster_undo,
+    floor = GPU_TYPES[c.gpu_type].get("min_gke_version")
+    shown = (f"GKE {c.gke_version}" if c.gke_version else "the release channel's default GKE version") + (
+        f"; {c.gpu_type} needs >= {floor}" if floor else "")
+    steps.append(Step("cluster", f"GKE {c.mode} cluster with multi-networking ({shown})", cmd, check=cluster_check,
+                      undo=cluster_undo,
                       states=("RUNNING", "RECONCILING"),
                       hint=f"the cluster is not usable; read its status message (gcloud container clusters describe {c.name} "
                            f"{P} {loc}) and, if it stays in ERROR, delete it (the destroy plan) and re-apply"))

@@ -240,23 +240,44 @@ def pod_events(api, namespace: str, name: str, limit: int = 10) -> list[str]:
 def cluster_events(api, namespace: str, name_prefix: str, limit: int = 50, *, since: float | None = None,
                    until: float | None = None) -> list[str]:
     """Events of every object named ``name_prefix…`` (a RayCluster's pods, also deleted ones: their events
-    outlive them) and of the nodes, as ``type reason: object: message`` lines, oldest first; ``since``/``until``
-    (Unix seconds) keep those of a time window (a job's run), events without a time are kept."""
+    outlive them) and of the nodes, plus what the pods' status says about their end, as ``type reason: object:
+    message`` lines, oldest first; ``since``/``until`` (Unix seconds) keep those of a time window (a job's run),
+    lines without a time are kept.
+
+    Why the status too: kubelet reports a graceful node shutdown or a node-pressure eviction as the pod's
+    ``DisruptionTarget`` *condition* with reason ``TerminationByKubelet`` (and ``status.reason`` ``Terminated`` /
+    ``Evicted``), not necessarily as an event (Kubernetes ``k8s.io/api/core/v1`` ``PodReasonTerminationByKubelet``).
+    """
     from kubernetes import client
 
-    def when(e):
-        return e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+    def stamp(t) -> float | None:
+        return t.timestamp() if hasattr(t, "timestamp") else None
 
-    def inside(e) -> bool:
-        t = when(e)
-        t = t.timestamp() if hasattr(t, "timestamp") else None
+    def inside(t) -> bool:
+        t = stamp(t)
         return t is None or ((since is None or t >= since - 1) and (until is None or t <= until))
 
-    evs = [e for e in client.CoreV1Api(api).list_namespaced_event(namespace).items
-           if ((e.involved_object.name or "").startswith(name_prefix) or e.involved_object.kind == "Node") and inside(e)]
-    evs = sorted(evs, key=lambda e: str(when(e) or ""))
-    return [f"{e.type or 'Normal'} {e.reason}: {e.involved_object.kind}/{e.involved_object.name}: {e.message}"
-            for e in evs[-limit:]]
+    core = client.CoreV1Api(api)
+    rows: list[tuple[str, str]] = []
+    for e in core.list_namespaced_event(namespace).items:
+        t = e.last_timestamp or e.event_time or e.metadata.creation_timestamp
+        if ((e.involved_object.name or "").startswith(name_prefix) or e.involved_object.kind == "Node") and inside(t):
+            rows.append((str(t or ""), f"{e.type or 'Normal'} {e.reason}: {e.involved_object.kind}/"
+                                       f"{e.involved_object.name}: {e.message}"))
+    for pod in core.list_namespaced_pod(namespace).items:
+        name = pod.metadata.name or ""
+        if not name.startswith(name_prefix):
+            continue
+        st = pod.status
+        for c in st.conditions or []:
+            if c.type == "DisruptionTarget" and c.status == "True" and inside(c.last_transition_time):
+                rows.append((str(c.last_transition_time or ""),
+                             f"Warning {c.reason}: Pod/{name}: {c.message or ''} (pod condition {c.type})"))
+        if (st.phase or "") == "Failed" and st.reason and not any(
+                c.type == "DisruptionTarget" and c.message == st.message for c in st.conditions or []):
+            rows.append(("", f"Warning {st.reason}: Pod/{name}: {st.message or ''} (pod status)"))
+    rows.sort(key=lambda r: r[0])
+    return [line for _, line in rows[-limit:]]
 
 
 def _is_ready(pod) -> bool:

@@ -1,4 +1,4 @@
-"""Why did a Ray job end: preempted, lost node, CUDA out of memory, NCCL, a Python error, stopped, or unknown.
+"""Why did a Ray job end: preempted, lost node, CUDA or host out of memory, NCCL, a Python error, stopped, or unknown.
 
 Why: a run on spot GPUs dies for reasons a retry fixes (the node was reclaimed) and for reasons it never fixes (the
 batch does not fit). Deciding which from Ray's status, the job's log tail and, on GKE, the Kubernetes events of the
@@ -6,8 +6,15 @@ cluster's pods is what lets ``launch.supervise`` resubmit safely. The patterns a
 ``ActorDiedError`` / "The node with node id: … has been marked dead because the detector has missed too many
 heartbeats" / "The actor died because its node has died", torch's ``torch.OutOfMemoryError: CUDA out of memory``,
 NCCL's "NCCL error … unhandled system error" / ``ncclRemoteError`` / "remote process exited or there was a network
-error", kubelet's ``TerminationByKubelet`` "Pod was terminated in response to imminent node shutdown." and GKE's
-spot reclaim events.
+error", kubelet's ``TerminationByKubelet`` "Pod was terminated in response to imminent node shutdown." (a pod
+*condition* reason: ``nbtools.kube.cluster_events`` reads the pods' conditions as well as events) and GKE's spot
+reclaim events; Ray's memory monitor ("N worker(s) were killed due to the node running low on memory", Ray 2.55+;
+"Task was killed due to the node running low on memory" before) is host memory, ``host-oom``, not CUDA's.
+
+An actor whose ``__init__`` raised ("The actor died because of an error raised in its creation task", Ray's
+``ActorDiedError``) did not lose its node: the diagnosis is the error it carries (vLLM's "No available memory for the
+cache blocks" is ``oom``, a gated Hugging Face repo a ``user-error``), never a retry. Each log line is searched
+only in its first and last ``LINE_CHARS // 2`` characters, so a megabyte line costs what a short one does.
 
 Example:
     >>> d = nbtools.launch.diagnose_log(open("job.log").read())
@@ -26,33 +33,41 @@ from nbtools import _paths
 
 __all__ = ["Diagnosis", "CAUSES", "diagnose_log", "diagnose", "RETRYABLE"]
 
-CAUSES = ("preempted", "lost-node", "oom", "nccl", "user-error", "stopped", "unknown", "succeeded", "running",
-          "unhealthy")
+CAUSES = ("preempted", "lost-node", "oom", "host-oom", "nccl", "user-error", "stopped", "unknown", "succeeded",
+          "running", "unhealthy")
+LINE_CHARS = 4096  # the characters of one log line the patterns see (its head and its tail)
 RETRYABLE = frozenset({"preempted", "lost-node", "nccl"})
+_MEMORY = ("oom", "host-oom")
 
 # (cause, pattern) checked against Kubernetes events first, then the log; the first cause with a match wins.
 _EVENT_RULES: list[tuple[str, re.Pattern[str]]] = [
+    # kubelet's node-pressure eviction also sets TerminationByKubelet: "The node was low on resource: memory"
+    ("host-oom", re.compile(r"low on resource: memory|\bEvicted\b.{0,200}memory|\bOOMKill(ed|ing)\b", re.I)),
     ("preempted", re.compile(r"TerminationByKubelet|imminent node shutdown|Node is shutting down|\bPreempt(ed|ing|ion)"
-                             r"|spot VM .* reclaimed|being reclaimed", re.I)),
+                             r"|spot VM .{0,200}reclaimed|being reclaimed", re.I)),
     ("lost-node", re.compile(r"\bNodeNotReady\b|\bDeletingNode\b|\bRemovingNode\b|node .* (is )?not ready|"
                              r"\bKilling\b.*(ray-worker|ray-head)", re.I)),
-    ("oom", re.compile(r"\bOOMKill(ed|ing)\b|\bEvicted\b.*memory", re.I)),
 ]
 _LOG_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("oom", re.compile(r"torch\.(cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory|"
-                       r"\bOOMKilled\b|ray\.exceptions\.OutOfMemoryError|Task was killed due to the node running low on memory")),
+                       r"No available memory for the cache blocks")),
+    ("host-oom", re.compile(r"worker\(s\) were killed due to the node running low on memory|"
+                            r"Task was killed due to the node running low on memory|\bOOMKilled\b")),
     ("preempted", re.compile(r"Actor died by preemption|AUTOSCALER_DRAIN_PREEMPTED|Node was forcibly preempted|"
                              r"the actor's node was preempted|imminent node shutdown|TerminationByKubelet")),
     ("lost-node", re.compile(r"has been marked dead because the detector has missed too many heartbeats|"
                              r"The actor died because its node has died|Owner's node has crashed|"
                              r"node it was running on is dead or unavailable|ray\.exceptions\.NodeDiedError|"
-                             r"ActorDiedError|RayActorError|The actor died unexpectedly before finishing this task|"
                              r"rank exited abnormally|process \d+ terminated with signal SIG(KILL|TERM)|"
-                             r"gloo.*Connection (closed|reset) by peer")),
+                             r"gloo.{0,200}Connection (closed|reset) by peer")),
     ("nccl", re.compile(r"NCCL error|ncclRemoteError|ncclSystemError|ncclInternalError|unhandled system error|"
                         r"remote process exited or there was a network error|NCCL communicator was aborted|"
                         r"Watchdog caught collective operation timeout")),
 ]
+# a dead actor without a word on why: a lost node unless an actor's creation task raised (then that error decides)
+_DEAD_ACTOR = re.compile(r"ActorDiedError|RayActorError|The actor died unexpectedly before finishing this task")
+_CREATION_TASK = re.compile(r"The actor died because of an error raised in its creation task")
+_WORKER_PREFIX = re.compile(r"^\([^()\s]+ pid=\d+(, ip=[\d.]+)?\) ?")  # "(VllmWorker pid=12, ip=10.0.0.3) " on forwarded lines
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.+)$')
 _EXC = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)|AssertionError)\b(:.*)?$")
@@ -67,6 +82,9 @@ _FIXES = {
     "oom": "a retry fails the same way: lower the memory per GPU (smaller micro-batch, activation checkpointing, "
            "shorter max sequence length, lower vLLM gpu_memory_utilization; nbtools.fit.check(cfg) lists changes that "
            "fit), then launch again",
+    "host-oom": "a retry fails the same way: the node's host memory (RAM) ran out, not the GPU's: fewer or lighter "
+                "CPU-side workers (dataloader workers, env num_workers), CPU offload off, a smaller object store, or "
+                "nodes with more memory; then launch again",
     "user-error": "a retry fails the same way: fix the error at the frame shown (config or code), then launch again",
     "stopped": "it was stopped on purpose; resubmit when you want it to continue (nbtools.launch.resubmit(cfg))",
     "unknown": "read the whole log (nbtools.jobs.logs(...)) and the cluster's events; resubmit if it was the "
@@ -76,6 +94,26 @@ _FIXES = {
                  "config=cfg) lists them), then launch again",
     "running": "wait for it to end (nbtools.launch.follow(cfg, job))",
 }
+
+
+# evidence -> a fix more precise than its cause's
+_SPECIFIC_FIXES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"No available memory for the cache blocks"),
+     "a retry fails the same way: vLLM found no GPU memory left for its KV cache after loading the weights: raise "
+     "trainer.vllm_cfg.gpu_memory_utilization (policy.generation.vllm_cfg), lower max_model_len, or give generation "
+     "more GPUs (vLLM tensor parallel); nbtools.fit.check(cfg) shows the split"),
+    (re.compile(r"gated repo|GatedRepoError|Access to model .{0,200} is restricted", re.I),
+     "a retry fails the same way: the model is gated on Hugging Face: accept its licence on the model page with the "
+     "account whose token the job gets (secrets.hf_token), then launch again"),
+]
+
+
+def _clip(line: str) -> str:
+    """The head and tail of a long line: what the patterns search (the work per line is bounded by ``LINE_CHARS``)."""
+    if len(line) <= LINE_CHARS:
+        return line
+    half = LINE_CHARS // 2
+    return f"{line[:half]} [... {len(line) - 2 * half} characters ...] {line[-half:]}"
 
 
 @_paths.tidy_reprs
@@ -126,6 +164,20 @@ def _first(rules, lines: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+def _creation_task_error(lines: list[str]) -> tuple[str, str, str] | None:
+    """(Ray's line, the error the actor's ``__init__`` raised, its last frame) of the last creation-task failure."""
+    marks = [i for i, ln in enumerate(lines) if _CREATION_TASK.search(ln)]
+    if not marks:
+        return None
+    block = [_WORKER_PREFIX.sub("", ln) for ln in lines[marks[-1] + 1:]]
+    at = next((i for i, ln in enumerate(block) if _EXC.match(ln.strip())), None)
+    if at is None:
+        return lines[marks[-1]].strip(), "", ""
+    frames = [m for ln in block[:at] if (m := _FRAME.match(ln))]
+    frame = f"{frames[-1].group(1)}:{frames[-1].group(2)} in {frames[-1].group(3)}" if frames else ""
+    return lines[marks[-1]].strip(), block[at].strip(), frame
+
+
 def _last_traceback(lines: list[str]) -> tuple[str, str] | None:
     """(the exception line, the last frame) of the last Python traceback in ``lines``."""
     starts = [i for i, ln in enumerate(lines) if _TRACEBACK.search(ln.strip())]
@@ -153,31 +205,39 @@ def diagnose_log(log: str, *, status: str = "FAILED", message: str = "", events:
         'oom'
     """
     status = (status or "").upper()
-    lines = [ln.rstrip() for ln in (log or "").splitlines() if ln.strip()]
-    lines += [ln for ln in (message or "").splitlines()[:3] if ln.strip()]  # Ray's message, not its copy of the log
-    ev = [str(e) for e in events]
+    lines = [_clip(ln.rstrip()) for ln in (log or "").splitlines() if ln.strip()]
+    lines += [_clip(ln) for ln in (message or "").splitlines()[:3] if ln.strip()]  # Ray's message, not its log copy
+    ev = [_clip(str(e)) for e in events]
 
     def make(cause: str, evidence: list[str], frame: str = "") -> Diagnosis:
         shown = "\n".join(dict.fromkeys(e.strip() for e in evidence))[-2000:]
-        return Diagnosis(cause, cause in RETRYABLE, shown, _FIXES[cause], submission_id, status, frame, tuple(ev))
+        fix = next((f for p, f in _SPECIFIC_FIXES if p.search(shown)), _FIXES[cause])
+        return Diagnosis(cause, cause in RETRYABLE, shown, fix, submission_id, status, frame, tuple(ev))
 
     if status == "SUCCEEDED":
         return make("succeeded", [f"job status {status}"])
     if status in ("PENDING", "RUNNING"):
         return make("running", [f"job status {status}"])
     found_ev = _first(_EVENT_RULES, ev)
-    if found_ev and found_ev[0] != "oom":
+    if found_ev and found_ev[0] not in _MEMORY:
         return make(found_ev[0], found_ev[1])
     found = _first(_LOG_RULES, lines)
-    if found_ev and found_ev[0] == "oom" and (found is None or found[0] != "oom"):
-        return make("oom", found_ev[1])
-    if found is not None and found[0] in ("oom", "preempted", "nccl"):
+    if found_ev and (found is None or found[0] not in _MEMORY):
+        return make(*found_ev)  # the kernel or kubelet killed for memory: the log's own memory line says which kind
+    if found is not None and found[0] in (*_MEMORY, "preempted", "nccl"):
         return make(*found)
     if status == "STOPPED":
         return make("stopped", [f"job status STOPPED: {message or 'stopped through the Jobs API'}"])
-    tb = _last_traceback(lines)
-    if found is not None:  # lost-node: a dead actor/rank explains the traceback that follows it
+    created = _creation_task_error(lines)
+    if created is not None and found is None:  # an actor's __init__ raised: that error, not a lost node
+        line, exc, frame = created
+        return make("user-error", [line] + ([exc] if exc else []) + ([f"at {frame}"] if frame else []), frame)
+    if found is not None:  # lost-node: a dead node explains the traceback that follows it
         return make(*found)
+    tb = _last_traceback(lines)
+    dead = [ln for ln in lines if _DEAD_ACTOR.search(ln)] if created is None else []
+    if dead:  # an actor died and no error says why: its worker or node went away
+        return make("lost-node", dead)
     if tb is not None:
         exc, frame = tb
         return make("user-error", [exc] + ([f"at {frame}"] if frame else []), frame)

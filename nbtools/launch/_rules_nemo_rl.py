@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
+from nbtools.config._tables import NEMO_RL_ARTIFACTS
 from nbtools.launch import _tree, nemo_rl
 from nbtools.launch._findings import Finding, LintReport
 
@@ -21,6 +22,7 @@ def check_nemo_rl(cfg: Experiment, r: LintReport) -> None:
     _gemma(cfg, r, tree)
     _consolidated(cfg, r)
     _lengths(cfg, r, tree)
+    _release_artifacts(cfg, r)
 
 
 def _effective(cfg: Experiment, key: str, default: Any) -> Any:
@@ -216,4 +218,29 @@ def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
             f"max_new_tokens {new} exceeds vLLM's max_model_len {model_len}, which bounds prompt + generation: "
             f"generations stop at {model_len} minus the prompt",
             f"set `grpo.max_new_tokens: {max(1, model_len - prompt)}` or raise `trainer.vllm_cfg.max_model_len`",
+        ))
+
+
+def _release_artifacts(cfg: Experiment, r: LintReport) -> None:
+    """What the release does not have: a validation section (v0.5.0 would drop it) and the files nbtools reads."""
+    r.checked.append("release-artifacts")
+    version = cfg.images.nemo_rl_version
+    has = NEMO_RL_ARTIFACTS.get(version, {})
+    if cfg.data.validation and not has.get("data_validation", True):
+        r.findings.append(Finding(
+            "blocking", "release-artifacts", "data.validation",
+            f"NeMo-RL {version}'s data config has no validation section: {cfg.data.validation!r} would be dropped "
+            f"and the run would validate on {cfg.data.dataset!r}'s own split",
+            "remove data.validation (validation then uses the dataset's split), or add the file through "
+            "`trainer.overrides: ['data.dataset_name=ResponseDataset', '+data.val_data_path=...']`, or target "
+            "images.nemo_rl_version: v0.7.0",
+        ))
+    missing = [what for key, what in (("val_dumps", "no val_data_step*.jsonl (validation trajectories: notebook 05)"),
+                                      ("baseline_reward", "no train/baseline_reward/* (metrics' no_signal column)"))
+               if not has.get(key, True)]
+    if missing and cfg.grpo.val_period:
+        r.findings.append(Finding(
+            "warning", "release-artifacts", "images.nemo_rl_version",
+            f"NeMo-RL {version} writes {' and '.join(missing)}; those views stay empty for this run",
+            "nothing to change for training (validation metrics are still logged); use v0.7.0 for the dumps",
         ))

@@ -93,8 +93,13 @@ def parse_override(text: str) -> tuple[str, str, str | None]:
 
 
 def entry_script(cfg: Experiment) -> str:
-    """``examples/run_grpo_math.py`` up to v0.5.x, ``examples/run_grpo.py`` from v0.6 on."""
-    return NEMO_RL_VERSIONS[cfg.images.nemo_rl_version]["entrypoint"]
+    """``examples/run_grpo_math.py`` up to v0.5.x, ``examples/run_grpo.py`` from v0.6 on, and with a reward mix.
+
+    With ``trainer.reward_functions`` the script must build its environment by name: v0.5.0's ``run_grpo_math.py``
+    hard-codes the math environment and would train on the math reward without a word.
+    """
+    row = NEMO_RL_VERSIONS[cfg.images.nemo_rl_version]
+    return row["reward_entrypoint"] if reward_overrides(cfg) else row["entrypoint"]
 
 
 def local_recipe(cfg: Experiment) -> Path | None:

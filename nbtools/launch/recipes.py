@@ -65,13 +65,13 @@ RECIPES: dict[str, dict[str, Any]] = {
         },
         model={"name": "google/gemma-3-1b-it", "chat_template_kwargs": {"enable_thinking": True}, "max_total_sequence_length": 2048},
         data={"dataset": "OpenMathInstruct-2"},
-        grpo={"max_num_steps": 20, "val_period": 5, "val_at_start": True, "max_new_tokens": 1024},
+        grpo={"max_num_steps": 30, "val_period": 5, "val_at_start": True, "max_new_tokens": 1024},  # scored at step 30
         checkpointing={**_ck000, "model_save_format": "torch_save", "save_consolidated": False, "save_optimizer": False},
         logging={**_lg000, "tensorboard": True, "wandb": False},
         secrets={"hf_token": dict(_HF)},
     ),
     "tutorial-001-gemma3-27b-it": _recipe(
-        _gke("gemma3-27b-it-gsm8k", "nvidia-b200", 2),
+        _gke("gemma3-27b-it-gsm8k", "nvidia-b200", 3),  # 2 training nodes (its step_10 has 16 DCP shards) + 1 vLLM node
         images={"nemo_rl_version": "v0.7.0"},
         trainer={
             "recipe": "examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml",
@@ -82,9 +82,10 @@ RECIPES: dict[str, dict[str, Any]] = {
         },
         model={"name": "google/gemma-3-27b-it", "max_total_sequence_length": 16384, "tensor_parallel_size": 8},
         data={"dataset": "GSM8K"},
-        grpo={"num_prompts_per_step": 16, "num_generations_per_prompt": 32, "max_num_steps": 10},
+        grpo={"num_prompts_per_step": 16, "num_generations_per_prompt": 64, "max_num_steps": 10},  # 16 x 64, as 001
         checkpointing={**_ck001, "model_save_format": "torch_save"},
-        logging={**_lg001, "tensorboard": False, "wandb": True, "wandb_project": "nemo-rl"},
+        # W&B as the tutorial, and TensorBoard too: notebook 04 reads the event files
+        logging={**_lg001, "tensorboard": True, "wandb": True, "wandb_project": "nemo-rl"},
         secrets={"hf_token": dict(_HF), "wandb_api_key": dict(_WANDB)},
     ),
     "tutorial-003-qwen3-1.7b-deepscaler": {
@@ -95,7 +96,9 @@ RECIPES: dict[str, dict[str, Any]] = {
         "images": {"nemo_rl_version": "v0.5.0"},
         "trainer": {"recipe": "examples/configs/grpo_math_1B.yaml"},
         "model": {"name": "Qwen/Qwen3-1.7B-Base", "max_total_sequence_length": 4096},
-        "data": {"dataset": "DeepScaler", "validation": "AIME2024"},
+        # v0.5.0 has no data.validation: DeepScalerDataset validates on HuggingFaceH4/aime_2024 by itself
+        # (NVIDIA-NeMo/RL v0.5.0 nemo_rl/data/datasets/response_datasets/deepscaler.py)
+        "data": {"dataset": "DeepScaler"},
         "grpo": {"num_prompts_per_step": 64, "num_generations_per_prompt": 16, "max_num_steps": 200, "val_period": 10},
         "checkpointing": {**_ck003, "save_period": 10, "keep_top_k": 10, "model_save_format": "torch_save"},
         "logging": {**_lg003, "tensorboard": True},
@@ -109,7 +112,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         model={"name": "meta-llama/Llama-3.1-8B-Instruct", "max_total_sequence_length": 4096},
         grpo={"num_prompts_per_step": 64, "num_generations_per_prompt": 32, "max_num_steps": 100},
         checkpointing=dict(_ck004a),
-        logging={**_lg004a, "tensorboard": False, "wandb": True},
+        logging={**_lg004a, "tensorboard": True, "wandb": True},  # + TensorBoard, for notebook 04's curves
         secrets={"hf_token": dict(_HF), "wandb_api_key": dict(_WANDB)},
     ),
     "tutorial-004-qwen2.5-1.5b": _recipe(
@@ -152,7 +155,8 @@ RECIPES: dict[str, dict[str, Any]] = {
 NOTES: dict[str, str] = {
     "tutorial-000-gemma3-1b-it": "sunbc0120/b200-nemo-rl job config on the v0.5.0 image; checkpoint_dir made absolute "
     "on the bucket (the original was relative, i.e. pod-local).",
-    "tutorial-001-gemma3-27b-it": "GKE samples gemma3-27b-gsm8k.sh on 2 x 8 with one vLLM node; v0.7.0's registered GSM8K "
+    "tutorial-001-gemma3-27b-it": "GKE samples gemma3-27b-gsm8k.sh: 16 x 64, non-colocated; 2 training nodes (its step_10 has 16 "
+    "DCP shards) + one vLLM node; TensorBoard kept on beside W&B; v0.7.0's registered GSM8K "
     "dataset replaces the sed-patched ResponseDataset (whose worked-solution answers gave reward 0); block_size 32 added.",
     "tutorial-003-qwen3-1.7b-deepscaler": "DGX Cloud Lepton RayCluster (backend ray); torch_save instead of the "
     "tutorial's consolidated safetensors (known corrupt merges); v0.5.0's DeepScaler brings AIME-2024 validation.",
@@ -192,6 +196,9 @@ def get(name: str, *, backend: str | None = None, **changes: Any) -> Experiment:
 
 
 def to_yaml(name: str) -> str:
-    """The recipe as an experiment YAML (save it under ``experiments/`` to edit it)."""
-    head = f"# {name}: {NOTES.get(name, '')}\n"
+    """The recipe as an experiment YAML (``experiments/<name>.yaml`` is exactly this; save a copy to edit it)."""
+    nb = "03_launch_grpo" if RECIPES[name].get("backend") == "ray" else "01_provision_gke"
+    head = (f"# {name}: {NOTES.get(name, '')}\n"
+            f"# Run it:  nbtools launch experiments/{name}.yaml --lint-only; then notebooks/{nb}.ipynb with "
+            f"BACKEND=\"{RECIPES[name].get('backend', 'gke')}\", CONFIG=\"../experiments/{name}.yaml\"\n")
     return head + yaml.safe_dump(RECIPES[name], sort_keys=False)

@@ -1,8 +1,9 @@
 """Reward functions with NeMo-RL's signature, weighted mixes, GRPO advantages and re-scoring of stored runs.
 
-Every reward is ``fn(ground_truth: str, response: str, **kwargs) -> tuple[float, bool | None]``. Built-ins use
-NeMo-RL's names (``format``, ``math_expr``, ``exact_answer``, ``exact_alnum``) plus ``length_penalty``; add your
-own with ``@nbtools.rewards.register("name")`` and mix them with NeMo-RL's YAML shape::
+Every reward is ``fn(ground_truth: str, response: str, **kwargs) -> tuple[float, bool | None]``. ``format``,
+``math_expr`` and ``exact_alnum`` are NeMo-RL's names (its VLM environment's ``reward_functions`` also has
+``bbox_giou``: NVIDIA-NeMo/RL v0.5.0 and v0.7.0 ``nemo_rl/environments/vlm_environment.py``); ``exact_answer`` and
+``length_penalty`` are nbtools' own names, which no NeMo-RL config knows; add your own with ``@nbtools.rewards.register("name")`` and mix them with NeMo-RL's YAML shape::
 
     mix = nbtools.rewards.combine([{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}])
     result = nbtools.rewards.rescore(run.read(), mix, ground_truth=nbtools.rehearsal.task.ground_truth_for)

@@ -1,12 +1,14 @@
 """Inside a NeMo-RL job: an environment that scores responses with an nbtools reward mix (the notebook's registry).
 
 Why: NeMo-RL's math environment has no pluggable reward list (only the VLM environment reads ``reward_functions``),
-and editing ``nemo_rl/environments/rewards.py`` on a cluster (tutorial 000) does not survive a pod. Both releases
-nbtools targets look the environment up by name instead: ``create_env(env_name, ...)`` takes the actor class named
+and editing ``nemo_rl/environments/rewards.py`` on a cluster (tutorial 000) does not survive a pod. The entry
+scripts that look the environment up by name are the hook: ``create_env(env_name, ...)`` takes the actor class named
 by ``ENV_REGISTRY[env_name]["actor_class_fqn"]`` (``nemo_rl/environments/utils.py``, with ``register_env``) and its
 ``py_executable`` from ``ACTOR_ENVIRONMENT_REGISTRY`` (``nemo_rl/distributed/ray_actor_environment_registry.py``);
 the data config picks the name (``data.env_name`` in v0.5.0, ``data.default.env_name`` in v0.7.0) and ``env.<name>``
-is the actor's config. ``python -m nbtools.rewards.nemo_rl_env <entry script> <args>`` registers this module's
+is the actor's config. Not every script does: v0.5.0's ``examples/run_grpo_math.py`` builds ``MathEnvironment``
+itself and never reads ``data.env_name``, so on v0.5.0 a reward mix launches ``examples/run_grpo.py``, which calls
+``create_env`` (``nbtools.launch.nemo_rl.entry_script``; NVIDIA-NeMo/RL v0.5.0, both files). ``python -m nbtools.rewards.nemo_rl_env <entry script> <args>`` registers this module's
 environment in both registries, then runs the entry script unchanged. The user's reward module and nbtools travel
 in the job's ``runtime_env`` ``py_modules``, which the environment actor inherits; importing the module runs its
 ``@nbtools.rewards.register`` decorators, so the mix is built from the same registry the local rehearsal uses.

@@ -87,13 +87,32 @@ def _put(tree: dict, key: str, value: Any) -> None:
     tree[parts[-1]] = value
 
 
-def _value(text: str) -> Any:
+def _value(text: str, hydra: bool = True) -> Any:
+    """The value as Hydra's override grammar reads it (``{a:b,c:[1,2]}`` is a dict); YAML for OmegaConf's dotlist."""
+    try:
+        if not hydra:
+            raise ImportError
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        return _plain(OverridesParser.create().parse_overrides([f"k={text}"])[0].value())
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - Hydra rejects it: NeMo-RL would exit with Hydra's message
+        sys.exit(f"Error parsing override value '{text}'")
     if len(text) >= 2 and text[0] == text[-1] == "'":
         return text[1:-1].replace("\\'", "'").replace("\\\\", "\\")
     try:
         return yaml.safe_load(text) if text else ""
     except yaml.YAMLError:
         return text
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
 
 
 def apply_hydra_overrides(tree: dict, overrides: list[str]) -> dict:
@@ -125,5 +144,48 @@ def apply_dotlist(tree: dict, args: list[str]) -> dict:
     for a in args:
         if "=" in a and not a.startswith("-"):
             key, _, value = a.partition("=")
-            _put(tree, key, _value(value))
+            _put(tree, key, _value(value, hydra=False))
     return tree
+
+
+def release() -> str:
+    """The NeMo-RL release this simulated image holds (``sim_gke.json``; v0.7.0 when it does not say)."""
+    return str(sim().get("nemo_rl_version", "v0.7.0"))
+
+
+def environment(cfg: dict, script: str, version: str | None = None) -> tuple[str, str, Any]:
+    """(env name, actor class FQN, ``env.<name>`` config) that ``script`` of the release builds for ``cfg``.
+
+    Per nemo_rl_releases.py: a script that hard-codes its environment ignores ``data.env_name`` (NeMo-RL v0.5.0's
+    run_grpo_math.py); the others read the key the release reads and resolve it in ``ENV_REGISTRY`` (NeMo-RL's
+    registry when the job's path has it, so what ``nbtools.rewards.nemo_rl_env`` registered counts), failing with
+    NeMo-RL's assertion when the name is not registered.
+    """
+    from nemo_rl_releases import MATH_ENV_FQN, facts, script_facts
+
+    version = version or release()
+    row = script_facts(version, script)
+    if row is None:
+        sys.exit(f"python: can't open file '{script}': [Errno 2] No such file or directory "
+                 f"(NeMo-RL {version} has no {script}; test double)")
+    if row["fixed_env"]:
+        name = row["fixed_env"]
+        return name, MATH_ENV_FQN, get(cfg, f"env.{name}")
+    name = None
+    for key in row.get("per_dataset_keys", ()):  # a dataset's own env_name beats data.default's
+        if key.startswith("data.train"):
+            found, name = lookup(cfg, key)
+            if found and name is not None:
+                break
+            name = None
+    name = name or get(cfg, row["env_name_key"])
+    try:
+        from nemo_rl.environments.utils import ENV_REGISTRY  # the registry double, when on the job's path
+        registry = {k: v["actor_class_fqn"] for k, v in ENV_REGISTRY.items()}
+    except ImportError:
+        registry = {k: MATH_ENV_FQN if k.startswith("math") else f"nemo_rl.environments.{k}"
+                    for k in facts(version)["registered_envs"]}
+    if name not in registry:
+        sys.exit(f"AssertionError: Env name {name} is not registered in ENV_REGISTRY. "
+                 "Please call register_env() to register the environment.")
+    return str(name), registry[name], get(cfg, f"env.{name}")
