@@ -197,7 +197,8 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
 
         checksum = default_checksum()
     t0 = time.perf_counter()
-    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser())
+    cfg_path = (Path(config),) if isinstance(config, str | os.PathLike) else ()
+    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser(), cfg_path)
     step = Path(step_dir).expanduser().resolve()
     out = Path(out_dir).expanduser().resolve()
     if step.name.startswith(("tmp_step_", "old_step_")):
