@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
@@ -57,8 +58,8 @@ class MergeResult:
 
     def _repr_html_(self) -> str:
         state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<b>{self.out}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{self.layout}"
+        notes = "".join(f"<li>{_h(n)}</li>" for n in self.notes)
+        return (f"<b>{_h(self.out)}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{_h(self.layout)}"
                 f"</code>, {state}, verified: {'✓' if self.verified else '✗'}<ul>{notes}</ul>")
 
 

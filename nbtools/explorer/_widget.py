@@ -169,15 +169,18 @@ class TrajectoryExplorer:
     def export(self, path: str | os.PathLike | None = None) -> Path:
         """Write the current selection to CSV (atomically); returns the path.
 
+        Text cells a spreadsheet would run as a formula (starting with ``= + - @``) get a leading ``'``.
+
         Example:
             >>> explorer.export("selection.csv")
         """
         from nbtools._atomic import write_text
+        from nbtools._escape import csv_frame
 
         q = self.query()
         path = Path(path) if path else self.export_dir / f"selection_{'run' if q.step is None else f'step{q.step}'}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write_text(path, self.frame().to_csv(index=False))
+        return write_text(path, csv_frame(self.frame()).to_csv(index=False))
 
     def _export_clicked(self) -> None:
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import NbtoolsError, NotFoundError
 
 __all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
@@ -149,10 +150,11 @@ class Plan:
 
     def _repr_html_(self) -> str:
         df = self.show()
-        note = f"<p><i>{self.note}</i></p>" if self.note else ""
+        note = f"<p><i>{_h(self.note)}</i></p>" if self.note else ""
         if not self.steps:
-            return f"<b>{self.kind} plan</b>: no steps{note}"
-        return f"<b>{self.kind} plan</b>: {len(df)} steps, state in <code>{self.state_path}</code>{note}" + df.to_html(index=False)
+            return f"<b>{_h(self.kind)} plan</b>: no steps{note}"
+        return (f"<b>{_h(self.kind)} plan</b>: {len(df)} steps, state in <code>{_h(self.state_path)}</code>{note}"
+                + df.to_html(index=False))
 
     def __len__(self) -> int:
         return len(self.steps)
