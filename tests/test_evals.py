@@ -437,3 +437,25 @@ def test_compare_refuses_different_problems_and_notes_different_settings():
         warnings.simplefilter("error")  # same problems, same settings: nothing to warn about
         assert not [n for n in compare(base, parse_score_blocks(_nemo_rl_block("t", "math500", 232.0, 500))[0]).notes
                     if "MISMATCH" in n]
+
+
+def test_same_ids_on_different_problems_are_refused_or_noted():
+    """#31: shared problem ids are not enough; where both tables carry prompts or ground truths they must agree."""
+    rng = np.random.default_rng(7)
+    base = _result(list(rng.random(60) < 0.3))
+    tuned = _result(list(rng.random(60) < 0.8))
+    base.table["prompt"] = [f"What is {i} + {i}?" for i in range(60)]
+    tuned.table["prompt"] = [f"What is {i} * 3?" for i in range(60)]  # every problem changed, ids kept
+    with pytest.raises(ConfigError, match=r"same problem ids, different problems: 60 of the 60 shared ids have a "
+                                          r"different prompt in baseline and fine-tuned \(e\.g\. p0, p1, p2\)"
+                                          r"[\s\S]*fix: evaluate both models on the same problems"):
+        compare(base, tuned)
+    with pytest.warns(UserWarning, match="MISMATCH"):
+        cmp = compare(base, tuned, allow_mismatch=True)
+    assert any("different prompt" in n for n in cmp.notes)
+    tuned.table["prompt"] = base.table["prompt"]
+    base.table["ground_truth"], tuned.table["ground_truth"] = "4", ["4"] * 59 + ["5"]
+    with pytest.raises(ConfigError, match=r"1 of the 60 shared ids have a different ground truth .*\(e\.g\. p59\)"):
+        compare(base, tuned)
+    tuned.table["ground_truth"] = " 4 "  # same after surrounding whitespace
+    assert compare(base, tuned).paired and not compare(base, tuned).notes

@@ -228,6 +228,7 @@ def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_m
         ia, ib = set(ra.table["problem_id"]), set(rb.table["problem_id"])
         if ia != ib:
             refuse.append(f"different problem sets: {len(ia)} and {len(ib)} problems, {len(ia & ib)} in common")
+        refuse.extend(_same_problems(ra.table, rb.table, names))
     elif ra.num_problems != rb.num_problems:
         refuse.append(f"different problem counts: {ra.num_problems} ({names[0]}) vs {rb.num_problems} ({names[1]})")
     if refuse and not allow_mismatch:
@@ -241,6 +242,24 @@ def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_m
     for text in loud:
         warnings.warn(text, UserWarning, stacklevel=3)
     notes.extend(loud)
+
+
+def _same_problems(ta: pd.DataFrame, tb: pd.DataFrame, names: tuple[str, str]) -> list[str]:
+    """Shared ids must be the same problems: where both tables carry prompts (or ground truths), they must agree."""
+    out = []
+    for col, what in (("prompt", "prompt"), ("ground_truth", "ground truth")):
+        if col not in ta.columns or col not in tb.columns:
+            continue
+        fa = ta.dropna(subset=[col]).groupby("problem_id", sort=False)[col].first().astype(str).str.strip()
+        fb = tb.dropna(subset=[col]).groupby("problem_id", sort=False)[col].first().astype(str).str.strip()
+        common = fa.index.intersection(fb.index)
+        if not len(common):
+            continue
+        differ = common[(fa.loc[common] != fb.loc[common]).to_numpy()]
+        if len(differ):
+            out.append(f"same problem ids, different problems: {len(differ)} of the {len(common)} shared ids have a "
+                       f"different {what} in {names[0]} and {names[1]} (e.g. {', '.join(map(str, differ[:3]))})")
+    return out
 
 
 def _paired(ra: EvalResult, rb: EvalResult, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame] | None:
