@@ -63,6 +63,14 @@ class MergeResult:
                 f"</code>, {state}, verified: {'✓' if self.verified else '✗'}<ul>{notes}</ul>")
 
 
+def _size(n: int) -> str:
+    """Bytes in the largest decimal unit that keeps a digit before the point (``12.3 MB``, never ``0.00 GB``)."""
+    for unit, mult in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= mult:
+            return f"{n / mult:.3g} {unit}" if n < 100 * mult else f"{n / mult:.0f} {unit}"
+    return f"{n} bytes"
+
+
 def parse_size(size: int | str) -> int:
     """``"5GB"`` / ``"500MB"`` / ``2**30`` -> bytes (decimal units, like transformers' max_shard_size)."""
     if isinstance(size, int):
@@ -261,7 +269,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             free = shutil.disk_usage(out.parent).free
             raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
-                                  f"{total / 1e9:.2f} GB, {free / 1e9:.2f} GB free); nothing was left behind",
+                                  f"{_size(total)}, {_size(free)} free); nothing was left behind",
                                   fix="free disk space or pass an out_dir on a disk with room") from None
         raise
     except BaseException:
