@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import stat as stat_mod
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from typing import Any
 
 from nbtools._atomic import temp_name
 from nbtools._atomic import write_text as _write_local
-from nbtools.errors import DependencyError, NotFoundError, NotReadyError
+from nbtools.errors import ConflictError, DependencyError, NotFoundError, NotReadyError
 
 __all__ = [
     "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
@@ -49,6 +50,7 @@ class Entry:
     size: int
     version: str
     is_dir: bool = False
+    md5: str = ""  # the object's MD5 as GCS reports it (base64), when it has one (not for composite objects)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,8 @@ def _entry_from(url_base: str, d: dict) -> Entry:
     name = posixpath.basename(d["name"].rstrip("/"))
     is_dir = d.get("type") == "directory"
     version = str(d.get("generation") or d.get("etag") or d.get("mtime") or d.get("size") or "")
-    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir)
+    md5 = d.get("md5Hash") if isinstance(d.get("md5Hash"), str) else ""
+    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir, md5)
 
 
 def _local_entry(p: Path, st: os.stat_result | None = None) -> Entry:
@@ -362,11 +365,32 @@ def _load_manifest(d: Path) -> dict[str, str]:
         return {}
 
 
+def _signature(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _hit(p: Path, entry: Entry, man: dict[str, str]) -> bool:
+    """The cached copy ``p`` holds ``entry``'s generation, untouched since it was downloaded.
+
+    The manifest keeps ``"<generation>\t<inode>:<size>:<mtime_ns>"`` of the copy as written: a copy edited, replaced
+    or truncated since is downloaded again. A directory where the copy belongs is an error naming it.
+    """
+    version, _, sig = man.get(p.name, "").partition("\t")
+    if version != entry.version:
+        return False
+    try:
+        st = os.stat(p)
+    except OSError:
+        return False
+    if stat_mod.S_ISDIR(st.st_mode):
+        raise ConflictError(f"the cached copy of {entry.url} at {p} is a directory, not the object's bytes",
+                            fix=f"delete {p} (it is nbtools' cache, not the bucket) and read again")
+    return stat_mod.S_ISREG(st.st_mode) and st.st_size == entry.size and (not sig or sig == _signature(st))
+
+
 def _cached(url: str, entry: Entry) -> Path | None:
     p = _cache_path(url)
-    if _load_manifest(p.parent).get(p.name) == entry.version and p.is_file() and p.stat().st_size == entry.size:
-        return p
-    return None
+    return p if _hit(p, entry, _load_manifest(p.parent)) else None
 
 
 def is_cached(url: str, entry: Entry) -> bool:
@@ -377,7 +401,7 @@ def is_cached(url: str, entry: Entry) -> bool:
 def _record(paths: list[Path], versions: list[str]) -> None:
     by_dir: dict[Path, dict[str, str]] = {}
     for p, v in zip(paths, versions, strict=True):
-        by_dir.setdefault(p.parent, {})[p.name] = v
+        by_dir.setdefault(p.parent, {})[p.name] = f"{v}\t{_signature(os.stat(p))}"
     with _LOCK:
         for d, new in by_dir.items():
             man = _load_manifest(d)
@@ -425,7 +449,7 @@ def fetch_many(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> l
         man = manifests.get(p.parent)
         if man is None:
             man = manifests[p.parent] = _load_manifest(p.parent)
-        if man.get(p.name) != e.version or not p.is_file() or p.stat().st_size != e.size:
+        if not _hit(p, e, man):
             stale.append((u, e))
     gone = _download(stale, missing_ok=missing_ok)
     for u in gone:
@@ -495,16 +519,38 @@ def _download(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> li
             raise NotFoundError(f"expected {', '.join(gone[:5])} to exist (listed moments ago), found nothing there",
                                 fix="it was deleted or replaced while being read; list and read again")
         done = [(t, tmp, e) for (u, e), t, tmp in zip(items, targets, temps, strict=True) if u not in gone]
-        for _, tmp, _ in done:
+        for _, tmp, e in done:
             if not tmp.is_file():
-                raise NotReadyError(f"downloading {items[0][0]} left no file at {tmp}", fix="retry")
+                raise NotReadyError(f"downloading {e.url} left no file at {tmp}", fix="retry")
+            _check_md5(tmp, e)
         for target, tmp, _ in done:
+            if target.is_dir() and not target.is_symlink():
+                raise ConflictError(f"the cached copy of {items[0][0]} at {target} is a directory, not the "
+                                    "object's bytes", fix=f"delete {target} (it is nbtools' cache, not the bucket) "
+                                                          "and read again")
             os.replace(tmp, target)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
     _record([t for t, _, _ in done], [e.version for _, _, e in done])
     return gone
+
+
+def _check_md5(path: Path, e: Entry) -> None:
+    """A downloaded copy must have the MD5 the object's metadata states (when it states one)."""
+    if not e.md5:
+        return
+    import base64
+    import hashlib
+
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if base64.b64encode(h.digest()).decode() != e.md5:
+        raise NotReadyError(f"the copy of {e.url} downloaded to {path} does not match the object's MD5 ({e.md5})",
+                            reason="the download was damaged or the object changed while it was read",
+                            fix="read it again")
 
 
 def mirror(url: str | os.PathLike, *, include: Callable[[str], bool] | None = None) -> Path:
