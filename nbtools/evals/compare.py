@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError
 from nbtools.evals import stats
 from nbtools.evals.parse import ScoreBlock
@@ -95,15 +96,13 @@ class Comparison:
         return p
 
     def _repr_html_(self) -> str:
-        import html
-
         ci = f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}]" if self.ci_low is not None else "n/a"
         kind = "paired" if self.paired else "<span style='color:#b45309'>unpaired (weaker)</span>"
         rows = [
             (self.name_a, f"{self.acc_a:.3f}", f"{self.ci_a[0]:.3f}–{self.ci_a[1]:.3f}"),
             (self.name_b, f"{self.acc_b:.3f}", f"{self.ci_b[0]:.3f}–{self.ci_b[1]:.3f}"),
         ]
-        body = "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in rows)
+        body = "".join(f"<tr><td>{_h(a)}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in rows)
         flips = ""
         if self.flips:
             f = self.flips
@@ -115,9 +114,9 @@ class Comparison:
         colour = "#15803d" if self.significant and self.delta > 0 else ("#b91c1c" if self.significant else "#374151")
         return (
             f"<table><tr><th>model</th><th>accuracy</th><th>95% Wilson CI</th></tr>{body}</table>"
-            f"Δ = <b>{self.delta:+.3f}</b>, 95% CI {ci}; {html.escape(self.test)} ({kind}), "
+            f"Δ = <b>{self.delta:+.3f}</b>, 95% CI {ci}; {_h(self.test)} ({kind}), "
             f"p = <b>{self.p_value:.3g}</b> on {self.n_problems} problems{flips}{pk}"
-            f"<p style='color:{colour}'><b>{html.escape(self.verdict)}</b></p>"
+            f"<p style='color:{colour}'><b>{_h(self.verdict)}</b></p>"
         )
 
 

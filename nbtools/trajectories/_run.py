@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbtools._escape import html as _h
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
 from nbtools.trajectories._files import FILE_RE, StepFiles
@@ -365,15 +366,13 @@ class Run:
         return f"Run({self.remote or str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
 
     def _repr_html_(self) -> str:
-        import html
-
         s = self.steps
         size = sum(self._fs.size(p) for p in self.files("train").values())
         gaps = self.gaps
         rows = [("exp dir", " + ".join(self.segments)), ("overlap", ", ".join(map(str, self._fs.overlap_seen("train"))) or "none"), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
                 ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
                 ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{_h(v)}</td></tr>"
                        for k, v in rows)
         return f"<table><caption>nbtools.trajectories.Run</caption>{body}</table>"
 
