@@ -316,3 +316,12 @@ def test_hostile_names_and_notes_are_escaped_and_never_become_metadata(run, tmp_
                                           r"fix: pass \{'greedy': comparison\}"):
         nbtools.card.write(cfg, run["out"], merge=run["merge"], comparisons=[bad])
     nbtools.card.write(run["cfg"], run["out"], merge=run["merge"])  # leave the module's card as the others expect
+
+
+def test_a_licence_that_is_no_hub_licence_id_never_becomes_metadata(tmp_path):
+    from nbtools.card._facts import _license
+
+    (tmp_path / "README.md").write_text("---\nlicense: \"mit <script>alert(1)</script>\"\n---\n# base\n")
+    assert _license("nbtools/not-known", [tmp_path]) == (None, "unknown")
+    (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\n---\n# base\n")
+    assert _license("nbtools/not-known", [tmp_path]) == ("apache-2.0", "the base model's README.md")
