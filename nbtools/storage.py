@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import stat as stat_mod
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +29,11 @@ from typing import Any
 
 from nbtools._atomic import temp_name
 from nbtools._atomic import write_text as _write_local
-from nbtools.errors import DependencyError, NotFoundError, NotReadyError
+from nbtools.errors import ConflictError, DependencyError, NotFoundError, NotReadyError
 
 __all__ = [
     "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
-    "exists", "read_bytes", "read_text", "write_bytes", "write_text", "glob", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
+    "exists", "read_bytes", "StaleVersion", "read_text", "write_bytes", "write_text", "glob", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
 ]
 
 _MANIFEST = ".nbtools-generations.json"
@@ -49,6 +50,7 @@ class Entry:
     size: int
     version: str
     is_dir: bool = False
+    md5: str = ""  # the object's MD5 as GCS reports it (base64), when it has one (not for composite objects)
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,8 @@ def _entry_from(url_base: str, d: dict) -> Entry:
     name = posixpath.basename(d["name"].rstrip("/"))
     is_dir = d.get("type") == "directory"
     version = str(d.get("generation") or d.get("etag") or d.get("mtime") or d.get("size") or "")
-    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir)
+    md5 = d.get("md5Hash") if isinstance(d.get("md5Hash"), str) else ""
+    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir, md5)
 
 
 def _local_entry(p: Path, st: os.stat_result | None = None) -> Entry:
@@ -278,9 +281,16 @@ def exists(url: str | os.PathLike) -> bool:
     return info(url) is not None
 
 
-def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None = None) -> bytes:
-    """The bytes ``[start, end)`` of a file (all of it by default): one ranged GET for a remote object."""
+def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None = None, *,
+               version: str | None = None) -> bytes:
+    """The bytes ``[start, end)`` of a file (all of it by default): one ranged GET for a remote object.
+
+    ``version`` pins a remote object's generation (``Entry.version``): an offset found in one generation is never
+    read from another. A pinned read of an object rewritten since raises :class:`StaleVersion`.
+    """
     text = os.fspath(url)
+    if version is not None and is_remote(text):
+        return _read_pinned(text, start, end, version)
     if not is_remote(text):
         p = local_path(text)
         try:
@@ -292,6 +302,26 @@ def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None
             raise NotFoundError(f"expected a file at {p}, found nothing", fix="check the path") from None
     fs, path = filesystem(text)
     return _remote_call(text, lambda: fs.cat_file(path, start=start, end=end))
+
+
+class StaleVersion(NotFoundError):
+    """The object was rewritten: the generation a reader pinned is gone (re-list it and read it again)."""
+
+
+def _read_pinned(url: str, start: int | None, end: int | None, version: str) -> bytes:
+    fs, path = filesystem(url)
+    stale = StaleVersion(f"{url} was rewritten: generation {version} is gone",
+                         fix="read it again (its listing and index are refreshed)")
+    if _protocol(url) in ("gs", "gcs") and version.isdigit():  # GCS serves exactly that generation, or 404
+        try:
+            return _remote_call(url, lambda: fs.cat_file(path, start=start, end=end, generation=version))
+        except NotFoundError:
+            raise stale from None
+    data = _remote_call(url, lambda: fs.cat_file(path, start=start, end=end))
+    now = info(url)  # a filesystem without generations: the version must not have changed around the read
+    if now is None or now.version != version:
+        raise stale
+    return data
 
 
 def read_text(url: str | os.PathLike) -> str:
@@ -335,11 +365,32 @@ def _load_manifest(d: Path) -> dict[str, str]:
         return {}
 
 
+def _signature(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _hit(p: Path, entry: Entry, man: dict[str, str]) -> bool:
+    """The cached copy ``p`` holds ``entry``'s generation, untouched since it was downloaded.
+
+    The manifest keeps ``"<generation>\t<inode>:<size>:<mtime_ns>"`` of the copy as written: a copy edited, replaced
+    or truncated since is downloaded again. A directory where the copy belongs is an error naming it.
+    """
+    version, _, sig = man.get(p.name, "").partition("\t")
+    if version != entry.version:
+        return False
+    try:
+        st = os.stat(p)
+    except OSError:
+        return False
+    if stat_mod.S_ISDIR(st.st_mode):
+        raise ConflictError(f"the cached copy of {entry.url} at {p} is a directory, not the object's bytes",
+                            fix=f"delete {p} (it is nbtools' cache, not the bucket) and read again")
+    return stat_mod.S_ISREG(st.st_mode) and st.st_size == entry.size and (not sig or sig == _signature(st))
+
+
 def _cached(url: str, entry: Entry) -> Path | None:
     p = _cache_path(url)
-    if _load_manifest(p.parent).get(p.name) == entry.version and p.is_file() and p.stat().st_size == entry.size:
-        return p
-    return None
+    return p if _hit(p, entry, _load_manifest(p.parent)) else None
 
 
 def is_cached(url: str, entry: Entry) -> bool:
@@ -350,7 +401,7 @@ def is_cached(url: str, entry: Entry) -> bool:
 def _record(paths: list[Path], versions: list[str]) -> None:
     by_dir: dict[Path, dict[str, str]] = {}
     for p, v in zip(paths, versions, strict=True):
-        by_dir.setdefault(p.parent, {})[p.name] = v
+        by_dir.setdefault(p.parent, {})[p.name] = f"{v}\t{_signature(os.stat(p))}"
     with _LOCK:
         for d, new in by_dir.items():
             man = _load_manifest(d)
@@ -384,9 +435,13 @@ def fetch(url: str | os.PathLike, *, entry: Entry | None = None) -> Path:
     return _cache_path(text)
 
 
-def fetch_many(items: list[tuple[str, Entry]]) -> list[Path]:
+def fetch_many(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> list[Path]:
     """Local copies of many remote objects at once (only the ones whose generation is not cached are downloaded,
-    concurrently); the paths come back in order."""
+    concurrently); the paths come back in order.
+
+    An object deleted since it was listed raises :class:`NotFoundError` naming it; with ``missing_ok`` its path
+    comes back without a file (a cached copy of it is removed) and every other object is still fetched.
+    """
     manifests: dict[Path, dict[str, str]] = {}
     stale = []
     for u, e in items:
@@ -394,10 +449,21 @@ def fetch_many(items: list[tuple[str, Entry]]) -> list[Path]:
         man = manifests.get(p.parent)
         if man is None:
             man = manifests[p.parent] = _load_manifest(p.parent)
-        if man.get(p.name) != e.version or not p.is_file() or p.stat().st_size != e.size:
+        if not _hit(p, e, man):
             stale.append((u, e))
-    _download(stale)
+    gone = _download(stale, missing_ok=missing_ok)
+    for u in gone:
+        _forget(_cache_path(u))
     return [_cache_path(u) for u, _ in items]
+
+
+def _forget(p: Path) -> None:
+    """Remove a cached copy and its manifest line (its object no longer exists)."""
+    p.unlink(missing_ok=True)
+    with _LOCK:
+        man = _load_manifest(p.parent)
+        if man.pop(p.name, None) is not None:
+            _write_local(p.parent / _MANIFEST, json.dumps(man, sort_keys=True))
 
 
 def evict(url: str | os.PathLike) -> int:
@@ -423,24 +489,68 @@ def evict(url: str | os.PathLike) -> int:
     return freed
 
 
-def _download(items: list[tuple[str, Entry]]) -> None:
-    """Download objects into the cache (concurrently, through gcsfs' batch ``get``), each renamed into place."""
+def _download(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> list[str]:
+    """Download objects into the cache (concurrently, through gcsfs' batch ``get``), each renamed into place.
+
+    Returns the URLs of objects that no longer exist (``missing_ok``; else NotFoundError naming them): when the
+    batch fails on one, each object is fetched on its own so the error names the right one and the rest arrive.
+    """
     if not items:
-        return
+        return []
     fs, _ = filesystem(items[0][0])
     targets = [_cache_path(u) for u, _ in items]
     temps = [temp_name(t, "download") for t in targets]
     for t in targets:
         t.parent.mkdir(parents=True, exist_ok=True)
     rpaths = [u.split("://", 1)[1] for u, _ in items]
+    gone: list[str] = []
     try:
-        _remote_call(items[0][0], lambda: fs.get(rpaths, [str(t) for t in temps]))
-        for tmp, target in zip(temps, targets, strict=True):
+        try:
+            fs.get(rpaths, [str(t) for t in temps])
+        except FileNotFoundError:  # one object vanished since the listing: find which, keep the others
+            for (u, _), r, tmp in zip(items, rpaths, temps, strict=True):
+                try:
+                    _remote_call(u, lambda r=r, tmp=tmp: fs.get(r, str(tmp)))
+                except NotFoundError:
+                    gone.append(u)
+        except (PermissionError, OSError):
+            _remote_call(items[0][0], lambda: fs.get(rpaths, [str(t) for t in temps]))  # the typed error, named
+        if gone and not missing_ok:
+            raise NotFoundError(f"expected {', '.join(gone[:5])} to exist (listed moments ago), found nothing there",
+                                fix="it was deleted or replaced while being read; list and read again")
+        done = [(t, tmp, e) for (u, e), t, tmp in zip(items, targets, temps, strict=True) if u not in gone]
+        for _, tmp, e in done:
+            if not tmp.is_file():
+                raise NotReadyError(f"downloading {e.url} left no file at {tmp}", fix="retry")
+            _check_md5(tmp, e)
+        for target, tmp, _ in done:
+            if target.is_dir() and not target.is_symlink():
+                raise ConflictError(f"the cached copy of {items[0][0]} at {target} is a directory, not the "
+                                    "object's bytes", fix=f"delete {target} (it is nbtools' cache, not the bucket) "
+                                                          "and read again")
             os.replace(tmp, target)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)
-    _record(targets, [e.version for _, e in items])
+    _record([t for t, _, _ in done], [e.version for _, _, e in done])
+    return gone
+
+
+def _check_md5(path: Path, e: Entry) -> None:
+    """A downloaded copy must have the MD5 the object's metadata states (when it states one)."""
+    if not e.md5:
+        return
+    import base64
+    import hashlib
+
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if base64.b64encode(h.digest()).decode() != e.md5:
+        raise NotReadyError(f"the copy of {e.url} downloaded to {path} does not match the object's MD5 ({e.md5})",
+                            reason="the download was damaged or the object changed while it was read",
+                            fix="read it again")
 
 
 def mirror(url: str | os.PathLike, *, include: Callable[[str], bool] | None = None) -> Path:

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 
 from nbtools import _paths, _pids
 from nbtools._atomic import write_text
+from nbtools._escape import html as _h
 from nbtools.errors import DependencyError, NotReadyError
 
 __all__ = ["TensorBoard", "Stopped", "start", "stop", "logdir_of", "tags"]
@@ -56,7 +56,7 @@ class TensorBoard:
 
     def _repr_html_(self) -> str:
         state = "re-attached" if self.reattached else "started"
-        return (f"TensorBoard ({state}, pid {self.pid}) on <code>{html.escape(self.logdir)}</code>: "
+        return (f"TensorBoard ({state}, pid {self.pid}) on <code>{_h(self.logdir)}</code>: "
                 f"<a href='{self.url}' target='_blank'>{self.url}</a>")
 
 

@@ -276,3 +276,52 @@ def test_a_card_beside_a_model_in_a_bucket(run, tmp_path, monkeypatch):
         assert fetched and not any(u.endswith(".safetensors") for u in fetched)  # the card never copies the weights
         updated = nbtools.card.update_evaluation(url, {"greedy": run["greedy"], "again": run["greedy"]})
         assert updated.evaluations == 2 and len(nbtools.card.read(url).data.eval_results) == 2
+
+
+HOSTILE = "x`<script>alert(1)</script> <img src=x onerror=alert(2)> **b** [l](javascript:x) <!-- open"
+
+
+def test_hostile_names_and_notes_are_escaped_and_never_become_metadata(run, tmp_path):
+    """#31: model and dataset names, reward kwargs, comparison notes and file names go into README.md as text."""
+    import dataclasses
+
+    from markdown_it import MarkdownIt
+
+    cfg = run["cfg"]
+    greedy = dataclasses.replace(run["greedy"], notes=[HOSTILE], verdict=HOSTILE)
+    bad_data = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset=HOSTILE))
+    before = nbtools.card.write(cfg, run["out"], merge=run["merge"]).text
+    with pytest.raises(ConfigError, match=r"evaluation dataset .* cannot name a dataset in the card's metadata.*"
+                                          r"fix: pass dataset= with its Hub id"):
+        nbtools.card.write(bad_data, run["out"], merge=run["merge"], comparisons={"greedy": greedy})
+    assert (run["out"] / "README.md").read_text() == before  # nothing written
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, name=HOSTILE))
+    card = nbtools.card.write(cfg, run["out"], merge=run["merge"], comparisons={"greedy": greedy}, dataset="my-set")
+    text = (run["out"] / "README.md").read_text()
+    assert "<script>" not in text and "<img" not in text
+    assert text.count("<!--") == 2  # the evaluation section's own two markers, nothing else opens a comment
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text.split("---\n", 2)[2])
+    assert all("training_curves.png" in t for t in re.findall(r"<img [^>]*>", html))  # the card's own figure only
+    assert set(re.findall(r"<a href=\"([^\"]*)\"", html)) == {"experiment.yaml"}  # the card's own link only
+    assert "<script>" not in html and "<!--" not in html.replace("<!-- nbtools:", "").replace(
+        "<!-- /nbtools:", "") and "<h2>Provenance</h2>" in html  # nothing hidden down to the end of the card
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # shown as text: intro, tables, notes
+    front = _front(run["out"] / "README.md")
+    assert "base_model" not in front and "base_model" not in card.metadata  # not a Hub id: no metadata from it
+    assert all(isinstance(v, str | list | dict) for v in front.values())
+    nbtools.card.read(run["out"])  # still a valid card
+    bad = tmp_path / "comparison_<img src=x onerror=alert(1)>.json"
+    run["greedy"].save(bad) if hasattr(run["greedy"], "save") else bad.write_text(json.dumps(run["greedy"].to_dict()))
+    with pytest.raises(ConfigError, match=r"comparison label '<img src=x onerror=alert\(1\)>' cannot name a metric.*"
+                                          r"fix: pass \{'greedy': comparison\}"):
+        nbtools.card.write(cfg, run["out"], merge=run["merge"], comparisons=[bad])
+    nbtools.card.write(run["cfg"], run["out"], merge=run["merge"])  # leave the module's card as the others expect
+
+
+def test_a_licence_that_is_no_hub_licence_id_never_becomes_metadata(tmp_path):
+    from nbtools.card._facts import _license
+
+    (tmp_path / "README.md").write_text("---\nlicense: \"mit <script>alert(1)</script>\"\n---\n# base\n")
+    assert _license("nbtools/not-known", [tmp_path]) == (None, "unknown")
+    (tmp_path / "README.md").write_text("---\nlicense: apache-2.0\n---\n# base\n")
+    assert _license("nbtools/not-known", [tmp_path]) == ("apache-2.0", "the base model's README.md")

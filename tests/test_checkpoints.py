@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -239,8 +240,10 @@ def test_full_disk_leaves_nothing(ckpts, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(_writer, "allocate", no_space)
-    with pytest.raises(CheckpointError, match=r"(?s)no space writing the merged model.*fix: free disk space"):
+    with pytest.raises(CheckpointError, match=r"(?s)no space writing the merged model.*fix: free disk space") as e:
         _merge(root / "v2st-tp2" / "step_1", tmp_path / "hf", False)
+    need = re.search(r"needs ([\d.]+) (bytes|KB|MB|GB|TB), ([\d.]+) (bytes|KB|MB|GB|TB) free", str(e.value))
+    assert need and float(need[1]) >= 1 and float(need[3]) >= 1, str(e.value)  # #31: never "needs 0.00 GB"
     assert _nothing_left(tmp_path)
     monkeypatch.undo()
     calls = []

@@ -339,3 +339,107 @@ def test_torch_save_records_are_read_with_and_without_the_short_path(tmp_path):
     data = f.read_bytes()
     assert data[a[0]:a[0] + a[1]] == data[b[0]:b[0] + b[1]] == t.view(torch.uint8).numpy().tobytes()
     assert b[0] - a[0] == len(plain)
+
+
+# -- #31 H1: overwrite never deletes what the merge reads through a link ----------------------------------------
+
+
+@pytest.mark.parametrize("out_is", ["the-linked-weights", "its-parent", "the-linked-tokenizer"])
+def test_overwrite_into_a_directory_read_through_a_link_is_refused(base, tmp_path, out_is):
+    import shutil
+
+    step = _copy(base, "st", tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    what = "tokenizer" if out_is == "the-linked-tokenizer" else "weights"
+    shutil.move(step / "policy" / what, elsewhere / what)  # the real files live elsewhere; the step links to them
+    (step / "policy" / what).symlink_to(elsewhere / what, target_is_directory=True)
+    before = _tree(elsewhere)
+    out = elsewhere if out_is == "its-parent" else elsewhere / what
+    with pytest.raises(ConflictError, match=rf"(?s)the output directory {out} (is|contains) .*elsewhere/{what}, which "
+                                            rf"the merge of .*step_1 reads through the link .*step_1/policy/{what}; .*"
+                                            rf"fix: pick an output outside"):
+        _merge(step, out, overwrite=True)
+    assert _tree(elsewhere) == before and (step / "policy" / what).resolve().is_dir()  # not a byte lost
+    assert not list(elsewhere.glob(".*"))
+    r = _merge(step, tmp_path / "hf")  # reading through the link is fine; only writing over it is refused
+    assert r.verified and ck.verify(r.out).ok
+
+
+def test_config_path_inside_the_output_is_refused(base, tmp_path):
+    step = _copy(base, "st", tmp_path)
+    out = tmp_path / "hf"
+    (out / "base").mkdir(parents=True)
+    tiny_config().save_pretrained(str(out / "base"))
+    with pytest.raises(ConflictError, match=r"(?s)contains .*hf/base.*reads"):
+        ck.merge(step, out, config=out / "base", overwrite=True, progress=False)
+    assert (out / "base" / "config.json").is_file()
+
+
+# -- #31 H2: a stale extra shard never merges as verified ----------------------------------------------------------
+
+
+def _zeroed_copy(src: Path, dst: Path) -> None:
+    """A stale shard: ``src``'s header (same tensors, same DCP_SHARDING_INFO offsets) with zeroed data."""
+    from nbtools.checkpoints._sources import read_safetensors_header
+
+    _, start = read_safetensors_header(src)
+    data = src.read_bytes()
+    dst.write_bytes(data[:start] + bytes(len(data) - start))
+
+
+def _tensors(d: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(d.glob("model-*.safetensors")) for k, v in load_file(f).items()}
+
+
+@pytest.mark.parametrize("name", ["shard-00000-model-00001-of-00001.safetensors",  # a rank no writer numbers
+                                  "shard-00003-model-00001-of-00001.safetensors"])  # a 3rd rank of an earlier save
+def test_a_stale_extra_shard_with_another_shards_header_is_refused(base, tmp_path, name):
+    step = _copy(base, "st", tmp_path)
+    model = step / WEIGHTS["st"]
+    _zeroed_copy(model / "shard-00001-model-00001-of-00001.safetensors", model / name)
+    what = (r"shard-00000-model-00001-of-00001\.safetensors: not a name any rank writes" if "00000" in name else
+            r"the chunk at \[0(, 0)?\] is saved twice with different contents \(shard-00001-model-00001-of-00001"
+            r"\.safetensors and shard-00003")
+    with pytest.raises(CheckpointError, match=rf"(?s){what}.*fix: move the named file\(s\) out of the checkpoint"):
+        _merge(step, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    (model / name).unlink()
+    assert _merge(step, tmp_path / "hf").verified
+
+
+def test_a_byte_identical_replica_shard_merges_to_the_same_tensors(base, tmp_path):
+    """Replicas are allowed when they are equal byte for byte; the result is the true merge's."""
+    import shutil
+
+    true = _tensors(_merge(base / "st" / "step_1", tmp_path / "true").out)
+    step = _copy(base, "st", tmp_path)
+    model = step / WEIGHTS["st"]
+    shutil.copyfile(model / "shard-00001-model-00001-of-00001.safetensors",
+                    model / "shard-00003-model-00001-of-00001.safetensors")
+    got = _tensors(_merge(step, tmp_path / "hf").out)
+    assert got.keys() == true.keys() and all(torch.equal(got[k], true[k]) for k in true)
+
+
+@pytest.mark.parametrize("key", ["v1", "ts"])
+def test_a_distcp_file_no_rank_wrote_is_named_and_refused(base, tmp_path, key):
+    import shutil
+
+    step = _copy(base, key, tmp_path)
+    w = step / WEIGHTS[key]
+    shutil.copyfile(w / "__1_0.distcp", w / "__2_0.distcp")  # an earlier save's 3rd rank, left behind
+    with pytest.raises(CheckpointError, match=r"(?s)__2_0\.distcp in .*: no rank of this checkpoint wrote it \(its "
+                                              r"\.metadata lists 2 other shard file\(s\)\).*fix: move the named"):
+        _merge(step, tmp_path / "hf")
+
+
+def test_overlapping_chunks_at_other_offsets_are_refused():
+    from nbtools.checkpoints._sources import Chunk, SourceTensor, _check_coverage
+
+    st = SourceTensor("w", torch.bfloat16, (8, 4))
+    # rows 0-4 and 2-6: 8 rows counted, as many as the tensor has, yet rows 2-4 twice and rows 6-8 never
+    st.chunks = [Chunk((0, 0), (4, 4), Path("a"), 0, 32), Chunk((2, 0), (4, 4), Path("b"), 0, 32)]
+    with pytest.raises(CheckpointError, match=r"w: the chunks at \[0, 0\] \(a\) and \[2, 0\] \(b\) overlap"):
+        _check_coverage(st)

@@ -260,3 +260,27 @@ def test_secret_values_in_the_environment_are_never_written(run, tmp_path, monke
     assert code == 0
     texts = [script] + [p.read_text() for p in (tmp_path / "k8s").rglob("*.yaml")]
     assert all(HF not in t and WANDB not in t for t in texts) and "secretKeyRef" in texts[1]
+
+
+PASTED = "Zq7pW2xLm9Kc4Rt8Vb3Ny6Hd"  # not token-shaped: only its value, known from the environment, gives it away
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", GKE, "gcp.project={v}"],
+    ["plan", GKE, "--json", "gcp.project={v}"],
+    ["manifests", GKE, "storage.bucket={v}"],
+    ["launch", LOCAL, "--lint-only", "--json", "name={v}"],
+    ["launch", LOCAL, "--lint-only", "name=bad_{v}_NAME"],
+    ["plan", GKE, "secrets.my_key.env=MY_SERVICE_KEY", "data.dataset=x{w}"],
+])
+def test_a_secret_pasted_into_a_value_is_refused_and_never_echoed(run, monkeypatch, tmp_path, args):
+    """#31: the value of a secret the experiment names (or HF_TOKEN & co.) is never printed, written or echoed."""
+    monkeypatch.setenv("HF_TOKEN", PASTED)
+    monkeypatch.setenv("MY_SERVICE_KEY", PASTED[::-1])
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(*[str(a).format(v=PASTED, w=PASTED[::-1]) for a in args])
+    assert code == 1, out + err
+    assert PASTED not in out + err and PASTED[::-1] not in out + err
+    var = "$MY_SERVICE_KEY" if any("{w}" in str(a) for a in args) else "$HF_TOKEN"
+    assert f"holds the value of {var}" in out + err and "reference the secret by name under `secrets:`" in out + err
+    assert not any(PASTED.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())  # nothing written

@@ -477,3 +477,25 @@ def test_the_eval_job_generates_as_long_as_the_experiment(gke_cfg):
     both = nbtools.evals.eval_jobs(plain, dataset="math500")
     assert {o for j in both for o in j.overrides if "max_model_len" in o} == {"generation.vllm_cfg.max_model_len=4096"}
     assert "max_model_len=8192" in nbtools.evals.build_eval_job(plain, "m", max_model_len=8192).entrypoint
+
+
+def test_same_ids_on_different_problems_are_refused_or_noted():
+    """#31: shared problem ids are not enough; where both tables carry prompts or ground truths they must agree."""
+    rng = np.random.default_rng(7)
+    base = _result(list(rng.random(60) < 0.3))
+    tuned = _result(list(rng.random(60) < 0.8))
+    base.table["prompt"] = [f"What is {i} + {i}?" for i in range(60)]
+    tuned.table["prompt"] = [f"What is {i} * 3?" for i in range(60)]  # every problem changed, ids kept
+    with pytest.raises(ConfigError, match=r"same problem ids, different problems: 60 of the 60 shared ids have a "
+                                          r"different prompt in baseline and fine-tuned \(e\.g\. p0, p1, p2\)"
+                                          r"[\s\S]*fix: evaluate both models on the same problems"):
+        compare(base, tuned)
+    with pytest.warns(UserWarning, match="MISMATCH"):
+        cmp = compare(base, tuned, allow_mismatch=True)
+    assert any("different prompt" in n for n in cmp.notes)
+    tuned.table["prompt"] = base.table["prompt"]
+    base.table["ground_truth"], tuned.table["ground_truth"] = "4", ["4"] * 59 + ["5"]
+    with pytest.raises(ConfigError, match=r"1 of the 60 shared ids have a different ground truth .*\(e\.g\. p59\)"):
+        compare(base, tuned)
+    tuned.table["ground_truth"] = " 4 "  # same after surrounding whitespace
+    assert compare(base, tuned).paired and not compare(base, tuned).notes

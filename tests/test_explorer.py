@@ -250,3 +250,22 @@ def test_record_panel_says_when_the_ground_truth_is_unknown(run):
     assert "the ground truth is not known here" in ex.record_panel.value
     ex = explorer.explore(run, step=2, rewards=MIX, ground_truth=lambda p: "8")
     assert "recomputed 1;" in ex.record_panel.value and "not known" not in ex.record_panel.value
+
+
+def test_export_neutralises_spreadsheet_formulas(tmp_path):
+    """#31: a prompt or response starting with = + - @ is written with a leading ' (OWASP CSV injection)."""
+    import csv
+
+    exp = tmp_path / "logs" / "exp_001"
+    exp.mkdir(parents=True)
+    evil = ["=cmd|' /C calc'!A0", "+SUM(1)", "@HYPERLINK(\"http://x\")", "-2+3"]
+    lines = [_line(p, p, r, i, 0.0) for i, (p, r) in enumerate(zip(evil + ["max 1 2"] * 2, [1.0, 0.0] * 3,
+                                                                   strict=True))]
+    (exp / "train_data_step1.jsonl").write_text("".join(lines))
+    ex = explorer.explore(trajectories.open_run(exp), step=1, page_size=8)
+    out = ex.export(tmp_path / "sel.csv")
+    rows = list(csv.DictReader(out.open()))
+    texts = [v for r in rows for k, v in r.items() if k in ("prompt", "response")]
+    assert {"'" + e for e in evil} <= set(texts)
+    assert not any(v[:1] in ("=", "+", "@") or v.startswith("-2+") for r in rows for v in r.values())
+    assert pd.read_csv(out)["reward"].tolist() == [1.0, 0.0] * 3  # numbers stay numbers (negatives too)

@@ -102,3 +102,62 @@ def test_runs_side_by_side_nemo_and_verl(tmp_path):
     assert set(last[last.metric == "generation_length"].tag) == {"train/mean_gen_tokens_per_sample", "response_length/mean"}
     shutil.rmtree(tmp_path / "nemo")
     assert set(M.read_runs([tmp_path / "v.log"]).run) == {"v"}
+
+
+# -- #31: the metrics command's JSON, pipes and non-metric files ------------------------------------------------
+
+
+def _cli(capfd, *args):
+    import json
+
+    from nbtools import cli
+
+    capfd.readouterr()
+    code = cli.main([str(a) for a in args])
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err, err
+    return code, (json.loads(out) if "--json" in args and out.strip() else out), err
+
+
+def test_metrics_json_lists_the_damage_and_keeps_infinity(tmp_path, capfd):
+    exp = _write_run(tmp_path / "exp_001")
+    w = SummaryWriter(log_dir=str(exp / "tensorboard"))
+    w.add_scalar("train/reward", float("inf"), 7)
+    w.add_scalar("train/kl_penalty", float("-inf"), 7)
+    w.close()
+    ev = max((exp / "tensorboard").glob("events.out.tfevents.*"), key=lambda p: p.stat().st_size)
+    data = bytearray(ev.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 4] = b"\xff\xff\xff\xff"  # damage in the middle: the rest is still read
+    ev.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="damaged"):
+        code, doc, err = _cli(capfd, "metrics", exp, "--json")
+    assert code == 0 and doc["problems"] and {"file", "offset", "kind", "message"} <= set(doc["problems"][0])
+    assert "damaged stretch" in err
+    rows = {(r["tag"], r["step"]): r["value"] for r in doc["rows"]}
+    assert rows.get(("train/reward", 7)) == "Infinity" and rows.get(("train/kl_penalty", 7)) == "-Infinity"
+
+
+def test_metrics_of_a_file_that_holds_none_is_an_error(tmp_path, capfd):
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(bytes(range(256)) * 64)
+    code, doc, _ = _cli(capfd, "metrics", garbage, "--json")
+    assert code == 1 and "holds no metrics" in doc["error"] and "verl console log" in doc["fix"]
+    log = tmp_path / "verl.log"
+    log.write_text("starting up…\n")  # a verl log before its first step: empty, not an error
+    assert _cli(capfd, "metrics", log, "--json")[0] == 0
+
+
+def test_metrics_json_into_a_closed_pipe_prints_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    w = SummaryWriter(log_dir=str(tmp_path / "exp_001" / "tensorboard"))
+    for s in range(1, 3001):
+        w.add_scalar("train/reward", s / 3000, s)
+        w.add_scalar("train/mean_gen_tokens_per_sample", 100.0 + s, s)
+    w.close()
+    r = subprocess.run(f"{sys.executable} -m nbtools.cli metrics {tmp_path / 'exp_001'} --json | head -c 100",
+                       shell=True, capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert len(r.stdout) == 100 and r.stdout.startswith('{"source": "tensorboard"')
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr and "Exception ignored" not in r.stderr

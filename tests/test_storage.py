@@ -107,3 +107,39 @@ def test_the_emulator_is_what_gcsfs_talks_to(gcs):
     assert os.environ["STORAGE_EMULATOR_HOST"] == gcs.url
     fs, path = storage.filesystem(f"gs://{BUCKET}/x")
     assert path == f"{BUCKET}/x" and gcs.url in str(getattr(fs, "_endpoint", "") or fs.base)
+
+
+def test_a_tampered_or_replaced_cached_copy_is_never_served(gcs, monkeypatch):
+    """#31: a same-size edit of the cached copy is downloaded again; a directory there is named; downloads are
+    checked against the MD5 in the object's metadata."""
+    import shutil
+
+    from nbtools.errors import ConflictError, NotReadyError
+
+    url = _put(gcs, "cache/step1.jsonl", b'{"reward": 0.25}\n' * 100)
+    entry = storage.info(url)
+    assert entry.md5  # the emulator reports md5Hash as GCS does
+    p = storage.fetch(url)
+    p.write_bytes(p.read_bytes().replace(b"0.25", b"0.75"))  # same size, other bytes
+    assert storage.fetch(url).read_bytes() == b'{"reward": 0.25}\n' * 100
+    assert storage.fetch_many([(url, entry)])[0].read_bytes() == b'{"reward": 0.25}\n' * 100
+    os.unlink(p)
+    p.mkdir()  # something put a directory where the copy belongs
+    with pytest.raises(ConflictError, match=rf"(?s)the cached copy of {url} at {p} is a directory.*fix: delete"):
+        storage.fetch(url)
+    shutil.rmtree(p)
+    fs, _ = storage.filesystem(url)
+    real_get = fs.get
+
+    def damaging_get(rpath, lpath, *a, **k):  # a download that arrives damaged (same size)
+        out = real_get(rpath, lpath, *a, **k)
+        for lp in [lpath] if isinstance(lpath, str) else lpath:
+            data = bytearray(open(lp, "rb").read())
+            data[0] ^= 1
+            open(lp, "wb").write(bytes(data))
+        return out
+
+    monkeypatch.setattr(fs, "get", damaging_get)
+    with pytest.raises(NotReadyError, match=r"does not match the object's MD5"):
+        storage.fetch(url)
+    assert not p.exists()  # nothing damaged was put in place

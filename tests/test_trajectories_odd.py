@@ -229,3 +229,21 @@ def test_dangling_symlink_costs_only_its_step(tmp_path):
             list(run.iter_records(2))
         assert run.record(3, 1)["idx"] == 1
         assert "1…3 (3 files" in run._repr_html_()
+
+
+def test_a_same_size_rewrite_with_restored_mtime_is_read_again(tmp_path):
+    """#31: inode, size and mtime_ns kept (rewritten in place, timestamp restored): the cache keys on content too."""
+    exp = tmp_path / "exp_001"
+    f = _write(exp, 1, [{"rewards": [0.25]}, {"rewards": [0.5]}])
+    run = T.open_run(exp)
+    assert run.read()["reward"].tolist() == [0.25, 0.5]
+    st = os.stat(f)
+    data = f.read_bytes()
+    with open(f, "r+b") as fh:  # same inode, same size: 0.25 -> 0.75 in the first record
+        fh.write(data.replace(b'"rewards": [0.25]', b'"rewards": [0.75]', 1))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = os.stat(f)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert T.open_run(exp).read()["reward"].tolist() == [0.75, 0.5]  # the on-disk cache of another reader
+    assert run.read()["reward"].tolist() == [0.75, 0.5]  # this reader's memory
+    assert run.record(1, 0)["reward"] == 0.75

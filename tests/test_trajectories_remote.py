@@ -83,15 +83,60 @@ def test_evicted_copies_are_read_by_byte_range_through_the_kept_index(gcs, tmp_p
     ranges = []
     real = storage.read_bytes
 
-    def spy(u, start=None, end=None):
+    def spy(u, start=None, end=None, **kw):
         ranges.append((u, start, end))
-        return real(u, start, end)
+        return real(u, start, end, **kw)
 
     monkeypatch.setattr(storage, "read_bytes", spy)
     again = trajectories.open_run(url).record(2, 37)
     assert again["response"] == want["response"] and again["reward"] == want["reward"]
     assert len(ranges) == 1 and ranges[0][1] > 0 and ranges[0][2] - ranges[0][1] < 1000  # one line, not the file
     assert not (run.path / "train_data_step2.jsonl").exists()
+
+
+def test_a_ranged_read_after_evict_and_rewrite_never_mixes_generations(gcs, tmp_path):
+    """#31: the index of the old object must not be used on the new one's bytes: pinned, re-listed, re-indexed."""
+    from nbtools.errors import NotFoundError
+
+    logs = _write_run(tmp_path, steps=2, per=8)
+    url = _upload(gcs, logs, "run5/logs")
+    run = trajectories.open_run(url)
+    assert run.record(1, 2)["idx"] == 2
+    assert storage.evict(url) > 0
+    new = [_line(1, 100 + i, 0.25) for i in range(2)]  # the restarted run wrote 2 longer lines
+    gcs.fs.pipe(f"{BUCKET}/run5/logs/exp_001/train_data_step1.jsonl", "".join(x + "\n" for x in new).encode())
+    with pytest.raises(NotFoundError, match=r"expected idx in 0\.\.1 for step 1, got 2"):
+        run.record(1, 2)
+    assert run.record(1, 1)["idx"] == 101 and run.record(1, 0)["response"] == json.loads(new[0])["content"][0][1]
+    assert trajectories.open_run(url).record(1, 1)["idx"] == 101  # a fresh reader agrees
+
+
+def test_a_step_deleted_between_listing_and_download_loses_only_that_step(gcs, tmp_path, monkeypatch):
+    """#31: the error names step 2 (not the first file of the batch) and the other steps are read."""
+    logs = _write_run(tmp_path, steps=3, per=4)
+    url = _upload(gcs, logs, "run6/logs")
+    run = trajectories.open_run(url)
+    real, deleted = storage.ls, []
+
+    def ls_then_delete(u):
+        out = real(u)
+        if not deleted and any(e.name == "train_data_step2.jsonl" for e in out):
+            gcs.fs.rm(f"{BUCKET}/run6/logs/exp_001/train_data_step2.jsonl")
+            deleted.append(1)
+        return out
+
+    monkeypatch.setattr(storage, "ls", ls_then_delete)
+    with pytest.warns(UserWarning, match=r"cannot read train_data_step2\.jsonl .*the other steps were read"):
+        df = run.read()
+    assert deleted and sorted(set(df.step)) == [1, 3] and len(df) == 8
+    assert df.attrs["unreadable_steps"] == [2]
+    assert any("train_data_step2.jsonl" in str(p) for p in run.problems.to_dict("records"))
+    from nbtools.errors import NotFoundError
+
+    one, two = (f"{url}/exp_001/train_data_step{k}.jsonl" for k in (1, 2))
+    storage.evict(url)
+    with pytest.raises(NotFoundError, match=r"expected \S*train_data_step2\.jsonl to exist \(listed moments ago\)"):
+        storage.fetch_many([(one, storage.info(one)), (two, storage.Entry(two, two.rsplit("/", 1)[1], 10, "1", False))])
 
 
 def test_missing_bucket_paths_name_the_fix(gcs):

@@ -6,7 +6,6 @@ State API, which works the same for a local head, a port-forwarded KubeRay head 
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 
 __all__ = ["ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
@@ -97,8 +97,8 @@ class ClusterResources:
         if self.head_rss_bytes is not None:
             uss = f", unique {self.head_uss_bytes / _GIB:.2f} GiB" if self.head_uss_bytes is not None else ""
             rows.append(("head memory", f"RSS {self.head_rss_bytes / _GIB:.2f} GiB over {self.head_processes} processes{uss}"))
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-        url = html.escape(self.dashboard_url)
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{_h(v)}</td></tr>" for k, v in rows)
+        url = _h(self.dashboard_url)
         return f"<b>Ray resources</b> (used / total) at <a href='{url}'>{url}</a><table>{body}</table>"
 
 
@@ -146,14 +146,14 @@ class ClusterHandle:
             if v:
                 rows.append((key.replace("_", " "), str(v)))
         rows += [(k, str(v)) for k, v in self.extra.items()]
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{_h(v)}</td></tr>" for k, v in rows)
         return f"<b>Ray cluster</b><table>{body}</table>"
 
 
 def _table_html(title: str, rows: list[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+    body = "".join(f"<tr><th style='text-align:left'>{_h(k)}</th><td style='text-align:left'>{_h(v)}</td></tr>"
                    for k, v in rows)
-    return f"<b>{html.escape(title)}</b><table>{body}</table>"
+    return f"<b>{_h(title)}</b><table>{body}</table>"
 
 
 @_paths.tidy_reprs
@@ -184,7 +184,7 @@ class Teardown:
         return self.message or self.actions.to_string(index=False)
 
     def _repr_html_(self) -> str:
-        return f"<b>{html.escape(self.backend)}</b>: {html.escape(self.message)}" + self.actions.to_html(index=False)
+        return f"<b>{_h(self.backend)}</b>: {_h(self.message)}" + self.actions.to_html(index=False)
 
 
 @_paths.tidy_reprs
@@ -235,7 +235,7 @@ class Preview:
         return f"dry run ({self.backend}): {self.verb} would {self.would}"
 
     def _repr_html_(self) -> str:
-        return f"<b>dry run</b> ({html.escape(self.backend)}): {html.escape(self.verb)} would {html.escape(self.would)}"
+        return f"<b>dry run</b> ({_h(self.backend)}): {_h(self.verb)} would {_h(self.would)}"
 
 
 def process_tree_memory(pid: int) -> tuple[int, int | None, int]:

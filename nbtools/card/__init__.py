@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import io
 import os
 import re
@@ -26,6 +25,7 @@ from typing import Any
 import yaml
 
 from nbtools import storage
+from nbtools._escape import md, md_code
 from nbtools.card import _guard, _io
 from nbtools.card._facts import KNOWN_LICENSES, fingerprint, gather
 from nbtools.card._render import (
@@ -63,11 +63,12 @@ class Card:
 
     def _repr_markdown_(self) -> str:
         m = self.metadata
-        notes = "".join(f"\n- {html.escape(n)}" for n in self.notes)
-        return (f"**Model card** `{self.path}`: base model `{m.get('base_model', 'n/a')}`, license "
-                f"`{m.get('license', 'unknown')}`, tags {', '.join(m.get('tags', []))}; {self.evaluations} evaluation(s) "
-                f"in the model-index; beside it: {', '.join(self.files) or 'nothing else'}.{notes}\n\n"
-                f"Publish (not run by nbtools):\n```python\n{self.upload_call}\n```")
+        notes = "".join(f"\n- {md(n)}" for n in self.notes if md(n))
+        fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", self.upload_call)), default=0))
+        return (f"**Model card** {md_code(self.path)}: base model {md_code(m.get('base_model', 'n/a'))}, license "
+                f"{md_code(m.get('license', 'unknown'))}, tags {md(', '.join(m.get('tags', [])))}; {self.evaluations} "
+                f"evaluation(s) in the model-index; beside it: {md(', '.join(self.files) or 'nothing else')}.{notes}\n\n"
+                f"Publish (not run by nbtools):\n{fence}python\n{self.upload_call}\n{fence}")
 
 
 def _model_card(front: Any, text: str):

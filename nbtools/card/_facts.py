@@ -313,8 +313,8 @@ def _license(base: str, dirs: list[Path | None]) -> tuple[str | None, str]:
                 lic = ModelCard(text, ignore_metadata_errors=True).data.get("license")
             except ValueError:
                 lic = None
-            if lic:
-                return str(lic), "the base model's README.md"
+            if isinstance(lic, str) and re.fullmatch(r"[a-z0-9][a-z0-9.+-]{0,63}", lic):  # a Hub licence id
+                return lic, "the base model's README.md"
     if base in KNOWN_LICENSES:
         return KNOWN_LICENSES[base], "nbtools' table of known base models"
     return None, "unknown"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
@@ -59,9 +60,17 @@ class MergeResult:
 
     def _repr_html_(self) -> str:
         state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<b>{self.out}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{self.layout}"
+        notes = "".join(f"<li>{_h(n)}</li>" for n in self.notes)
+        return (f"<b>{_h(self.out)}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{_h(self.layout)}"
                 f"</code>, {state}, verified: {'✓' if self.verified else '✗'}<ul>{notes}</ul>")
+
+
+def _size(n: int) -> str:
+    """Bytes in the largest decimal unit that keeps a digit before the point (``12.3 MB``, never ``0.00 GB``)."""
+    for unit, mult in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if n >= mult:
+            return f"{n / mult:.3g} {unit}" if n < 100 * mult else f"{n / mult:.0f} {unit}"
+    return f"{n} bytes"
 
 
 def parse_size(size: int | str) -> int:
@@ -199,7 +208,8 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
 
         checksum = default_checksum()
     t0 = time.perf_counter()
-    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser())
+    cfg_path = (Path(config),) if isinstance(config, str | os.PathLike) else ()
+    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser(), cfg_path)
     step = Path(step_dir).expanduser().resolve()
     out = Path(out_dir).expanduser().resolve()
     if step.name.startswith(("tmp_step_", "old_step_")):
@@ -261,7 +271,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             free = shutil.disk_usage(out.parent).free
             raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
-                                  f"{total / 1e9:.2f} GB, {free / 1e9:.2f} GB free); nothing was left behind",
+                                  f"{_size(total)}, {_size(free)} free); nothing was left behind",
                                   fix="free disk space or pass an out_dir on a disk with room") from None
         raise
     except BaseException:

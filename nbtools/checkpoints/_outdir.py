@@ -50,31 +50,70 @@ def step_root(p: Path) -> Path:
     return p
 
 
-def check_not_overlapping(step: Path, out: Path) -> None:
-    """Refuse an ``out`` that is, contains or lies inside the checkpoint being read (symlinks resolved).
+def _linked(root: Path, limit: int = 100_000) -> list[tuple[Path, Path]]:
+    """(link, resolved target) of every symlink under ``root``, following linked directories (each target once)."""
+    found, seen, todo = [], {root.resolve()}, [root]
+    while todo and len(found) < limit:
+        d = todo.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_symlink():
+                target = Path(e.path).resolve()
+                found.append((Path(e.path), target))
+                if target.is_dir() and target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+            elif e.is_dir(follow_symlinks=False):
+                todo.append(Path(e.path))
+    return found
+
+
+def _overlap(src: Path, o: Path) -> str | None:
+    """How the resolved output ``o`` overlaps the resolved input ``src``, or None."""
+    if o == src:
+        return "is"
+    if src.is_relative_to(o):
+        return "contains"
+    if o.is_relative_to(src):
+        return "lies inside"
+    s_ids, o_ids = _ids(src), _ids(o)
+    if o.exists() and s_ids and o_ids and o_ids[0] in s_ids:
+        return "contains (under another path)"
+    if src.exists() and s_ids and s_ids[0] in o_ids:
+        return "lies inside (under another path)"
+    return None
+
+
+def check_not_overlapping(step: Path, out: Path, also: tuple[Path, ...] = ()) -> None:
+    """Refuse an ``out`` that is, contains or lies inside anything the merge reads (symlinks resolved).
 
     With ``overwrite`` the merge renames ``out`` away and deletes it: on the input, that deletes the checkpoint.
+    The input is the step dir and every directory or file it reaches through a symlink (e.g. ``policy/weights``
+    moved elsewhere and linked back), plus ``also`` (a ``config=`` path).
 
     Raises:
         ConflictError: naming the overlap and an output path outside the checkpoint directory.
     """
     s, o = step_root(step.resolve()), out.resolve()
-    how = None
-    if o == s:
-        how = "is the checkpoint itself"
-    elif s.is_relative_to(o):
-        how = "contains the checkpoint"
-    elif o.is_relative_to(s):
-        how = "lies inside the checkpoint"
-    else:
-        s_ids, o_ids = _ids(s), _ids(o)
-        if o.exists() and s_ids and o_ids and o_ids[0] in s_ids:
-            how = "contains the checkpoint (the same directory under another path)"
-        elif s.exists() and s_ids and s_ids[0] in o_ids:
-            how = "lies inside the checkpoint (the same directory under another path)"
+    how = {"is": "is the checkpoint itself", "contains": "contains the checkpoint",
+           "lies inside": "lies inside the checkpoint",
+           "contains (under another path)": "contains the checkpoint (the same directory under another path)",
+           "lies inside (under another path)": "lies inside the checkpoint (the same directory under another path)",
+           }.get(_overlap(s, o) or "")
     if how:
         raise ConflictError(f"the output directory {out} {how} {step}; merging there would overwrite or delete the "
                             f"checkpoint", fix=f"pick an output outside the checkpoint dir, e.g. {_suggest(s)}")
+    for link, target in _linked(s) + [(p, p.expanduser().resolve()) for p in also]:
+        rel = _overlap(target, o)
+        if rel:
+            via = f"through the link {link}" if link.is_symlink() else f"({link})"
+            raise ConflictError(f"the output directory {out} {rel} {target}, "
+                                f"which the merge of {step} reads {via}; merging there with overwrite would "
+                                f"delete what the checkpoint is made of",
+                                fix=f"pick an output outside {target} and outside the checkpoint dir, e.g. {_suggest(s)}")
 
 
 def _pattern(out: Path) -> re.Pattern:

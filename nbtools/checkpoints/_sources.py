@@ -12,6 +12,7 @@ import json
 import math
 import os
 import pickle
+import re
 import struct
 import zipfile
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ ST_DTYPES = {
     "F8_E5M2": torch.float8_e5m2,
 }
 _RESYNC = "re-copy the complete step_N directory from where training wrote it (e.g. the bucket), or pick another step"
+_STRAY = ("move the named file(s) out of the checkpoint (a stale file from an earlier save or copy), or " + _RESYNC)
+# torch.distributed.checkpoint._hf_utils.SHARDED_FILE_NAME; HuggingFaceStorageWriter numbers ranks from 1
+_SHARD_NAME = re.compile(r"^shard-(\d{5})-model-(\d{5})-of-(\d{5})\.safetensors$")
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,7 @@ def _read_dcp(d: Path, strip_prefix: str) -> dict[str, SourceTensor]:
     from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
 
     md = load_dcp_metadata(d / ".metadata")  # allow-listed unpickling: a crafted file cannot run code
+    _check_unlisted(d, {getattr(i, "relative_path", None) for i in md.storage_data.values()})
     out: dict[str, SourceTensor] = {}
     handles: dict[Path, object] = {}
     try:
@@ -219,6 +224,14 @@ def _read_dcp(d: Path, strip_prefix: str) -> dict[str, SourceTensor]:
         for fh in handles.values():
             fh.close()
     return out
+
+
+def _check_unlisted(d: Path, listed: set) -> None:
+    """Shard files in ``d`` that no rank recorded in ``.metadata``: a stale file that must not be taken for data."""
+    stray = sorted(p.name for p in d.glob("*.distcp") if p.name not in listed)
+    if stray:
+        raise CheckpointError(f"{', '.join(stray)} in {d}: no rank of this checkpoint wrote it (its .metadata lists "
+                              f"{len(listed)} other shard file(s)); it is not merged", fix=_STRAY)
 
 
 def _is_ints(x, n: int | None = None) -> bool:
@@ -297,18 +310,86 @@ def read_sources(step_dir: Path, layout: str) -> dict[str, SourceTensor]:
 
 
 def _check_rank_files(files: list[Path]) -> None:
-    ranks = sorted(int(p.name.split("-")[1]) for p in files)
+    """Every file is one a rank of ``HuggingFaceStorageWriter(save_distributed=True)`` names, and no rank is missing."""
+    parsed = {p: _SHARD_NAME.match(p.name) for p in files}
+    stray = [p.name for p, m in parsed.items() if not m or int(m[1]) == 0 or int(m[2]) == 0 or int(m[2]) > int(m[3])]
+    totals = {m[3] for m in parsed.values() if m}
+    if stray or len(totals) > 1:
+        what = (f"{', '.join(stray)}: not a name any rank writes (ranks write shard-0000R-model-0000K-of-0000N"
+                f".safetensors, R from 1)" if stray else f"the shard files disagree on the file count ({sorted(totals)})")
+        raise CheckpointError(f"{files[0].parent}: {what}; nothing was merged", fix=_STRAY)
+    ranks = sorted(int(parsed[p][1]) for p in files)
     missing = sorted(set(range(1, (ranks[-1] if ranks else 0) + 1)) - set(ranks))
     if missing:
         names = ", ".join(f"shard-{r:05d}-model-*.safetensors" for r in missing)
         raise CheckpointError(f"shard file(s) {names} missing from {files[0].parent} (found ranks {ranks})", fix=_RESYNC)
 
 
+def _chunk_blocks(c: Chunk, itemsize: int, block: int = 4 << 20):
+    """The row-major bytes of a chunk, in blocks (raw chunks by pread; a non-plain torch.save record loaded)."""
+    if c.start >= 0:
+        with open(c.path, "rb") as f:
+            for pos in range(0, c.nbytes, block):
+                got = os.pread(f.fileno(), min(block, c.nbytes - pos), c.start + pos)
+                if not got:
+                    return
+                yield got
+        return
+    with open(c.path, "rb") as f:
+        f.seek(c.region[0])
+        blob = f.read(c.region[1])
+    try:
+        t = torch.load(io.BytesIO(blob), weights_only=True).contiguous()
+    except Exception as e:  # noqa: BLE001 - any failure here means the same: this chunk cannot be read
+        raise CheckpointError(f"{c.path}: the chunk at bytes {c.region[0]}..{sum(c.region)} cannot be loaded "
+                              f"({type(e).__name__}: {e})", fix=_RESYNC) from None
+    data = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    for pos in range(0, len(data), block):
+        yield data[pos:pos + block]
+
+
+def _same_bytes(a: Chunk, b: Chunk, itemsize: int) -> bool:
+    if a.nbytes != b.nbytes:
+        return False
+    ia, ib = _chunk_blocks(a, itemsize), _chunk_blocks(b, itemsize)
+    buf_a = buf_b = b""
+    while True:
+        if not buf_a:
+            buf_a = next(ia, b"")
+        if not buf_b:
+            buf_b = next(ib, b"")
+        if not buf_a or not buf_b:
+            return not buf_a and not buf_b
+        n = min(len(buf_a), len(buf_b))
+        if buf_a[:n] != buf_b[:n]:
+            return False
+        buf_a, buf_b = buf_a[n:], buf_b[n:]
+
+
+def _boxes_overlap(a: Chunk, b: Chunk) -> bool:
+    return all(oa < ob + sb and ob < oa + sa for oa, sa, ob, sb in zip(a.offsets, a.sizes, b.offsets, b.sizes, strict=True))
+
+
 def _check_coverage(st: SourceTensor) -> None:
+    """Chunks tile the tensor exactly; a chunk saved more than once (replicas) must be the same bytes every time."""
     seen: dict[tuple[int, ...], Chunk] = {}
-    for c in st.chunks:  # identical replicas of a chunk may be saved by more than one rank: keep one
-        seen.setdefault(c.offsets, c)
+    for c in st.chunks:  # identical replicas of a chunk may be saved by more than one rank: keep one, after comparing
+        first = seen.setdefault(c.offsets, c)
+        if first is not c and (first.sizes != c.sizes or not _same_bytes(first, c, st.dtype.itemsize)):
+            raise CheckpointError(
+                f"{st.name}: the chunk at {list(c.offsets)} is saved twice with different contents ({first.path.name} "
+                f"and {c.path.name}); one of them is stale or damaged, and which one is right cannot be told; "
+                f"nothing was merged", fix=_STRAY)
     st.chunks = sorted(seen.values(), key=lambda c: c.offsets)
+    active: list[Chunk] = []  # sweep on dim 0: chunks whose dim-0 range reaches the current one
+    for c in st.chunks if st.shape else []:
+        active = [a for a in active if a.offsets[0] + a.sizes[0] > c.offsets[0]]
+        clash = next((a for a in active if _boxes_overlap(a, c)), None)
+        if clash is not None:
+            raise CheckpointError(f"{st.name}: the chunks at {list(clash.offsets)} ({clash.path.name}) and "
+                                  f"{list(c.offsets)} ({c.path.name}) overlap; a shard file is stale or damaged",
+                                  fix=_STRAY)
+        active.append(c)
     covered = sum(math.prod(c.sizes) for c in st.chunks)
     if covered != math.prod(st.shape):
         raise CheckpointError(

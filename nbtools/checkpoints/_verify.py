@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.checkpoints._sources import ST_DTYPES, read_safetensors_header
 from nbtools.errors import CheckpointError
 
@@ -77,8 +78,8 @@ class VerifyReport:
 
     def _repr_html_(self) -> str:
         head = "verified ✓" if self.ok else "NOT verified ✗"
-        probs = "".join(f"<li>{p}</li>" for p in self.problems)
-        return f"<b>{self.out}</b>: {head}, {self.tensors} tensors<ul>{probs}</ul>{self.files.to_html(index=False)}"
+        probs = "".join(f"<li>{_h(p)}</li>" for p in self.problems)
+        return f"<b>{_h(self.out)}</b>: {head}, {self.tensors} tensors<ul>{probs}</ul>{self.files.to_html(index=False)}"
 
 
 def new_hash(algorithm: str):
@@ -179,7 +180,7 @@ class AgainstReport:
 
     def _repr_html_(self) -> str:
         return (f"<b>{'equal ✓' if self.ok else 'DIFFERENT ✗'}</b> ({self.mode}), max |diff| = {self.max_abs_diff:g}"
-                + "".join(f"<br>{m}" for m in self.mismatches[:20]))
+                + "".join(f"<br>{_h(m)}" for m in self.mismatches[:20]))
 
 
 def verify_against(out_dir: str | Path, reference, *, input_ids: torch.Tensor | None = None,

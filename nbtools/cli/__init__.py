@@ -40,7 +40,7 @@ class Out:
 
 
 def _jsonable(obj: Any) -> Any:
-    """Plain JSON values for numpy/pandas/paths/dataclasses/enums (NaN and NaT → null)."""
+    """Plain JSON values for numpy/pandas/paths/dataclasses/enums (NaN and NaT → null, ±inf → "Infinity")."""
     import dataclasses
     import enum
 
@@ -61,8 +61,10 @@ def _jsonable(obj: Any) -> Any:
     if hasattr(obj, "item") and callable(obj.item):
         with contextlib.suppress(ValueError, TypeError):
             obj = obj.item()
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+    if isinstance(obj, float) and math.isnan(obj):
         return None
+    if isinstance(obj, float) and math.isinf(obj):  # JSON has no Infinity: keep it as text, not as a missing value
+        return "Infinity" if obj > 0 else "-Infinity"
     if isinstance(obj, (str, int, float, bool)) or obj is None:
         return obj
     return str(obj)
@@ -212,10 +214,18 @@ def _stdout_to_stderr():
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield real
-    finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         real.flush()
+    except BrokenPipeError:  # the reader left (`| head`): what is still buffered goes to /dev/null, not a traceback
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, saved)
+        os.dup2(null, 1)
+        os.close(null)
+        real.close()
+        raise
+    finally:
+        os.dup2(saved, 1)  # stdout is stdout again (or /dev/null after a broken pipe)
         os.close(saved)
 
 
@@ -246,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         >>> nbtools.cli.main(["checkpoints", "runs/local-rehearsal/checkpoints", "--json"])
         0
     """
-    from nbtools.cli._errors import UsageError, cli_words, describe
+    from nbtools.cli._errors import UsageError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     json_out = "--json" in argv
@@ -260,6 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         return _usage(e, argv, json_out)
     json_out = bool(getattr(args, "json", False))
+    try:
+        return _run(args, json_out)
+    except BrokenPipeError:  # the reader stopped early (`| head`): no traceback, nothing more to write
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, what `cat` reports in the same pipe
+
+
+def _run(args, json_out: bool) -> int:
+    from nbtools.cli._errors import cli_words, describe
+
     fallback = _EXPERIMENT_FIX if hasattr(args, "experiment") else "see the message above"
     with _stdout_to_stderr() as real:
         try:

@@ -180,10 +180,34 @@ def cmd_metrics(a) -> Out:
     p = Path(a.run)
     verl = p.is_file() and "tfevents" not in p.name
     df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
+    if df.empty and verl and not _is_text(p):
+        from nbtools.errors import NotFoundError
+
+        raise NotFoundError(f"{p} holds no metrics: it is not text (so not a verl console log) and its name has no "
+                            "'tfevents' (so not a TensorBoard event file)",
+                            fix="pass an exp_NNN dir, its tensorboard/ dir, an events.out.tfevents.* file or a verl "
+                                "console log")
     if df.empty:
         print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
-    return Out({"source": "verl" if verl else "tensorboard", "rows": _records(df)},
+    problems = list(df.attrs.get("problems") or [])
+    if problems:
+        print(f"note: {len(problems)} damaged stretch(es) were skipped; the JSON lists them under 'problems'",
+              file=sys.stderr)
+    return Out({"source": "verl" if verl else "tensorboard", "rows": _records(df), "problems": problems},
                df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
+
+
+def _is_text(p: Path) -> bool:
+    """The first 64 KB hold no NUL byte and decode as UTF-8 (a cut multi-byte character at the end allowed)."""
+    with open(p, "rb") as f:
+        head = f.read(1 << 16)
+    if b"\0" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start >= len(head) - 3
+    return True
 
 
 def cmd_checkpoints(a) -> Out:

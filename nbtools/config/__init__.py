@@ -43,7 +43,7 @@ from nbtools.config._sections import (
     _set_dotted,
     to_dict,
 )
-from nbtools.config._tokens import redact, token_kind
+from nbtools.config._tokens import redact, scrub_secrets, secret_leaks, secret_values, token_kind
 from nbtools.config._validate import Problems, _build
 from nbtools.config._yaml import load_yaml, size_problem
 from nbtools.errors import ConfigError
@@ -160,6 +160,10 @@ def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
     size = size_problem(data)
     if size:
         raise ConfigError(size, source=source)
+    secrets = secret_values(data)
+    leaks = secret_leaks(data, secrets)  # a pasted token never reaches a manifest, plan, message or job
+    if leaks:
+        raise ConfigError(leaks, source=source)
     problems = Problems()
     data = dict(data)
     data.pop("source", None)
@@ -168,7 +172,7 @@ def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
         obj = dataclasses.replace(obj, source=source)
         problems.extend(_semantic_checks(obj, problems))
     if problems:
-        raise ConfigError(list(problems), source=source)
+        raise ConfigError([scrub_secrets(p, secrets) for p in problems], source=source)
     return obj
 
 

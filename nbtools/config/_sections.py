@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.config
     GPU_DRIVER_VERSIONS,
     GPU_TYPES,
@@ -46,7 +47,7 @@ class Secret:
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        return f"<code>{self!r}</code>"
+        return f"<code>{_h(repr(self))}</code>"
 
     def __reduce__(self):
         raise TypeError("nbtools.config.Secret cannot be pickled or serialized; pass its name, not its value")

@@ -19,11 +19,15 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from typing import Any
 
-__all__ = ["token_kind", "redact"]
+__all__ = ["token_kind", "redact", "SECRET_ENV", "secret_values", "secret_leaks", "scrub_secrets"]
+
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY", "NGC_API_KEY")  # always scanned for
+_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api_key|apikey|credential|(^|[._])key$)", re.IGNORECASE)
 
 _PREFIXES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"hf_[A-Za-z0-9]{16,}"), "a Hugging Face token"),
@@ -90,3 +94,52 @@ def redact(value: Any) -> str:
     """
     text = value if isinstance(value, str) else repr(value)
     return f"<redacted, {len(text)} chars>"
+
+
+def secret_values(data: dict[str, Any]) -> dict[str, str]:
+    """{env var name: value} of the secrets this environment holds that no output may contain.
+
+    The names: the usual token variables, every ``secrets.*.env`` the experiment names, and secret-looking
+    ``trainer.env_vars`` keys. Values shorter than 8 characters are too common to scan for.
+    """
+    names = set(SECRET_ENV)
+    secrets = data.get("secrets") if isinstance(data, dict) else None
+    for ref in (secrets or {}).values() if isinstance(secrets, dict) else ():
+        if isinstance(ref, dict) and isinstance(ref.get("env"), str) and ref["env"]:
+            names.add(ref["env"])
+    trainer = data.get("trainer") if isinstance(data, dict) else None
+    env = trainer.get("env_vars") if isinstance(trainer, dict) else None
+    names |= {k for k in (env or {}) if isinstance(k, str) and _SECRET_KEY.search(k)} if isinstance(env, dict) else set()
+    return {n: os.environ[n] for n in sorted(names) if len(os.environ.get(n, "")) >= 8}
+
+
+def _leaves(x: Any, key: str = ""):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            sub = f"{key}.{k}" if key else str(k)
+            yield sub, str(k)
+            yield from _leaves(v, sub)
+    elif isinstance(x, list | tuple):
+        for i, v in enumerate(x):
+            yield from _leaves(v, f"{key}[{i}]")
+    elif isinstance(x, str):
+        yield key, x
+
+
+def secret_leaks(data: dict[str, Any], secrets: dict[str, str]) -> list[str]:
+    """One problem per config key whose text holds the value of a secret (naming the variable, never the value)."""
+    out = []
+    for key, text in _leaves(data):
+        for name, value in secrets.items():
+            if value in text:
+                out.append(f"{scrub_secrets(key, secrets)}: holds the value of ${name}, which would be written into "
+                           f"manifests, plans, job metadata and messages; fix: remove it and reference the secret by "
+                           f"name under `secrets:` (e.g. secrets.hf_token.env: {name})")
+    return out
+
+
+def scrub_secrets(text: str, secrets: dict[str, str]) -> str:
+    """``text`` with every secret value replaced by ``<value of $NAME>``."""
+    for name, value in secrets.items():
+        text = text.replace(value, f"<value of ${name}>")
+    return text

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError
 from nbtools.evals import stats
 from nbtools.evals.parse import ScoreBlock
@@ -95,15 +96,13 @@ class Comparison:
         return p
 
     def _repr_html_(self) -> str:
-        import html
-
         ci = f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}]" if self.ci_low is not None else "n/a"
         kind = "paired" if self.paired else "<span style='color:#b45309'>unpaired (weaker)</span>"
         rows = [
             (self.name_a, f"{self.acc_a:.3f}", f"{self.ci_a[0]:.3f}–{self.ci_a[1]:.3f}"),
             (self.name_b, f"{self.acc_b:.3f}", f"{self.ci_b[0]:.3f}–{self.ci_b[1]:.3f}"),
         ]
-        body = "".join(f"<tr><td>{html.escape(a)}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in rows)
+        body = "".join(f"<tr><td>{_h(a)}</td><td>{b}</td><td>{c}</td></tr>" for a, b, c in rows)
         flips = ""
         if self.flips:
             f = self.flips
@@ -115,9 +114,9 @@ class Comparison:
         colour = "#15803d" if self.significant and self.delta > 0 else ("#b91c1c" if self.significant else "#374151")
         return (
             f"<table><tr><th>model</th><th>accuracy</th><th>95% Wilson CI</th></tr>{body}</table>"
-            f"Δ = <b>{self.delta:+.3f}</b>, 95% CI {ci}; {html.escape(self.test)} ({kind}), "
+            f"Δ = <b>{self.delta:+.3f}</b>, 95% CI {ci}; {_h(self.test)} ({kind}), "
             f"p = <b>{self.p_value:.3g}</b> on {self.n_problems} problems{flips}{pk}"
-            f"<p style='color:{colour}'><b>{html.escape(self.verdict)}</b></p>"
+            f"<p style='color:{colour}'><b>{_h(self.verdict)}</b></p>"
         )
 
 
@@ -228,6 +227,7 @@ def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_m
         ia, ib = set(ra.table["problem_id"]), set(rb.table["problem_id"])
         if ia != ib:
             refuse.append(f"different problem sets: {len(ia)} and {len(ib)} problems, {len(ia & ib)} in common")
+        refuse.extend(_same_problems(ra.table, rb.table, names))
     elif ra.num_problems != rb.num_problems:
         refuse.append(f"different problem counts: {ra.num_problems} ({names[0]}) vs {rb.num_problems} ({names[1]})")
     if refuse and not allow_mismatch:
@@ -241,6 +241,24 @@ def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_m
     for text in loud:
         warnings.warn(text, UserWarning, stacklevel=3)
     notes.extend(loud)
+
+
+def _same_problems(ta: pd.DataFrame, tb: pd.DataFrame, names: tuple[str, str]) -> list[str]:
+    """Shared ids must be the same problems: where both tables carry prompts (or ground truths), they must agree."""
+    out = []
+    for col, what in (("prompt", "prompt"), ("ground_truth", "ground truth")):
+        if col not in ta.columns or col not in tb.columns:
+            continue
+        fa = ta.dropna(subset=[col]).groupby("problem_id", sort=False)[col].first().astype(str).str.strip()
+        fb = tb.dropna(subset=[col]).groupby("problem_id", sort=False)[col].first().astype(str).str.strip()
+        common = fa.index.intersection(fb.index)
+        if not len(common):
+            continue
+        differ = common[(fa.loc[common] != fb.loc[common]).to_numpy()]
+        if len(differ):
+            out.append(f"same problem ids, different problems: {len(differ)} of the {len(common)} shared ids have a "
+                       f"different {what} in {names[0]} and {names[1]} (e.g. {', '.join(map(str, differ[:3]))})")
+    return out
 
 
 def _paired(ra: EvalResult, rb: EvalResult, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame] | None:

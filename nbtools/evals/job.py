@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
@@ -163,13 +164,11 @@ class EvalJob:
                            runtime_env=self.runtime_env or None, metadata=self.metadata)
 
     def _repr_html_(self) -> str:
-        import html
-
-        return (f"<b>NeMo-RL eval job</b> <code>{html.escape(self.submission_id)}</code>: "
-                f"{html.escape(self.label)} = <code>{html.escape(self.model_name)}</code> on "
-                f"<b>{html.escape(self.dataset_name)}</b>, n={self.num_tests_per_prompt}, T={self.temperature}<br>"
-                f"results → <code>{html.escape(self.save_path)}</code>"
-                f"<pre style='white-space:pre-wrap'>{html.escape(self.to_command())}</pre>")
+        return (f"<b>NeMo-RL eval job</b> <code>{_h(self.submission_id)}</code>: "
+                f"{_h(self.label)} = <code>{_h(self.model_name)}</code> on "
+                f"<b>{_h(self.dataset_name)}</b>, n={self.num_tests_per_prompt}, T={self.temperature}<br>"
+                f"results → <code>{_h(self.save_path)}</code>"
+                f"<pre style='white-space:pre-wrap'>{_h(self.to_command())}</pre>")
 
 
 def _slug(text: str) -> str:

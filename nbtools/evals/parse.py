@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError, NotFoundError
 
 __all__ = ["ScoreBlock", "ScoreLog", "read_score_log", "parse_score_blocks", "load_evaluation_data", "load_eval_config", "REQUIRED_FIELDS"]
@@ -104,7 +105,7 @@ class ScoreBlock:
 
     def _repr_html_(self) -> str:
         return (
-            f"<b>{self.model_name}</b> on <b>{self.dataset_name}</b>: {self.metric} = <b>{self.score:.4f}</b> "
+            f"<b>{_h(self.model_name)}</b> on <b>{_h(self.dataset_name)}</b>: {_h(self.metric)} = <b>{self.score:.4f}</b> "
             f"({self.numerator:g}/{self.denominator}), T={self.temperature}, n={self.num_tests_per_prompt}, "
             f"max_new_tokens={self.max_new_tokens}"
         )

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.errors import NotFoundError
 from nbtools.evals.stats import pass_at_k, wilson_ci
 
@@ -182,16 +183,16 @@ class EvalResult:
     # -- display ------------------------------------------------------------------------------------------
     def _repr_html_(self) -> str:
         if not self.num_problems:
-            return f"<b>EvalResult</b> {self.model}: no samples"
+            return f"<b>EvalResult</b> {_h(self.model)}: no samples"
         low, high = self.ci
         p = self.params
-        how = "greedy" if not p.get("temperature") else f"sampled T={p.get('temperature')}"
+        how = "greedy" if not p.get("temperature") else f"sampled T={_h(p.get('temperature'))}"
         rows = "".join(
             f"<tr><td>pass@{int(r.k)}</td><td>{r.pass_at_k:.3f}</td></tr>" for r in self.pass_at_k_table().itertuples()
         ) if self.has_samples else "<tr><td>totals only (no per-sample file)</td></tr>"
-        where = f"<br>saved to <code>{self.path}</code>" if self.path else ""
+        where = f"<br>saved to <code>{_h(self.path)}</code>" if self.path else ""
         return (
-            f"<b>EvalResult</b> <code>{Path(self.model).name or self.model}</code> — {how}, "
+            f"<b>EvalResult</b> <code>{_h(Path(self.model).name or self.model)}</code> — {how}, "
             f"{self.num_problems} problems × {self.n} sample(s)<br>accuracy <b>{self.accuracy:.3f}</b> "
             f"(95% Wilson CI {low:.3f}–{high:.3f})<table>{rows}</table>{where}"
         )

@@ -6,12 +6,12 @@ reads (stable class names and ``data-*`` attributes) and what a saved notebook k
 
 from __future__ import annotations
 
-import html
 import math
 
 import numpy as np
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.explorer._query import Page
 from nbtools.explorer._record import RecordView, Segment, tag_segments
 
@@ -36,7 +36,7 @@ def _num(x, fmt: str = ".3g") -> str:
     try:
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(float(x), fmt)
     except (TypeError, ValueError):
-        return html.escape(str(x))
+        return _h(str(x))
 
 
 def segments_html(segments: list[Segment], limit: int | None = None) -> str:
@@ -47,7 +47,7 @@ def segments_html(segments: list[Segment], limit: int | None = None) -> str:
         if limit is not None and used + len(text) > limit:
             text = text[: max(0, limit - used)]
         used += len(text)
-        body = html.escape(text)
+        body = _h(text)
         if "match" in s.kinds:
             body = f"<mark>{body}</mark>"
         cls = " ".join(k for k in ("think", "answer", "tag") if k in s.kinds)
@@ -93,7 +93,7 @@ def page_html(page: Page, *, think_tag: str = "think", answer_tag: str = "answer
         body.append(f"<tr class='nbx-row {cls}' data-step='{r.step}' data-idx='{r.idx}'{sel}><td class='num'>{r.step}</td>"
                     f"<td class='num'>{r.idx}</td><td class='num'>{_num(r.reward)}</td>"
                     f"<td class='num'>{_num(r.advantage)}</td><td class='num'>{_num(r.generation_length, '.0f')}</td>"
-                    f"<td>{_verdict(r.correct)}</td><td class='txt'>{html.escape(str(r.answer)) if r.answer is not None else '<span class=muted>none</span>'}</td>"
+                    f"<td>{_verdict(r.correct)}</td><td class='txt'>{_h(str(r.answer)) if r.answer is not None else '<span class=muted>none</span>'}</td>"
                     f"<td class='txt'>{resp}</td></tr>")
     if not body:
         body.append("<tr><td colspan='8' class='muted'>no record matches</td></tr>")
@@ -109,14 +109,14 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
     facts = (f"step {view.step} · idx {view.idx} · group {view.group if view.group is not None else '—'} · reward "
              f"<b>{_num(view.reward)}</b> · advantage {_num(view.advantage)} · baseline {_num(view.baseline)} · "
              f"generation length {_num(view.generation_length, '.0f')} · env_observation: "
-             f"{html.escape(str(view.env_observation or '—'))}")
+             f"{_h(str(view.env_observation or '—'))}")
     parts = [f"<div class='note nbx-record' data-step='{view.step}' data-idx='{view.idx}'>{facts}</div>",
              "<table><colgroup><col style='width:12%'><col></colgroup>",
              f"<tr><th>prompt</th><td class='txt'>{segments_html(view.prompt_segments)}</td></tr>",
              f"<tr><th>response<br><span class='think'>think</span> <span class='answer'>answer</span> "
              f"<span class='tag'>&lt;tag&gt;</span></th><td class='txt nbx-response'>{segments_html(view.segments)}</td></tr>",
-             f"<tr><th>parsed</th><td class='txt'>think: {html.escape(repr(view.think))}<br>answer: "
-             f"{html.escape(repr(view.answer))}</td></tr></table>"]
+             f"<tr><th>parsed</th><td class='txt'>think: {_h(repr(view.think))}<br>answer: "
+             f"{_h(repr(view.answer))}</td></tr></table>"]
     if view.rewards is not None:
         total, stored = view.rewards.attrs.get("total"), view.rewards.attrs.get("stored")
         again = (f"recomputed {_num(total)}" if total is not None and not math.isnan(total) else
@@ -133,7 +133,7 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
             text = getattr(r, "text", None)  # decoded when the explorer has the run's tokenizer
             chips.append(f"<span class='tok' style='background:{shade};white-space:pre' title='pos {r.position} · id "
                          f"{r.token_id} · logprob {_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage "
-                         f"{_num(r.advantage)}'>{html.escape(text) if isinstance(text, str) else r.token_id}</span>")
+                         f"{_num(r.advantage)}'>{_h(text) if isinstance(text, str) else r.token_id}</span>")
         parts.append(f"<div class='note nbx-tokens'><b>tokens</b>: {len(t)} in all, {int(np.nansum(t['mask']))} "
                      f"generated (mask = 1; shade = probability under the policy; hover for log-probs)</div>"
                      f"<div>{''.join(chips)}</div>")
@@ -157,7 +157,7 @@ def compare_html(left: list[RecordView], right: list[RecordView], steps: tuple[i
 def summary_html(df: pd.DataFrame, label: str) -> str:
     """Counts, mean reward, correct share, groups with no signal, and a reward histogram with labelled axes."""
     if df.empty:
-        return f"<div class='nbx'>{STYLE}<b>{html.escape(label)}</b>: no samples (yet)</div>"
+        return f"<div class='nbx'>{STYLE}<b>{_h(label)}</b>: no samples (yet)</div>"
     groups = df.drop_duplicates(["step", "group"])
     known = df["correct"].dropna()
     correct = f"{known.astype(bool).mean():.0%}" if len(known) else "n/a"
@@ -169,7 +169,7 @@ def summary_html(df: pd.DataFrame, label: str) -> str:
     bars = "".join(f"<tr><td class='num'>{k if isinstance(k, str) else f'{k:g}'}</td><td><div class='bar' "
                    f"style='width:{int(220 * n / top)}px'></div></td><td class='num'>{n}</td></tr>"
                    for k, n in dist.items())
-    return (f"<div class='nbx nbx-summary'>{STYLE}<b>{html.escape(label)}</b>: {len(df)} samples in {len(groups)} groups · "
+    return (f"<div class='nbx nbx-summary'>{STYLE}<b>{_h(label)}</b>: {len(df)} samples in {len(groups)} groups · "
             f"mean reward {df['reward'].mean():.3f} · correct {correct} · <b>groups with no signal "
             f"{groups['no_signal'].mean():.0%}</b> · mean generation length {df['generation_length'].mean():.1f}"
             f"<table style='width:auto'><tr><th>reward</th><th>samples (bar)</th><th>count</th></tr>{bars}</table></div>")

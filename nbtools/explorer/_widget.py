@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import NbtoolsError
 from nbtools.explorer._query import FILTERS, SORTS, ExplorerData, Page, Query
 from nbtools.explorer._record import RecordView, record_view
@@ -170,21 +171,24 @@ class TrajectoryExplorer:
     def export(self, path: str | os.PathLike | None = None) -> Path:
         """Write the current selection to CSV (atomically); returns the path.
 
+        Text cells a spreadsheet would run as a formula (starting with ``= + - @``) get a leading ``'``.
+
         Example:
             >>> explorer.export("selection.csv")
         """
         from nbtools._atomic import write_text
+        from nbtools._escape import csv_frame
 
         q = self.query()
         path = Path(path) if path else self.export_dir / f"selection_{'run' if q.step is None else f'step{q.step}'}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write_text(path, self.frame().to_csv(index=False))
+        return write_text(path, csv_frame(self.frame()).to_csv(index=False))
 
     def _export_clicked(self) -> None:
         try:
-            self.status.value = f"<span class='nbx-status'>wrote {html.escape(str(self.export()))}</span>"
+            self.status.value = f"<span class='nbx-status'>wrote {_h(str(self.export()))}</span>"
         except (NbtoolsError, OSError) as err:
-            self.status.value = f"<span style='color:#b00'>{html.escape(str(err))}</span>"
+            self.status.value = f"<span style='color:#b00'>{_h(str(err))}</span>"
 
     # ---- rendering ---------------------------------------------------------------------------------------
     def _fit_ranges(self, scope: pd.DataFrame) -> None:
@@ -222,10 +226,10 @@ class TrajectoryExplorer:
         try:
             self.page_data = self.data.page(q, page, self.page_size.value)
         except NbtoolsError as err:  # e.g. an invalid regex: say so, keep the last page on screen
-            self.status.value = f"<span style='color:#b00'>{html.escape(str(err))}</span>"
+            self.status.value = f"<span style='color:#b00'>{_h(str(err))}</span>"
             return
         p = self.page_data
-        self.status.value = html.escape(note)
+        self.status.value = _h(note)
         self._set(self.page, max=p.pages, value=p.number + 1)
         self.summary.value = summary_html(scope, "the run" if q.step is None else f"step {q.step}")
         self._set(self.record, max=max(p.total, 1), value=min(max(record or p.first, 1), max(p.total, 1)))

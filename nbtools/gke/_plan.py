@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.errors import NbtoolsError, NotFoundError
 
 __all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
@@ -152,11 +153,9 @@ class Plan:
     def _repr_html_(self) -> str:
         """Like ``kubectl get``: STATUS first, left-aligned, one step per row; the command in full (a heredoc's YAML
         folded under it), the check and the undo folded; inline styles only (they survive JupyterLab's sanitiser)."""
-        import html as _html
-
-        note = f"<p><i>{_html.escape(self.note)}</i></p>" if self.note else ""
+        note = f"<p><i>{_h(self.note)}</i></p>" if self.note else ""
         if not self.steps:
-            return f"<b>{self.kind} plan</b>: no steps{note}"
+            return f"<b>{_h(self.kind)} plan</b>: no steps{note}"
         state = self._load()["steps"]
         unset = "pending" if self.applicable else "would run"  # a plan only shown (local / ray) never runs
         counts: dict[str, int] = {}
@@ -167,8 +166,8 @@ class Plan:
         code = "style='white-space:pre-wrap;word-break:break-all;font-size:90%'"
 
         def fold(summary: str, body: str) -> str:
-            return (f"<details><summary style='cursor:pointer;color:#555'>{_html.escape(summary)}</summary>"
-                    f"<pre {code}>{_html.escape(body)}</pre></details>")
+            return (f"<details><summary style='cursor:pointer;color:#555'>{_h(summary)}</summary>"
+                    f"<pre {code}>{_h(body)}</pre></details>")
 
         rows = []
         for s in self.steps:
@@ -179,13 +178,13 @@ class Plan:
                 extra += fold("check" + (" (done when absent)" if s.absent else ""), _join(s.check))
             if s.undo:
                 extra += fold("undo", _join(s.undo))
-            rows.append(f"<tr><td {cell}><b style='color:{color}'>{_html.escape(st)}</b></td>"
-                        f"<td {cell}><code>{_html.escape(s.name)}</code></td><td {cell}>{_html.escape(s.what)}</td>"
-                        f"<td {cell}><code {code}>{_html.escape(_join(s.command))}</code>{extra}</td></tr>")
+            rows.append(f"<tr><td {cell}><b style='color:{color}'>{_h(st)}</b></td>"
+                        f"<td {cell}><code>{_h(s.name)}</code></td><td {cell}>{_h(s.what)}</td>"
+                        f"<td {cell}><code {code}>{_h(_join(s.command))}</code>{extra}</td></tr>")
         head = "".join(f"<th {cell}>{h}</th>" for h in ("STATUS", "STEP", "WHAT", "COMMAND"))
         summary = ", ".join(f"{n} {st}" for st, n in counts.items())
-        return (f"<b>{self.kind} plan</b>: {len(self.steps)} steps ({summary}); state in "
-                f"<code>{_html.escape(str(self.state_path))}</code>{note}"
+        return (f"<b>{_h(self.kind)} plan</b>: {len(self.steps)} steps ({summary}); state in "
+                f"<code>{_h(str(self.state_path))}</code>{note}"
                 f"<table style='border-collapse:collapse'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
     def __len__(self) -> int:

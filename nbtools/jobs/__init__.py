@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 import re
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.errors import JobFailedError, NotReadyError
 from nbtools.jobs._client import address_of, client_for, forget, is_missing, not_found
 from nbtools.jobs._tail import LogPump
@@ -197,7 +197,7 @@ class Job:
                 ("started", str(started or "")), ("message", message[:300])]
         if self.reattached:
             rows.append(("note", "re-attached: this submission id already existed, nothing was submitted twice"))
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{html.escape(v)}</td></tr>" for k, v in rows if v)
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{_h(v)}</td></tr>" for k, v in rows if v)
         return f"<b>Ray job</b> <span style='color:{color}'>{status}</span><table>{body}</table>"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError, ConflictError, DependencyError, NotFoundError, NotReadyError
 
 
@@ -315,7 +316,7 @@ class ReadyReport:
     pods: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str:
-        return f"<b>RayCluster {self.cluster}</b>: {len(self.pods)} pods ready" + self.pods.to_html(index=False)
+        return f"<b>RayCluster {_h(self.cluster)}</b>: {len(self.pods)} pods ready" + self.pods.to_html(index=False)
 
 
 def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 900, progress: bool = True,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nbtools import _pids
+from nbtools._escape import html as _h
 from nbtools.errors import NotReadyError
 
 __all__ = ["Forwarder", "ForwardHandle", "start", "attach", "main"]
@@ -147,7 +148,7 @@ class ForwardHandle:
         return how
 
     def _repr_html_(self) -> str:
-        ports = ", ".join(f"pod:{r} &rarr; <a href='{self.url(r)}'>{self.url(r)}</a>" for r in self.ports)
+        ports = ", ".join(f"pod:{_h(r)} &rarr; <a href='{_h(self.url(r))}'>{_h(self.url(r))}</a>" for r in self.ports)
         return f"port-forward pid {self.pid} ({'running' if self.alive() else 'stopped'}): {ports}"
 
 

@@ -14,11 +14,11 @@ Example:
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import LintError, NotFoundError
 from nbtools.launch import nemo_rl, recipes, runtime_env, verl
@@ -82,18 +82,18 @@ class LaunchSpec:
 
     def _repr_html_(self) -> str:
         env = self.runtime_env.get("env_vars", {})
-        rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td><code>{html.escape(str(v))}</code></td></tr>" for k, v in env.items())
+        rows = "".join(f"<tr><td><code>{_h(k)}</code></td><td><code>{_h(str(v))}</code></td></tr>" for k, v in env.items())
         extra = ""
         if self.files:
-            extra += f"<p>working_dir files: {', '.join(html.escape(f) for f in self.files)}</p>"
+            extra += f"<p>working_dir files: {', '.join(_h(f) for f in self.files)}</p>"
         if self.secret_names:
             extra += (
                 f"<p>secrets from your environment: {', '.join(self.secret_names)} (in a working_dir file the job "
                 "deletes on start; values never shown)</p>"
             )
         return (
-            f"<b>{html.escape(self.backend)} job <code>{html.escape(self.submission_id)}</code></b> "
-            f"&rarr; {html.escape(self.address)}<pre>{html.escape(self.pretty())}</pre>"
+            f"<b>{_h(self.backend)} job <code>{_h(self.submission_id)}</code></b> "
+            f"&rarr; {_h(self.address)}<pre>{_h(self.pretty())}</pre>"
             f"<details><summary>runtime env ({len(env)} vars)</summary><table>{rows}</table></details>{extra}"
         )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,7 @@ import pandas as pd
 
 from nbtools import storage
 from nbtools._layout import STEP_RE
-from nbtools.errors import ConflictError, NotFoundError
+from nbtools.errors import CheckpointError, ConflictError, NotFoundError
 
 __all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "resubmit",
            "finalize", "record_url", "steps_from_log"]
@@ -76,22 +77,61 @@ def record_url(cfg) -> str:
     return storage.join(cfg.logs_url, RECORD_NAME)
 
 
+_SHAPE = ('{"experiment": NAME, "runs": {SUBMISSION_ID: [{"n": 1, "submission_id": ..., "status": ...}, '
+          '{"n": 2, ...}]}}')
+_TYPES = {"n": int, "submission_id": str, "started": (int, float, type(None)), "ended": (int, float, type(None)),
+          "status": str, "last_step": (int, type(None)), "resumed_from": (int, type(None)), "cause": str,
+          "retry": (bool, type(None)), "evidence": str, "fix": str, "steps_redone": (int, type(None)),
+          "lost_s": (int, float, type(None)), "gpus": (int, type(None)), "gpu_hours_lost": (int, float, type(None)),
+          "step_seconds": dict}
+
+
+def _bad_record(url: str, what: str) -> CheckpointError:
+    return CheckpointError(f"the attempts record {url} {what}; expected {_SHAPE}, with n counting 1, 2, 3 …",
+                           fix=f"restore {url} from a copy, or delete it (the next launch starts the record again "
+                               "from attempt 1); nothing was submitted")
+
+
 def _load(cfg) -> dict:
+    """The whole record file, checked: a damaged or hand-edited record is named, never read as empty and overwritten."""
     url = record_url(cfg)
     try:
         data = json.loads(storage.read_text(url))
     except (FileNotFoundError, NotFoundError):
         return {"experiment": cfg.name, "runs": {}}
-    except ValueError as e:
-        from nbtools.errors import CheckpointError
+    except (ValueError, RecursionError) as e:
+        what = "nests too deeply" if isinstance(e, RecursionError) else f"is not valid JSON ({e})"
+        raise _bad_record(url, what) from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), dict):
+        got = type(data).__name__ if not isinstance(data, dict) else f"'runs' as {type(data.get('runs')).__name__}"
+        raise _bad_record(url, f"holds {got}")
+    for sid, rows in data["runs"].items():
+        _check_rows(url, sid, rows)
+    return data
 
-        raise CheckpointError(f"expected JSON in the attempts record {url}, got: {e}",
-                              fix=f"delete {url} (it is rebuilt from the next attempt on) or restore it") from None
-    return data if isinstance(data, dict) and isinstance(data.get("runs"), dict) else {"experiment": cfg.name, "runs": {}}
+
+def _check_rows(url: str, sid: str, rows: Any) -> None:
+    if not isinstance(rows, list):
+        raise _bad_record(url, f"holds a {type(rows).__name__} for run {sid!r}, not a list of attempts")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise _bad_record(url, f"holds a {type(r).__name__} as attempt {i + 1} of run {sid!r}, not an object")
+        missing = [k for k in ("n", "submission_id") if k not in r]
+        wrong = [f"{k}={r[k]!r}" for k, t in _TYPES.items() if k in r and (
+            not isinstance(r[k], t) or (t is int and isinstance(r[k], bool))
+            or (isinstance(r[k], float) and not math.isfinite(r[k])))]
+        if missing or wrong:
+            what = ", ".join([f"no {k}" for k in missing] + [f"{w[:60]} of the wrong type" for w in wrong])
+            raise _bad_record(url, f"has attempt {i + 1} of run {sid!r} with {what}")
+        if r["n"] != i + 1:
+            raise _bad_record(url, f"numbers attempt {i + 1} of run {sid!r} as n={r['n']!r}")
 
 
 def read_attempts(cfg) -> list[Attempt]:
     """The recorded attempts of ``cfg``'s run (its submission id), oldest first; [] before the first.
+
+    Raises:
+        CheckpointError: the record is damaged or not in nbtools' shape (naming the file and how to fix it).
 
     Example:
         >>> [a.submission_id for a in nbtools.launch.read_attempts(cfg)]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Literal
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 
 __all__ = ["Finding", "LintReport", "Severity"]
 
@@ -68,13 +68,13 @@ class LintReport:
         head = (
             f"<b style='color:{color}'>{'OK to launch' if self.ok else 'Launch refused'}</b>: "
             f"{len(self.blocking)} blocking, {len(self.warnings)} warning(s) "
-            f"<small>(checked: {html.escape(', '.join(self.checked))})</small>"
+            f"<small>(checked: {_h(', '.join(self.checked))})</small>"
         )
         if not self.findings:
             return head
         rows = "".join(
-            f"<tr><td>{f.severity}</td><td><code>{html.escape(f.key)}</code></td><td>{html.escape(f.message)}</td>"
-            f"<td>{html.escape(f.fix)}</td></tr>"
+            f"<tr><td>{f.severity}</td><td><code>{_h(f.key)}</code></td><td>{_h(f.message)}</td>"
+            f"<td>{_h(f.fix)}</td></tr>"
             for f in self.findings
         )
         return f"{head}<table><tr><th>severity</th><th>key</th><th>problem</th><th>fix</th></tr>{rows}</table>"

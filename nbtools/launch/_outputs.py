@@ -11,10 +11,10 @@ Example:
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 
 from nbtools import _paths, storage
+from nbtools._escape import html as _h
 from nbtools._layout import EXP_RE, STEP_RE
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
@@ -58,8 +58,8 @@ class RunOutputs:
             ("TensorBoard event files", self.tensorboard_files), ("train_data_step*.jsonl", self.train_dumps),
             ("checkpoints", ", ".join(storage.name_of(c) for c in self.checkpoints) or "none"),
         ]
-        body = "".join(f"<tr><td>{k}</td><td><code>{html.escape(str(v))}</code></td></tr>" for k, v in rows)
-        note = f"<p>{html.escape(self.problem)}</p>" if self.problem else ""
+        body = "".join(f"<tr><td>{k}</td><td><code>{_h(str(v))}</code></td></tr>" for k, v in rows)
+        note = f"<p>{_h(self.problem)}</p>" if self.problem else ""
         return f"<b>{'OK' if self.ok else 'NOT OK'}</b><table>{body}</table>{note}"
 
     def __str__(self) -> str:

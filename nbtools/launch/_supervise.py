@@ -176,13 +176,13 @@ def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo:
     """
     from nbtools import jobs
     from nbtools.launch import submit
-    if max_attempts < 1:
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
         from nbtools.errors import ConfigError
 
-        raise ConfigError(f"max_attempts: expected 1 or more, got {max_attempts}; fix: e.g. max_attempts=3")
+        raise ConfigError(f"max_attempts: expected a whole number, 1 or more, got {max_attempts!r}; fix: e.g. max_attempts=3")
     deadline = None if timeout is None else time.monotonic() + timeout
     items = read_attempts(cfg)
-    job = None
+    job, made = None, 1  # attempts followed by this call (a re-attached one counts): a bound whatever the record says
     if not items:
         job = submit(cfg)
         items = record_first(cfg, job)
@@ -213,8 +213,8 @@ def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo:
         if not d.retry:
             return SupervisedRun(cfg.name, current.status, read_attempts(cfg), max_attempts, d,
                                  note=f"not retried: {d.cause} is not something a new attempt fixes")
-        if current.n >= max_attempts:
+        if current.n >= max_attempts or made >= max_attempts:
             return SupervisedRun(cfg.name, current.status, read_attempts(cfg), max_attempts, d,
-                                 note=f"gave up after {current.n} attempt(s) (max_attempts={max_attempts}); "
+                                 note=f"gave up after {max(current.n, made)} attempt(s) (max_attempts={max_attempts}); "
                                       "nbtools.launch.resubmit(cfg) submits one more")
-        job = resubmit(cfg)
+        job, made = resubmit(cfg), made + 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError
 from nbtools.rewards._advantages import group_advantages
 from nbtools.rewards._mix import RewardMix, combine
@@ -168,7 +168,7 @@ class RescoreResult:
         )
 
     def _repr_html_(self) -> str:
-        mix = html.escape(repr(self.mix))
+        mix = _h(repr(self.mix))
         return (
             f"<b>RescoreResult</b> — {mix}, leave_one_out={self.leave_one_out}, normalize={self.normalize}"
             f"{self.summary().to_frame().T.to_html(index=False)}{self.table().to_html(index=False)}"

@@ -146,7 +146,11 @@ class StepFiles:
             return
         if any(p.name not in self.entries for p in paths):
             self.files("train"), self.files("val")
-        storage.fetch_many([(self.url(p), self.entries[p.name]) for p in paths if p.name in self.entries])
+        wanted = [p for p in paths if p.name in self.entries]
+        got = storage.fetch_many([(self.url(p), self.entries[p.name]) for p in wanted], missing_ok=True)
+        for p, local in zip(wanted, got, strict=True):
+            if not local.is_file():  # deleted since the listing: read as a file that is gone (this step only)
+                self.entries.pop(p.name, None)
 
     @staticmethod
     def _version_file(cache_dir: Path | None, path: Path) -> Path | None:
@@ -177,4 +181,12 @@ class StepFiles:
         if ix is None or not 0 <= idx < ix.n_lines:
             return None
         off, n = ix.line_span(idx)
-        return storage.read_bytes(self.url(path), off, off + n)
+        try:  # pinned to the generation the index describes: a rewritten object is re-listed and re-indexed
+            return storage.read_bytes(self.url(path), off, off + n, version=entry.version)
+        except storage.StaleVersion:
+            now = storage.info(self.url(path))
+            if now is None:
+                self.entries.pop(path.name, None)
+            else:
+                self.entries[path.name] = now
+            return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.errors import NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
 from nbtools.trajectories._files import FILE_RE, StepFiles
@@ -278,9 +280,10 @@ class Run:
 
     def _read_cached(self, kind, files, sel, stats, workers, progress) -> pa.Table:
         man, table = self._mem.get(kind) or load_cache(self.cache_dir, kind, self._key)
+        edges = {s: _edge(files[s], stats[s].st_size) for s in sel}  # taken before reading: a change after is seen
         stale = [s for s in sel if (e := man.get(files[s].name)) is None
-                 or (e["size"], e["mtime_ns"], e.get("ino")) != (stats[s].st_size, stats[s].st_mtime_ns,
-                                                                 inode(stats[s]))]
+                 or (e["size"], e["mtime_ns"], e.get("ino"), e.get("edge")) != (
+                     stats[s].st_size, stats[s].st_mtime_ns, inode(stats[s]), edges[s])]
         if table is None:
             table, man = schema_for(ALL_COLUMNS).empty_table(), {}
         self._info[kind].update(man)  # problems found when cached files were parsed are still reported
@@ -292,7 +295,8 @@ class Run:
             live = {p.name for p in files.values()}
             keep = [s for s in {e["step"] for n, e in man.items() if n in live} if s not in stale]
             man = {n: e for n, e in man.items() if n in live and e["step"] in keep}
-            man.update({Path(r.path).name: self._info[kind][Path(r.path).name] for r in results if not r.unreadable})
+            man.update({Path(r.path).name: {**self._info[kind][Path(r.path).name], "edge": edges[r.step]}
+                        for r in results if not r.unreadable})
             table = pa.concat_tables([rows_for_steps(table, keep), new])
             steps = table["step"]
             if len(table) > 1 and not pc.all(pc.greater_equal(steps[1:], steps[:-1])).as_py():
@@ -364,14 +368,24 @@ class Run:
         return f"Run({self.remote or str(self.path)!r}, {span}, val steps {len(self.val_steps)}, cache={self.cache_dir or 'memory'})"
 
     def _repr_html_(self) -> str:
-        import html
-
         s = self.steps
         size = sum(self._fs.size(p) for p in self.files("train").values())
         gaps = self.gaps
         rows = [("exp dir", " + ".join(self.segments)), ("overlap", ", ".join(map(str, self._fs.overlap_seen("train"))) or "none"), ("train steps", f"{s[0]}…{s[-1]} ({len(s)} files, {size / 1e6:,.1f} MB)" if s else "none yet"),
                 ("gaps", ", ".join(map(str, gaps[:20])) or "none"), ("val steps", ", ".join(map(str, self.val_steps[:20])) or "none"),
                 ("cache", str(self.cache_dir or "memory")), ("problems", f"{len(self.problems)} (skipped {self.skipped})")]
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{_h(v)}</td></tr>"
                        for k, v in rows)
         return f"<table><caption>nbtools.trajectories.Run</caption>{body}</table>"
+
+
+def _edge(path: Path, size: int, block: int = 4096) -> int | None:
+    """crc32 of a file's first and last 4 KB: the cache's content key, for a rewrite that kept inode, size and
+    mtime (a copy with ``cp -p``, a restored timestamp). None when unreadable (the read reports that)."""
+    try:
+        with open(path, "rb") as f:
+            head = os.pread(f.fileno(), block, 0)
+            tail = os.pread(f.fileno(), block, max(0, size - block)) if size > block else b""
+    except OSError:
+        return None
+    return zlib.crc32(tail, zlib.crc32(head))

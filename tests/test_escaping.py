@@ -1,0 +1,203 @@
+"""One escaping layer per format (nbtools._escape): hostile strings through every renderer that shows run data.
+
+The property: a renderer's markup does not depend on the data. For HTML, the tag sequence (parsed by the standard
+library's HTMLParser) of the output with a hostile value equals the one with a plain value, and no comment, tag
+or attribute comes from the value; for Markdown the same holds for the HTML that markdown-it-py (CommonMark)
+renders from it; YAML reads back to the same data; a CSV cell never starts a formula.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nbtools import _escape
+
+FAST = settings(max_examples=80, deadline=None, database=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+PAYLOADS = ["<img src=x onerror=alert(1)>", "<script>alert(1)</script>", "<!--", "-->", "<!-- hidden", "`", "```",
+            "``x``", "**bold**", "_x_", "[a](javascript:alert(1))", "![i](x)", "| a | b |", "\n# heading\n", "\r\n---\n",
+            "&lt;", "&amp;", "'\"", "=cmd|' /C calc'!A0", "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\\", "~~s~~", "<", ">",
+            "{{x}}", "${x}", "a: b", "- x", "? x", "!!python/object", "\u2028", "\x00", "comparison_<img src=x>"]
+hostile = st.one_of(st.sampled_from(PAYLOADS), st.text(max_size=30),
+                    st.lists(st.sampled_from(PAYLOADS + ["x", " ", "a_b"]), min_size=2, max_size=5).map("".join))
+PLAIN = "plainvalue"
+nonblank = hostile.filter(lambda s: _escape.md(s))  # a blank value may leave a line out, which is not markup
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(("start", tag, tuple(k for k, _ in attrs)))
+
+    def handle_endtag(self, tag):
+        self.tags.append(("end", tag))
+
+    def handle_comment(self, data):
+        self.tags.append(("comment",))
+
+    def handle_decl(self, decl):
+        self.tags.append(("decl",))
+
+    def unknown_decl(self, data):
+        self.tags.append(("decl",))
+
+    def handle_pi(self, data):
+        self.tags.append(("pi",))
+
+
+def tags(markup: str) -> list[tuple]:
+    p = _Tags()
+    p.feed(markup)
+    p.close()
+    return p.tags
+
+
+def _md_html(text: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough").render(text)
+
+
+# -- the renderers, each given one value -------------------------------------------------------------------------
+
+
+def _score_block(v):
+    from nbtools.evals.parse import ScoreBlock
+
+    return ScoreBlock(model_name=v, dataset_name=v, max_new_tokens=64, temperature=0.0, top_p=1.0, top_k=-1, seed=1,
+                      metric=v, num_tests_per_prompt=1, score=0.5, numerator=1.0, denominator=2)._repr_html_()
+
+
+def _eval_result(v):
+    from nbtools.evals import EvalResult
+
+    table = pd.DataFrame({"problem_id": ["p1", "p2"], "sample": [0, 0], "correct": [True, False]})
+    return (EvalResult(table=table, model=v, params={"temperature": v}, path=Path("runs") / v)._repr_html_()
+            + EvalResult(table=table.iloc[:0], model=v)._repr_html_())
+
+
+def _verify_report(v):
+    from nbtools.checkpoints._verify import AgainstReport, VerifyReport
+
+    return (VerifyReport(Path(v), False, [v, v], pd.DataFrame({"file": [v], "bytes": [1]}), 2)._repr_html_()
+            + AgainstReport(False, "tensors", 0.5, [v])._repr_html_())
+
+
+def _merge_result(v):
+    from nbtools.checkpoints import MergeResult
+
+    return MergeResult(Path(v), 2, 10, 0.1, v, True, {v: "00"}, notes=[v])._repr_html_()
+
+
+def _comparison(v):
+    from nbtools.evals.compare import Comparison
+
+    return Comparison(v, v, 0.1, 0.2, (0.0, 0.3), (0.1, 0.4), 10, v, 0.5, 0.1, -0.1, 0.3, True, 0.05, v,
+                      notes=[v])._repr_html_()
+
+
+def _plan(v):
+    from nbtools.gke._plan import Plan
+
+    return Plan(kind=v, steps=[], state_path=Path(v), note=v)._repr_html_()
+
+
+HTML_RENDERERS = {"ScoreBlock": _score_block, "EvalResult": _eval_result, "VerifyReport": _verify_report,
+                  "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan}
+
+
+def _evaluation_section(v):
+    from nbtools.card._render import evaluation_section
+    from nbtools.evals.compare import Comparison
+
+    c = Comparison("a", "b", 0.1, 0.2, (0.0, 0.3), (0.1, 0.4), 10, v, 0.5, 0.1, -0.1, 0.3, True, 0.05, v, notes=[v])
+    return evaluation_section([(v, c)], (v, v, v), v, "abc")
+
+
+def _card_markdown(v):
+    from nbtools.card import Card
+
+    meta = {"base_model": v, "license": v, "tags": [v, "grpo"]}
+    return Card(v, meta, "", (v,), 1, f"upload_folder(folder_path={v!r})", (v,))._repr_markdown_()
+
+
+MD_RENDERERS = {"card evaluation section": _evaluation_section, "Card._repr_markdown_": _card_markdown}
+
+
+@pytest.mark.parametrize("name", list(HTML_RENDERERS))
+@FAST
+@given(value=nonblank)
+def test_html_renderers_keep_their_markup_whatever_the_data(name, value):
+    render = HTML_RENDERERS[name]
+    assert tags(render(value)) == tags(render(PLAIN))
+
+
+@pytest.mark.parametrize("name", list(MD_RENDERERS))
+@FAST
+@given(value=nonblank)
+def test_markdown_renderers_keep_their_markup_whatever_the_data(name, value):
+    render = MD_RENDERERS[name]
+    no_code = lambda t: [x for x in t if x[1:2] != ("code",)]  # noqa: E731 - plain values show as code, others as text
+    assert no_code(tags(_md_html(render(value)))) == no_code(tags(_md_html(render(PLAIN))))
+
+
+@FAST
+@given(value=hostile)
+def test_markdown_text_renders_as_exactly_its_characters(value):
+    import html
+    import re
+
+    out = _md_html("x " + _escape.md(value) + " y")
+    assert tags(out) == [("start", "p", ()), ("end", "p")]
+    norm = lambda s: " ".join(re.sub(r"[\x00-\x1f\x7f\u2028\u2029]", " ", s).split())  # noqa: E731
+    assert norm(html.unescape(out.removeprefix("<p>").removesuffix("</p>\n"))) == norm(f"x {value} y")
+
+
+@FAST
+@given(st.dictionaries(hostile, st.one_of(hostile, st.lists(hostile, max_size=3)), max_size=4))
+def test_yaml_goes_through_the_serializer_and_reads_back(data):
+    assert yaml.safe_load(_escape.yaml_dump(data)) == data
+
+
+@FAST
+@given(st.lists(hostile, min_size=1, max_size=6))
+def test_csv_cells_never_start_a_formula(values):
+    df = pd.DataFrame({"text": values, "n": range(len(values))})
+    text = _escape.csv_frame(df).to_csv(index=False)
+    rows = list(csv.reader(io.StringIO(text)))
+    for row in rows[1:]:
+        cell = row[0]
+        assert not cell or cell[0] not in "=+-@\t\r" or _escape._NUMBER.fullmatch(cell), cell
+    assert _escape.csv_cell("-0.5") == "-0.5" and _escape.csv_cell(-3) == -3
+    assert _escape.csv_cell("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
+
+
+def test_hub_ids():
+    assert _escape.is_hub_id("Qwen/Qwen2.5-1.5B") and _escape.is_hub_id("gpt2")
+    for bad in ["<script>", "a/b/c", "/abs/path", "a`b", "x\ny", "../x", "", "a b"]:
+        assert not _escape.is_hub_id(bad), bad
+
+
+# modules other engineers were changing when #31 landed; they move to nbtools._escape when next touched
+_NOT_YET = {"nbtools/launch/_diagnose.py", "nbtools/launch/_supervise.py", "nbtools/fit/_estimate.py",
+            "nbtools/rewards/display.py"}
+
+
+def test_html_is_escaped_through_the_one_helper():
+    """Every renderer escapes HTML with nbtools._escape.html (one layer to fix, one to test)."""
+    root = Path(__file__).resolve().parent.parent
+    direct = sorted(str(p.relative_to(root)) for p in (root / "nbtools").rglob("*.py")
+                    if "html.escape(" in p.read_text() and p.name != "_escape.py")
+    assert set(direct) <= _NOT_YET, set(direct) - _NOT_YET
