@@ -303,9 +303,9 @@ def test_stop_leaves_the_exit_status_to_the_process_owner_and_reaps_only_its_own
     assert polite.wait(timeout=10) == -signal.SIGTERM
     _pods(kd, workers=0)
     fwd = kube.forward.start(namespace=NS, selector="ray.io/node-type=head", ports={8265: _free()},
-                             pid_file=tmp_path / "forward.json", kubeconfig=kc)
+                             pid_file=tmp_path / "forward.json", kubeconfig=kc, timeout=120)  # a loaded CI host
     assert fwd.alive()
-    assert fwd.stop() == "stopped"
+    assert fwd.stop(timeout=60) == "stopped"
     assert not Path(f"/proc/{fwd.pid}").exists()  # reaped, not a zombie
     with pytest.raises(ChildProcessError):
         os.waitpid(fwd.pid, os.WNOHANG)
