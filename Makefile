@@ -10,7 +10,7 @@ export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-browser lab install clean-notebooks lint bench manifests
+.PHONY: demo test test-pythons test-browser lab install clean-notebooks lint bench manifests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ test: $(STAMP)
 	  -p no:cacheprovider --durations=10; nbs=$$?; \
 	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
+
+## The checkpoint safety and merge tests under every interpreter in PYTHONS that exists, one small venv each
+## (.venv-py/<version>/); torch only as a CPU wheel (see tools/test_pythons.sh), never PyPI's CUDA build
+PYENV_ROOT ?= $(HOME)/.pyenv
+PYTHONS ?= /usr/bin/python3 $(sort $(wildcard $(PYENV_ROOT)/versions/3.1[0-9].*/bin/python3))
+## the version of .venv, when it exists, is not run twice
+test-pythons:
+	COVERED=$$([ -x $(BIN)/python ] && $(BIN)/python -c 'import platform; print(platform.python_version())') \
+	  bash tools/test_pythons.sh $(CURDIR)/.venv-py $(PYTHONS)
 
 ## Optional third command: notebooks 03 -> 04 -> 05 in a real JupyterLab driven by Playwright through Debian's
 ## Chromium (installed with apt-get when missing and possible); screenshots under runs/browser/

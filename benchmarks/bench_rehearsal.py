@@ -1,6 +1,6 @@
 """Does the rehearsal learn, with margin, inside its budget? (issues 3 and 19, "Must show")
 
-For each seed (default 0 1 2) it runs the demo config (``experiments/local.yaml``) end to end the way ``make demo``
+For each seed (default 0 1 2; ``--seeds 0 1 2 3 4 5 6 7 8 9`` for the robustness sweep) it runs the demo config (``experiments/local.yaml``) end to end the way ``make demo``
 does: a fresh local Ray head on free ports (timed), the rehearsal submitted as a Ray job with ``nbtools.launch.submit``
 (timed from submission to SUCCEEDED), the head stopped. Then it prints the seeds side by side:
 
@@ -11,7 +11,9 @@ does: a fresh local Ray head on free ports (timed), the rehearsal submitted as a
 * held-out accuracy (pure correctness) of the warm-started baseline and of the final checkpoint, greedy and sampled
   (T = 1), on all held-out problems (target greedy ≥ 0.95); the baseline's sampled accuracy sits at chance (0.1).
 
-Learning figures are deterministic for a seed; times on a shared 2-core VM are contended, hence the load columns.
+Learning figures are deterministic for a seed on one machine, but not across machines: CPU kernels and reduction order
+differ, and a run that is chaotic in them can stall on another CPU. Hence ten seeds, each one a "different machine"
+for the same setting, and a verdict per seed. Times on a shared 2-core VM are contended, hence the load columns.
 ``--direct`` runs ``python -m nbtools.rehearsal`` without Ray (no head start in the total).
 
     $ timeout 1800 .venv/bin/python benchmarks/bench_rehearsal.py [--seeds 0 1 2] [--runs-dir DIR] [key=value ...]
@@ -41,7 +43,7 @@ from nbtools.rehearsal.task import baseline_dir, held_out_problems  # noqa: E402
 from nbtools.rehearsal.trainer import load_config  # noqa: E402
 
 BUDGET_S = 120.0
-TARGETS = {"first5": 0.3, "last10": 0.93, "greedy": 0.95}
+TARGETS = {"first5": 0.3, "last10": 0.93, "greedy": 0.95, "baseline_greedy": 0.5}
 
 
 def accuracy(model, problems, *, temperature: float, seed: int = 0, max_new: int = 12) -> float:
@@ -123,6 +125,20 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
     return out
 
 
+def _learned(r: dict) -> bool:
+    return (r["first5"] <= TARGETS["first5"] and r["last10"] >= TARGETS["last10"]
+            and r["final_greedy"] >= TARGETS["greedy"])
+
+
+def _weak_baseline(r: dict) -> bool:
+    return r["base_greedy"] <= TARGETS["baseline_greedy"]
+
+
+def _verdict(r: dict) -> str:
+    marks = [_learned(r), _weak_baseline(r), r["total_s"] <= BUDGET_S]
+    return " ".join("ok" if m else "MISS" for m in marks)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs-dir", default=None)
@@ -133,7 +149,13 @@ def main() -> None:
     args.runs_dir = args.runs_dir or tempfile.mkdtemp(prefix="bench-rehearsal-")
     torch.set_num_threads(1)
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    results = [run_seed(args, overrides, s) for s in args.seeds]
+    results = []
+    for s in args.seeds:  # one line per seed as it ends, so a long sweep shows progress
+        r = run_seed(args, overrides, s)
+        results.append(r)
+        print(f"seed {s}: {_verdict(r)}; greedy {r['final_greedy']:.3f}, last-10 {r['last10']:.3f}, "
+              f"baseline greedy {r['base_greedy']:.3f}, whole run {r['total_s']:.1f} s, "
+              f"load {r['load_start']:.1f} → {r['load_end']:.1f}", flush=True)
     uptime_end = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
     cfg = load_config(args.config, overrides, args.runs_dir)
@@ -151,18 +173,19 @@ def main() -> None:
         ("  policy training", lambda r: f"{r['train_ms']:.0f}"),
         (f"train reward first 5 steps  ≤ {TARGETS['first5']}", lambda r: f"{r['first5']:.3f}"),
         (f"train reward last 10 steps  ≥ {TARGETS['last10']}", lambda r: f"{r['last10']:.3f}"),
-        ("held-out baseline greedy / sampled", lambda r: f"{r['base_greedy']:.3f} / {r['base_sampled']:.3f}"),
+        (f"held-out baseline greedy (≤ {TARGETS['baseline_greedy']}) / sampled", lambda r: f"{r['base_greedy']:.3f} / {r['base_sampled']:.3f}"),
         (f"held-out final greedy  ≥ {TARGETS['greedy']}", lambda r: f"{r['final_greedy']:.3f}"),
         ("held-out final sampled (T=1)", lambda r: f"{r['final_sampled']:.3f}"),
+        ("targets (learning, baseline, time)", _verdict),
     ]
     width = max(len(label) for label, _ in rows) + 2
     print(f"  {'seed':<{width}}" + "".join(f"{r['seed']:>16}" for r in results))
     for label, fmt in rows:
         print(f"  {label:<{width}}" + "".join(f"{fmt(r):>16}" for r in results))
-    learned = all(r["first5"] <= TARGETS["first5"] and r["last10"] >= TARGETS["last10"]
-                  and r["final_greedy"] >= TARGETS["greedy"] for r in results)
-    print(f"  learning targets met on every seed: {learned}; "
-          f"time target met on every seed: {all(r['total_s'] <= BUDGET_S for r in results)} "
+    n = len(results)
+    print(f"  learning targets met on {sum(_learned(r) for r in results)} of {n} seeds; baseline weak on "
+          f"{sum(_weak_baseline(r) for r in results)} of {n}; time target met on "
+          f"{sum(r['total_s'] <= BUDGET_S for r in results)} of {n} "
           f"(contended when the load average exceeds {os.cpu_count()})")
     print(f"  runs: {args.runs_dir}")
 

@@ -118,3 +118,17 @@ def _restore_env(old: str | None) -> None:
         os.environ.pop("NBTOOLS_RUNS_DIR", None)
     else:
         os.environ["NBTOOLS_RUNS_DIR"] = old
+
+
+_HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",)}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark by what a test needs, so ``-m "not slow"`` (the inner loop) leaves out every test that starts or shares a
+    Ray head or a simulated GKE, including through another fixture, without a marker to forget in each file."""
+    for item in items:
+        needs = getattr(item, "fixturenames", ())
+        for fixture, marks in _HEAVY_FIXTURES.items():
+            if fixture in needs:
+                for mark in marks:
+                    item.add_marker(mark)

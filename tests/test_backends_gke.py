@@ -5,6 +5,7 @@ The double has no controller: each test plays the KubeRay operator by adding pod
 from __future__ import annotations
 
 import http.server
+import os
 import signal
 import subprocess
 import sys
@@ -269,7 +270,13 @@ def test_the_forward_acts_on_a_sigterm_another_thread_took_and_a_stuck_one_is_ki
     proc = subprocess.Popen([sys.executable, "-c", _OTHER_THREAD_SIGTERM, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
-        assert proc.wait(timeout=20) == 0, proc.stdout.read().decode()  # an untimed wait never returned
+        seen = b""
+        while not seen.endswith(b"\n") or not seen.splitlines()[-1].startswith(b"forwarding"):
+            line = proc.stdout.readline()  # main() prints "forwarding ..." once its handlers are installed
+            assert line, seen.decode()
+            seen += line
+        # timed from there: a loaded machine may take long to import kubernetes, which is not what is tested
+        assert proc.wait(timeout=20) == 0, (seen + proc.stdout.read()).decode()  # an untimed wait never returned
     finally:
         proc.kill()
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
@@ -283,6 +290,25 @@ def test_the_forward_acts_on_a_sigterm_another_thread_took_and_a_stuck_one_is_ki
     assert how == "killed: it did not exit within 1s of SIGTERM" and time.monotonic() - t0 < 10
     assert stuck.wait(timeout=10) == -signal.SIGKILL and not pid_file.exists()
     assert kube.forward.ForwardHandle(stuck.pid, {}, pid_file).stop() == "absent"
+
+
+def test_stop_leaves_the_exit_status_to_the_process_owner_and_reaps_only_its_own_child(kd, kc, tmp_path):
+    """``stop`` on a pid it did not start must not ``waitpid`` it: the owner's ``wait()`` would get 0 (ECHILD) instead
+    of the signal. A forward that ``start`` made is reaped by its handle, so no zombie is left behind."""
+    polite = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)",
+                               "nbtools.kube.forward"], stdout=subprocess.PIPE)
+    assert polite.stdout.readline() == b"ready\n"
+    pid_file = tmp_path / "other.json"
+    assert kube.forward.ForwardHandle(polite.pid, {}, pid_file).stop() == "stopped"
+    assert polite.wait(timeout=10) == -signal.SIGTERM
+    _pods(kd, workers=0)
+    fwd = kube.forward.start(namespace=NS, selector="ray.io/node-type=head", ports={8265: _free()},
+                             pid_file=tmp_path / "forward.json", kubeconfig=kc, timeout=120)  # a loaded CI host
+    assert fwd.alive()
+    assert fwd.stop(timeout=60) == "stopped"
+    assert not Path(f"/proc/{fwd.pid}").exists()  # reaped, not a zombie
+    with pytest.raises(ChildProcessError):
+        os.waitpid(fwd.pid, os.WNOHANG)
 
 
 def test_ray_resources_through_the_forward_of_a_real_ray_head(kd, kc, cfg, ray_head):

@@ -2,9 +2,9 @@
 (SIGKILL) after its first checkpoint, and ``launch.supervise`` diagnoses it, resubmits attempt 2 with its own
 submission id, and the run finishes from the newest complete ``step_N``; the readers show every step once.
 
-Short config (80 steps, a checkpoint every 20) so the whole test stays near a minute on 2 cores; at 80 steps the
-rehearsal's held-out accuracy clears the bar ``benchmarks/bench_rehearsal.py`` sets for the final policy (0.95,
-there greedy; here the trainer's own sampled validation on the held-out split, the stricter of the two).
+Short config (80 steps, a checkpoint every 20) so the whole test stays near a minute on 2 cores. How well the policy
+learns is not asserted here (``benchmarks/bench_rehearsal.py`` measures it, over ten seeds): these tests check what
+was done and what the readers read back.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from nbtools.launch._attempts import RECORD_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS, SAVE, KILL_AFTER = 80, 20, 22  # kill once step 22's dump exists: step_20 is the newest complete checkpoint
-ACCURACY_BAR = 0.95  # bench_rehearsal.py TARGETS["greedy"]
 
 
 def _ranks(runs_dir: Path) -> list[psutil.Process]:
@@ -129,9 +128,12 @@ def test_readers_show_each_step_once_and_report_the_overlap(supervised):
     reward = nbtools.metrics.select(tb, "reward")
     assert list(reward.step) == list(range(1, STEPS + 1))
     assert tb.attrs["overlap_steps"] == redone
+    # validation (every val_period, and at step 0) reads back as the trainer saved it beside each checkpoint
     acc = nbtools.metrics.select(tb, "accuracy").set_index("step").value
-    assert acc.index.max() == STEPS and acc[STEPS] >= ACCURACY_BAR, acc.to_dict()
-    assert acc[0] < 0.5  # the warm start's sampled accuracy sits near chance: the run, not the baseline, learned
+    assert {0, STEPS // 2, STEPS} <= set(acc.index) and acc.between(0, 1).all(), acc.to_dict()
+    for step in (STEPS // 2, STEPS):
+        info = json.loads((Path(cfg.checkpoint_dir) / f"step_{step}" / "training_info.json").read_text())
+        assert acc[step] == pytest.approx(info["val_reward"], abs=1e-6), (step, acc.to_dict(), info)
 
 
 def test_attempts_timeline_figure(supervised, tmp_path):

@@ -9,7 +9,10 @@ machine that merges. Both pickles nbtools reads go through :class:`SafeUnpickler
 - ``TENSOR_RECORD``: the ``data.pkl`` of one ``torch.save``'d tensor inside a ``.distcp`` file, reduced to its
   shape/stride/offset (nothing is rebuilt, no storage is loaded).
 
-Any other global raises :class:`ForbiddenGlobal`, naming it, before anything is called.
+Any other global raises :class:`ForbiddenGlobal`, naming it, before anything is called. One form of
+``builtins.getattr`` is accepted: Python 3.11.0–3.11.4 (Debian 12's ``python3`` is 3.11.2) pickle an ``Enum`` member
+as ``getattr(EnumClass, "NAME")`` and DCP metadata holds enums; the stand-in returns ``EnumClass.__members__[NAME]``
+only when ``EnumClass`` is itself allow-listed, and refuses every other object or name.
 
 Example:
     >>> md = load_dcp_metadata(Path("step_30/policy/weights/.metadata"))
@@ -19,10 +22,12 @@ Example:
 
 from __future__ import annotations
 
+import enum
 import functools
 import io
 import pathlib
 import pickle
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -90,6 +95,8 @@ class SafeUnpickler(pickle.Unpickler):
         self.allowed, self.storages, self.persistent = allowed, storages, persistent
 
     def find_class(self, module: str, name: str):
+        if name == "getattr" and module in ("builtins", "__builtin__"):  # protocol 2 writes Python 2's name
+            return self._enum_member
         if (module, name) in self.allowed:
             return self.allowed[(module, name)]
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -97,6 +104,17 @@ class SafeUnpickler(pickle.Unpickler):
         if self.storages and module == "torch" and name.isidentifier() and name.endswith("Storage"):
             return name
         raise ForbiddenGlobal(module, name)
+
+    def _enum_member(self, owner, name):
+        """``getattr(EnumClass, "NAME")`` as 3.11.0-3.11.4 pickle an enum member: allowed class, real member only."""
+        if (isinstance(owner, type) and issubclass(owner, enum.Enum) and isinstance(name, str)
+                and any(owner is v for v in self.allowed.values()) and name in owner.__members__):
+            return owner.__members__[name]
+        if isinstance(owner, type):
+            what = f"{owner.__module__}.{owner.__qualname__}"
+        else:
+            what = getattr(owner, "__name__", None) if isinstance(owner, types.ModuleType) else type(owner).__name__
+        raise ForbiddenGlobal("builtins", f"getattr({what}, {name!r})")
 
     def persistent_load(self, pid):
         if self.persistent is None:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbtools import _pids
@@ -112,12 +112,17 @@ class Forwarder:
 
 @dataclass
 class ForwardHandle:
-    """A running detached forward: stop it with ``stop()`` (terminates exactly its recorded pid)."""
+    """A running detached forward: stop it with ``stop()`` (terminates exactly its recorded pid).
+
+    Only the ``Popen`` that ``start`` made is waited on: a pid read from a pid file may be another owner's child, and
+    reaping it would rob that owner's ``wait()`` of the exit status (it would see 0 for a killed process).
+    """
 
     pid: int
     ports: dict[int, int]  # remote -> local
     pid_file: Path
     started_by_us: bool = True
+    _proc: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     def url(self, remote: int = 8265) -> str:
         return f"http://127.0.0.1:{self.ports[remote]}"
@@ -136,32 +141,36 @@ class ForwardHandle:
         if _is_ours(self.pid):
             os.kill(self.pid, signal.SIGTERM)
             end = time.monotonic() + timeout
-            while _is_ours(self.pid) and time.monotonic() < end:
-                _reap(self.pid)
+            while _is_ours(self.pid) and time.monotonic() < end:  # a zombie is not "ours": no reaping needed
+                self._reap()
                 time.sleep(0.05)
             how = "stopped"
             if _is_ours(self.pid):
                 os.kill(self.pid, signal.SIGKILL)
                 how = f"killed: it did not exit within {timeout:g}s of SIGTERM"
-            _reap(self.pid)
+        self._reap(wait=5)
         self.pid_file.unlink(missing_ok=True)
         return how
+
+    def _reap(self, wait: float = 0) -> None:
+        """Collect the exit status of the process ``start`` made here (no zombie left); never touch another pid."""
+        if self._proc is None:
+            return
+        if not wait:
+            self._proc.poll()
+            return
+        try:
+            self._proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _repr_html_(self) -> str:
         ports = ", ".join(f"pod:{_h(r)} &rarr; <a href='{_h(self.url(r))}'>{_h(self.url(r))}</a>" for r in self.ports)
         return f"port-forward pid {self.pid} ({'running' if self.alive() else 'stopped'}): {ports}"
 
 
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
 def _is_ours(pid: int) -> bool:
     return _pids.runs(pid, b"nbtools.kube.forward")
-
 
 
 def attach(pid_file: Path) -> ForwardHandle | None:
@@ -199,7 +208,7 @@ def start(*, namespace: str, selector: str, ports: dict[int, int], pid_file: Pat
         args += ["--context", context]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    handle = ForwardHandle(proc.pid, dict(ports), pid_file)
+    handle = ForwardHandle(proc.pid, dict(ports), pid_file, _proc=proc)
     tmp = pid_file.with_name(pid_file.name + ".tmp")
     tmp.write_text(json.dumps({"pid": proc.pid, "ports": ports, "namespace": namespace, "selector": selector}))
     tmp.replace(pid_file)
