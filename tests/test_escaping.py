@@ -190,14 +190,10 @@ def test_hub_ids():
         assert not _escape.is_hub_id(bad), bad
 
 
-# modules other engineers were changing when #31 landed; they move to nbtools._escape when next touched
-_NOT_YET = {"nbtools/launch/_diagnose.py", "nbtools/launch/_supervise.py", "nbtools/fit/_estimate.py",
-            "nbtools/rewards/display.py"}
-
 
 def test_html_is_escaped_through_the_one_helper():
     """Every renderer escapes HTML with nbtools._escape.html (one layer to fix, one to test)."""
     root = Path(__file__).resolve().parent.parent
     direct = sorted(str(p.relative_to(root)) for p in (root / "nbtools").rglob("*.py")
                     if "html.escape(" in p.read_text() and p.name != "_escape.py")
-    assert set(direct) <= _NOT_YET, set(direct) - _NOT_YET
+    assert direct == [], direct

@@ -28,11 +28,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from nbtools._escape import html as _h
 from nbtools.errors import ConfigError
 from nbtools.fit._arch import ModelArch, resolve_arch
 from nbtools.fit._generation import (
@@ -198,9 +198,9 @@ class FitReport:
         color = {"fits": "#2e7d32", "tight": "#ef6c00", "does-not-fit": "#c62828"}.get(self.verdict, "#555")
         df = self.to_frame()
         table = df.to_html(index=False, float_format=lambda x: f"{x:.2f}") if len(df) else ""
-        extra = "".join(f"<li>{html.escape(s)}</li>" for s in self.suggestions)
-        notes = "".join(f"<li><small>{html.escape(n)}</small></li>" for n in self.notes)
-        head = html.escape(self.summary().splitlines()[0])
+        extra = "".join(f"<li>{_h(s)}</li>" for s in self.suggestions)
+        notes = "".join(f"<li><small>{_h(n)}</small></li>" for n in self.notes)
+        head = _h(self.summary().splitlines()[0])
         return (f"<b style='color:{color}'>{head}</b>{table}"
                 + (f"<p>smallest changes that fit:</p><ul>{extra}</ul>" if extra else "") + (f"<ul>{notes}</ul>" if notes else ""))
 

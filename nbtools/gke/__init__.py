@@ -13,13 +13,13 @@ Example:
 
 from __future__ import annotations
 
-import html
 import os
 from dataclasses import dataclass
 
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
 from nbtools.gke._plan import Plan, PlanIncompleteError, Step, StepFailedError
@@ -138,7 +138,7 @@ class FlagReport:
         return f"{head}: {len(self.bad)} do not exist\n" + self.bad[["command", "flag", "message"]].to_string(index=False)
 
     def _repr_html_(self) -> str:
-        head = html.escape(f"{len(self.flags)} gcloud flags checked against {self.flags.attrs.get('source', '?')}")
+        head = _h(f"{len(self.flags)} gcloud flags checked against {self.flags.attrs.get('source', '?')}")
         if self.ok:
             return f"<b style='color:#2e7d32'>ok</b> {head}: every flag exists"
         return (f"<b style='color:#c62828'>{len(self.bad)} unknown</b> {head}:"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pandas as pd
+
+from nbtools._escape import html as _h
 
 __all__ = ["Status", "Example", "CheckResult", "HealthReport", "worst"]
 
@@ -127,11 +128,11 @@ class HealthReport:
             f"<td>{'' if c.first_step is None else c.first_step}</td>"
             f"<td>{'' if c.value is None else f'{c.value:.3g}'}</td>"
             f"<td>{'' if c.threshold is None else f'{c.threshold:.3g}'}</td>"
-            f"<td style='text-align:left'>{html.escape(c.message)}</td>"
-            f"<td style='text-align:left'>{html.escape(c.fix) if c.status != 'ok' else ''}</td>"
+            f"<td style='text-align:left'>{_h(c.message)}</td>"
+            f"<td style='text-align:left'>{_h(c.fix) if c.status != 'ok' else ''}</td>"
             f"<td>{', '.join(f'({e.step}, {e.idx})' for e in c.examples[:3])}</td></tr>"
             for c in sorted(self.checks, key=lambda c: -_RANK[c.status]))
         head = (f"<b>run health: <span style='color:{color[self.status]}'>{self.status}</span></b> "
-                f"<small>({html.escape(self.run)}, steps {self.steps[0]}..{self.steps[1]})</small>")
+                f"<small>({_h(self.run)}, steps {self.steps[0]}..{self.steps[1]})</small>")
         return (f"{head}<table><tr><th>status</th><th>check</th><th>first step</th><th>value</th><th>threshold</th>"
                 f"<th>what</th><th>fix</th><th>examples (step, idx)</th></tr>{rows}</table>")

@@ -13,10 +13,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import html
 import threading
 import time
 
+from nbtools._escape import html as _h
 from nbtools.health import HealthReport, check
 
 __all__ = ["HealthPanel", "panel"]
@@ -81,7 +81,7 @@ class HealthPanel:
             self.error = str(e).splitlines()[0]
         stamp = time.strftime("%H:%M:%S")
         body = self.report._repr_html_() if self.report is not None else "<i>no steps written yet</i>"
-        note = f"<br><small style='color:#b00'>{html.escape(self.error)}</small>" if self.error else ""
+        note = f"<br><small style='color:#b00'>{_h(self.error)}</small>" if self.error else ""
         self.widget.value = f"{body}<br><small>checked at {stamp}</small>{note}"
         return self.report
 

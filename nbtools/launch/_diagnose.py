@@ -24,12 +24,12 @@ Example:
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 
 __all__ = ["Diagnosis", "CAUSES", "diagnose_log", "diagnose", "RETRYABLE"]
 
@@ -150,10 +150,10 @@ class Diagnosis:
         color = "orange" if self.retry else ("green" if self.cause == "succeeded" else "red")
         rows = [("job", self.submission_id), ("status", self.status), ("retry", "yes" if self.retry else "no"),
                 ("frame", self.frame), ("fix", self.fix)]
-        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{html.escape(v)}</td></tr>"
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{_h(v)}</td></tr>"
                        for k, v in rows if v)
-        return (f"<b>diagnosis: <span style='color:{color}'>{html.escape(self.cause)}</span></b><table>{body}</table>"
-                f"<pre>{html.escape(self.evidence)}</pre>")
+        return (f"<b>diagnosis: <span style='color:{color}'>{_h(self.cause)}</span></b><table>{body}</table>"
+                f"<pre>{_h(self.evidence)}</pre>")
 
 
 def _first(rules, lines: list[str]) -> tuple[str, list[str]] | None:

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import html
 import threading
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools import _paths
+from nbtools._escape import html as _h
 from nbtools.errors import NotFoundError, NotReadyError
 from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
 from nbtools.launch._diagnose import Diagnosis
@@ -88,10 +88,10 @@ class SupervisedRun:
     def _repr_html_(self) -> str:
         color = "green" if self.ok else ("blue" if self.status == "RUNNING" else "red")
         table = self.attempts_table().drop(columns=["started", "ended"]).to_html(index=False, na_rep="")
-        extra = f"<p>{html.escape(self.note)}</p>" if self.note else ""
+        extra = f"<p>{_h(self.note)}</p>" if self.note else ""
         if self.diagnosis and not self.ok:
             extra += self.diagnosis._repr_html_()
-        return (f"<b>supervised run {html.escape(self.experiment)}: <span style='color:{color}'>{self.status}</span>"
+        return (f"<b>supervised run {_h(self.experiment)}: <span style='color:{color}'>{self.status}</span>"
                 f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
 
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from nbtools._escape import html as _h
 from nbtools.rewards._rescore import RescoreResult
 
 __all__ = ["plot_rescore", "compare_view", "flipped_groups", "group_html"]
@@ -93,7 +94,6 @@ def flipped_groups(result: RescoreResult, which: str = "gained a signal") -> lis
 
 def group_html(result: RescoreResult, group: int) -> str:
     """One group's samples, old vs new reward and advantage, responses left-aligned with their tags highlighted."""
-    import html
 
     from nbtools.explorer._record import tag_segments
     from nbtools.explorer._render import STYLE, segments_html
@@ -102,17 +102,17 @@ def group_html(result: RescoreResult, group: int) -> str:
     if s.empty:
         return "<div class='nbx'>no samples in this group</div>"
     parts = [c for c in s.columns if c.startswith("r_")]
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in ["idx", "response", "truth", "old reward", "new reward",
+    head = "".join(f"<th>{_h(h)}</th>" for h in ["idx", "response", "truth", "old reward", "new reward",
                                                           "old adv.", "new adv.", *parts])
     body = "".join(
         f"<tr class='nbx-row'><td class='num'>{r['idx']}</td><td class='txt'>{segments_html(tag_segments(r['response']), 400)}"
-        f"</td><td>{html.escape(str(r['ground_truth']))}</td>"
+        f"</td><td>{_h(str(r['ground_truth']))}</td>"
         + "".join(f"<td class='num'>{r[c]:.3g}</td>" for c in ("old_reward", "new_reward", "old_advantage",
                                                               "new_advantage", *parts)) + "</tr>"
         for _, r in s.iterrows())
     first = s.iloc[0]
     return (f"<div class='nbx nbx-rescore'>{STYLE}<div class='note'>step {first['step']} · group {group} · "
-            f"{len(s)} samples · prompt: <span class='txt'>{html.escape(str(first['prompt']))}</span></div>"
+            f"{len(s)} samples · prompt: <span class='txt'>{_h(str(first['prompt']))}</span></div>"
             f"<table><colgroup><col style='width:5%'><col style='width:40%'><col style='width:7%'></colgroup>"
             f"<tr>{head}</tr>{body}</table></div>")
 
