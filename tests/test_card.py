@@ -98,14 +98,33 @@ def test_card_round_trips_and_its_model_index_reads_back_with_the_comparisons_nu
     assert name == "local-rehearsal" and len(results) == 2 == card.evaluations
     for (label, c), r in zip(cmp.items(), results, strict=True):
         assert r.metric_type == "accuracy" and r.metric_name == f"{label} accuracy" and r.metric_value == c.acc_b
-        assert (r.metric_args["ci95_low"], r.metric_args["ci95_high"]) == tuple(c.ci_b)
-        assert r.metric_args["num_problems"] == c.n_problems == 80 and r.metric_args["p_value"] == c.p_value
+        assert r.metric_args is None and r.metric_config is None  # args: the metric's own arguments only (Hub spec)
         assert r.dataset_type == "max3" and r.dataset_split == "held-out" and r.task_type == "text-generation"
-    assert [r.metric_args["samples_per_problem"] for r in results] == [1, 4]
+    metrics = [m for res in _front(run["out"] / "README.md")["model-index"][0]["results"] for m in res["metrics"]]
+    assert all(set(m) <= {"type", "value", "name", "config", "args", "verified"} for m in metrics) and all(
+        "args" not in m for m in metrics)
     assert [r.metric_value for r in loaded.data.eval_results] == [c.acc_b for c in cmp.values()]
     body = loaded.text
-    assert f"{run['greedy'].acc_b:.3f}" in body and run["greedy"].test in body and run["sampled"].test in body
-    assert "upload_folder(repo_id=\"YOUR_ORG/local-rehearsal\"" in body and "folder_path=\"merged_hf\"" in body
+    # the intervals, test, p-value and α moved from the model-index into the evaluation section's results table
+    evaluation = body[body.index("## Evaluation"):body.index("## Technical Specifications")]
+    for label, c in cmp.items():
+        row = next(line for line in evaluation.splitlines() if line.startswith(f"| {label} |"))
+        assert f"{c.acc_b:.3f} [{c.ci_b[0]:.3f}, {c.ci_b[1]:.3f}]" in row and c.test in row and "| 0.01 | 80 |" in row
+    assert "### Testing Data, Factors & Metrics" in evaluation and "Wilson score 95%" in evaluation
+    assert "α = 0.01" in evaluation and "| 1 |" in evaluation and "| 4 |" in evaluation
+    # the Hub template's sections, in its order, and no tooling notes
+    order = ["## Model Details", "## Uses", "### Direct Use", "### Out-of-Scope Use", "## Bias, Risks, and Limitations",
+             "## How to Get Started with the Model", "## Training Details", "### Training Data",
+             "#### Training Hyperparameters", "## Evaluation", "### Results", "## Technical Specifications",
+             "### Framework versions", "## Citation"]
+    assert [body.index(h + "\n") for h in order] == sorted(body.index(h + "\n") for h in order)
+    import torch
+    import transformers
+    assert f"- transformers {transformers.__version__}" in body and f"- torch {torch.__version__}" in body
+    assert f"- nbtools {nbtools.__version__}" in body
+    assert "arXiv:2402.03300" in body  # GRPO's paper
+    for tooling in ("Publish", "Not filled in", "upload_folder", "nbtools.card", "notebook 0", "before publishing"):
+        assert tooling not in body, tooling
     assert "upload_folder(" in card.upload_call and str(run["out"]) in card.upload_call
     assert (run["out"] / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](training_curves.png)" in body and "](experiment.yaml)" in body
@@ -119,7 +138,7 @@ def test_card_values_are_the_runs_metrics_and_the_merged_steps_reason(run):
     reward = nbtools.metrics.select(df, "reward").sort_values("step")
     acc = nbtools.metrics.select(df, "accuracy")
     info = nbtools.checkpoints.read_training_info(run["merge"].source)
-    assert f"| steps | {int(reward.step.max())} (max_num_steps {run['cfg'].grpo.max_num_steps}) |" in text
+    assert f"| steps trained | {int(reward.step.max())} (max_num_steps {run['cfg'].grpo.max_num_steps}) |" in text
     assert f"| train reward | {reward.value.iloc[-1]:.4g} | {int(reward.step.iloc[-1])} |" in text
     assert f"| validation accuracy (best) | {acc.value.max():.4g} | 20 |" in text
     assert run["merge"].source.name == "step_20" and "Merged from **step_20**" in text
@@ -129,6 +148,33 @@ def test_card_values_are_the_runs_metrics_and_the_merged_steps_reason(run):
     assert f"config hash `{run['cfg'].config_hash()}`" in text
     loaded = nbtools.config.load(run["out"] / "experiment.yaml")
     assert loaded.config_hash() == run["cfg"].config_hash()  # the full experiment, reloadable
+    saved = (run["out"] / "experiment.yaml").read_text()
+    data = yaml.safe_load(saved)
+    assert not {"gcp", "cluster", "storage", "images", "trainer"} & set(data)  # GKE-only: the CPU run never used them
+    for gke_only in ("b200", "spot", "1800Gi", "a4-highgpu"):
+        assert gke_only not in saved.lower(), gke_only
+    assert "# Not used by this run (backend local), left out: gcp, cluster, storage, images, trainer" in saved
+    assert data["rehearsal"]["ranks"] == run["cfg"].rehearsal.ranks and data["backend"] == "local"
+
+
+def test_experiment_yaml_keeps_a_section_someone_set_but_marks_it_unused(run, tmp_path):
+    import dataclasses
+
+    cfg = run["cfg"]
+    cfg = dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, name="my-gke-cluster"))
+    nbtools.card.write(cfg, run["out"], merge=run["merge"], curves=False)
+    saved = (run["out"] / "experiment.yaml").read_text()
+    head, marked = saved.split("# Set in the experiment but NOT used by this run (backend local)")
+    assert "cluster:" not in head and "my-gke-cluster" in marked and "gcp:" not in saved
+    assert nbtools.config.load(run["out"] / "experiment.yaml").config_hash() == cfg.config_hash()
+    nbtools.card.write(run["cfg"], run["out"], merge=run["merge"])  # leave the module's card as the others expect
+
+
+def test_the_cards_repr_shows_no_absolute_machine_path(run):
+    card = nbtools.card.write(run["cfg"], run["out"], merge=run["merge"])
+    assert str(run["out"]) in card.path  # the data keeps the real path
+    for shown in (repr(card), card._repr_markdown_()):
+        assert str(run["root"]) not in shown and "<runs_dir>/" in shown
 
 
 def test_no_token_home_path_or_secret_value_reaches_the_card(run, monkeypatch):
@@ -214,7 +260,7 @@ def test_06_writes_07_updates_and_a_rewrite_keeps_the_evaluation_only_for_the_sa
     with pytest.raises(NotFoundError, match="fix: write it first: nbtools.card.write"):
         nbtools.card.update_evaluation(out, {"greedy": run["greedy"]})
     first = nbtools.card.write(run["cfg"], out, merge=run["merge"], curves=False)  # notebook 06
-    assert first.evaluations == 0 and "model-index" not in first.metadata and "Not evaluated yet" in first.text
+    assert first.evaluations == 0 and "model-index" not in first.metadata and "has not been evaluated yet" in first.text
     updated = nbtools.card.update_evaluation(out, {"greedy": run["greedy"]})  # notebook 07
     assert updated.evaluations == 1 and "Not evaluated yet" not in updated.text
     assert updated.text.split("## Evaluation")[0].split("---\n", 2)[2] == first.text.split("## Evaluation")[0].split("---\n", 2)[2]
@@ -226,7 +272,7 @@ def test_06_writes_07_updates_and_a_rewrite_keeps_the_evaluation_only_for_the_sa
     nbtools.checkpoints.merge(Path(run["cfg"].checkpoint_dir) / "step_30", other, progress=False)
     (other / "README.md").write_text((out / "README.md").read_text())
     fresh = nbtools.card.write(run["cfg"], other, curves=False)
-    assert fresh.evaluations == 0 and "Not evaluated yet" in fresh.text and "Merged from **step_30**" in fresh.text
+    assert fresh.evaluations == 0 and "has not been evaluated yet" in fresh.text and "Merged from **step_30**" in fresh.text
     assert "now step_20" in fresh.text  # honest when the merged step is not the best one on disk
     (other / "README.md").write_text("# hand-written\n")
     with pytest.raises(ConflictError, match="not written by nbtools.card"):
@@ -235,7 +281,7 @@ def test_06_writes_07_updates_and_a_rewrite_keeps_the_evaluation_only_for_the_sa
 
 def test_the_cards_how_to_use_code_runs_on_the_merged_model(run):
     text = nbtools.card.write(run["cfg"], run["out"], merge=run["merge"], curves=False).text
-    code = re.search(r"## How to use\n\n```python\n(.*?)```", text, re.DOTALL).group(1)
+    code = re.search(r"## How to Get Started with the Model\n\n```python\n(.*?)```", text, re.DOTALL).group(1)
     code = code.replace('"YOUR_ORG/local-rehearsal"', repr(str(run["out"])))
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -304,7 +350,7 @@ def test_hostile_names_and_notes_are_escaped_and_never_become_metadata(run, tmp_
     assert all("training_curves.png" in t for t in re.findall(r"<img [^>]*>", html))  # the card's own figure only
     assert set(re.findall(r"<a href=\"([^\"]*)\"", html)) == {"experiment.yaml"}  # the card's own link only
     assert "<script>" not in html and "<!--" not in html.replace("<!-- nbtools:", "").replace(
-        "<!-- /nbtools:", "") and "<h2>Provenance</h2>" in html  # nothing hidden down to the end of the card
+        "<!-- /nbtools:", "") and "<h2>More Information</h2>" in html  # nothing hidden down to the end of the card
     assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # shown as text: intro, tables, notes
     front = _front(run["out"] / "README.md")
     assert "base_model" not in front and "base_model" not in card.metadata  # not a Hub id: no metadata from it

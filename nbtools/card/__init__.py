@@ -2,7 +2,7 @@
 
 Why: notebook 06 makes a HuggingFace directory and 07 a verdict with statistics; the card joins them in the format
 the Hub reads (YAML front matter with ``base_model``, ``license``, ``datasets``, ``tags`` and a ``model-index``),
-with the experiment's full config and its training curves as files beside it. 06 writes it once the merge is
+with the experiment as it ran and its training curves as files beside it. 06 writes it once the merge is
 verified; 07 replaces its evaluation section; re-running either replaces the card atomically. Publishing is shown
 (``card.upload_call``), never run.
 
@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
-from nbtools import storage
+from nbtools import _paths, storage
 from nbtools._escape import md, md_code
 from nbtools.card import _guard, _io
+from nbtools.card._experiment import experiment_yaml
 from nbtools.card._facts import KNOWN_LICENSES, fingerprint, gather
 from nbtools.card._render import (
     CONFIG,
@@ -49,6 +50,7 @@ README = "README.md"
 _SECTION = re.compile(re.escape(EVAL_START) + r".*?" + re.escape(EVAL_END), re.DOTALL)
 
 
+@_paths.tidy_reprs
 @dataclass(frozen=True)
 class Card:
     """A written card: where it is, its metadata as data, the full text, the files beside it, the publishing call."""
@@ -78,13 +80,41 @@ def _model_card(front: Any, text: str):
     return ModelCard("---\n" + front.to_yaml() + "\n---\n" + text)
 
 
-def _versions() -> str:
+def _versions(rehearsal: bool) -> dict[str, str]:
+    """The libraries that made these files, as installed here (for a rehearsal, also the ones that trained it)."""
+    from importlib import metadata as im
+
+    names = ["transformers", "torch", "safetensors", "huggingface_hub", "nbtools"]
+    if rehearsal:
+        names.insert(2, "ray")
+    import nbtools
+
+    out = {}
+    for n in names:
+        try:
+            out[n] = im.version(n)
+        except im.PackageNotFoundError:  # nbtools run from a checkout on PYTHONPATH
+            if n == "nbtools":
+                out[n] = nbtools.__version__
+    return out
+
+
+def _written() -> str:
     import huggingface_hub
 
     import nbtools
 
     return (f"Card written by nbtools {nbtools.__version__} with huggingface_hub {huggingface_hub.__version__} on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
+
+
+def _arch(model_dir: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        return json.loads(_io.read_text(model_dir / "config.json") or "{}")
+    except ValueError:
+        return {}
 
 
 def _curves_png(frame: Any, title: str, step: int | None) -> bytes:
@@ -192,14 +222,14 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
         section = evaluation_section(evals, ds, cfg.model.name, facts.merged.fingerprint)
         results = eval_results(evals, ds)
     data = _guard.redact(to_dict(cfg))
-    extra: dict[str, str | bytes] = {CONFIG: _guard.scrub_home(
-        "# The experiment this model was trained with, written by nbtools.card (secrets by name only).\n"
-        f"# Config hash {cfg.config_hash()}. Load it: nbtools.config.load(\"{CONFIG}\")\n"
-        + yaml.safe_dump(data, sort_keys=False))}
+    extra: dict[str, str | bytes] = {CONFIG: _guard.scrub_home(experiment_yaml(cfg, data, (
+        "# The experiment this model was trained with (secrets by name only).\n"
+        f"# Config hash {cfg.config_hash()}. Load it: nbtools.config.load(\"{CONFIG}\")\n")))}
     if curves and not facts.training.frame.empty:
         extra[CURVES] = _curves_png(facts.training.frame, f"{cfg.name}: training curves", facts.merged.step)
     card = _model_card(metadata(facts, results, cfg.name),
-                       body(facts, section, model_dir.name, list(extra), versions=_versions()))
+                       body(facts, section, model_dir.name, list(extra), versions=_versions(facts.setup.rehearsal),
+                            written=_written(), arch=_arch(model_dir)))
     text = _install(model_dir, card, extra, _guard.secret_values(data))
     _publish(model_dir, remote, [*extra, README])
     where = remote or str(model_dir)

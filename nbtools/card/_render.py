@@ -122,19 +122,17 @@ def _clean(x: Any) -> Any:
 
 
 def eval_results(evals: list[tuple[str, Any]], ds: Dataset) -> list[Any]:
-    """One ``huggingface_hub.EvalResult`` per comparison: the fine-tuned accuracy, its 95% interval and counts."""
+    """One ``huggingface_hub.EvalResult`` per comparison: the fine-tuned model's accuracy, in the Hub's fields only.
+
+    ``args`` is left out: the Hub reserves it for the metric's own arguments (``Metric.compute()``'s, per
+    huggingface_hub's ``EvalResult``) and accuracy has none here; the intervals, the test and its p-value are in the
+    card's evaluation section.
+    """
     from huggingface_hub import EvalResult
 
-    out = []
-    for label, c in evals:
-        args = {"ci95_low": c.ci_b[0], "ci95_high": c.ci_b[1], "interval": "Wilson score, 95%",
-                "num_problems": int(c.n_problems), "samples_per_problem": _samples(c), "baseline_accuracy": c.acc_a,
-                "delta": c.delta, "test": c.test, "p_value": c.p_value, "paired": bool(c.paired)}
-        out.append(EvalResult(task_type="text-generation", task_name="Text Generation", dataset_type=ds[0],
-                              dataset_name=ds[1], dataset_split=ds[2], metric_type="accuracy",
-                              metric_name=f"{label} accuracy", metric_value=_clean(c.acc_b),
-                              metric_args={k: _clean(v) for k, v in args.items() if v is not None}))
-    return out
+    return [EvalResult(task_type="text-generation", task_name="Text Generation", dataset_type=ds[0],
+                       dataset_name=ds[1], dataset_split=ds[2], metric_type="accuracy",
+                       metric_name=f"{label} accuracy", metric_value=_clean(c.acc_b)) for label, c in evals]
 
 
 def metadata(facts: Facts, results: list[Any] | None, name: str):
@@ -173,21 +171,33 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
 
 
 def evaluation_section(evals: list[tuple[str, Any]], ds: Dataset, base_model: str, weights: str | None) -> str:
-    """The ``## Evaluation`` section between its markers (also what notebook 07's update replaces)."""
+    """The ``## Evaluation`` section between its markers (also what notebook 07's update replaces): testing data,
+    metric and protocol, then the results with their intervals, test and p-value."""
     head = f"{EVAL_START} weights={weights or 'unknown'} -->\n## Evaluation\n\n"
     if not evals:
-        return (head + "Not evaluated yet. Notebook 07 compares this model with its base model and fills this section "
-                "(`nbtools.card.update_evaluation(model_dir, {\"greedy\": comparison})`).\n\n" + EVAL_END)
+        return head + "This model has not been evaluated yet; no results are reported.\n\n" + EVAL_END
     split = f", split {md_code(ds[2])}" if ds[2] else ""
+    alphas = sorted({float(c.alpha) for _, c in evals})
+    samples = sorted({s for _, c in evals if (s := _samples(c))})
+    protocol = [
+        "### Testing Data, Factors & Metrics", "",
+        f"- **Testing data**: {md(ds[1])} ({md_code(ds[0])}{split}), the same problems for both models.",
+        f"- **Metric**: accuracy, the fraction of problems answered right (averaged over "
+        f"{' or '.join(map(str, samples)) or 'the'} sample(s) per problem).",
+        f"- **Protocol**: the base model {md_code(base_model)} and this model were evaluated the same way (same prompts, "
+        "same generation settings). Accuracy intervals are Wilson score 95% intervals over problems; the Δ interval "
+        "is a 95% paired bootstrap over problems (unpaired comparisons: a normal approximation). The test compares "
+        f"the two models on the same problems; a difference is called significant at α = "
+        f"{', '.join(f'{a:g}' for a in alphas)}.", ""]
     rows = []
     for label, c in evals:
         ci = f" [{c.ci_low:+.3f}, {c.ci_high:+.3f}]" if c.ci_low is not None else ""
         rows.append((md(label), f"{_f(c.acc_a)} [{_f(c.ci_a[0])}, {_f(c.ci_a[1])}]",
                      f"{_f(c.acc_b)} [{_f(c.ci_b[0])}, {_f(c.ci_b[1])}]", f"{c.delta:+.3f}{ci}",
-                     f"{md(c.test)} ({'paired' if c.paired else 'unpaired'})", _p(c.p_value), c.n_problems,
-                     _samples(c) or "n/a"))
-    table = _table(rows, ("evaluation", f"baseline {md_code(base_model)} [95% CI]", "fine-tuned (this model) [95% CI]",
-                          "Δ [95% CI]", "test", "p-value", "problems", "samples / problem"))
+                     f"{md(c.test)} ({'paired' if c.paired else 'unpaired'})", _p(c.p_value), f"{c.alpha:g}",
+                     c.n_problems, _samples(c) or "n/a"))
+    table = _table(rows, ("evaluation", f"baseline {md_code(base_model)} [95% CI]", "this model [95% CI]",
+                          "Δ [95% CI]", "test", "p-value", "α", "problems", "samples / problem"))
     details = []
     for label, c in evals:
         details.append(f"- **{md(label)}**: {md(c.verdict)}")
@@ -197,28 +207,34 @@ def evaluation_section(evals: list[tuple[str, Any]], ds: Dataset, base_model: st
         if c.pass_at_k:
             details.append("  " + ", ".join(f"pass@{int(r['k'])} {r['a']:.3f} → {r['b']:.3f}" for r in c.pass_at_k) + ".")
         details.extend(f"  Note: {md(n)}" for n in c.notes)
-    return (head + f"On **{md(ds[1])}** ({md_code(ds[0])}{split}), baseline and fine-tuned model evaluated the same way; accuracy "
-            "intervals are Wilson 95% over problems, the Δ interval a paired bootstrap (unpaired: normal "
-            f"approximation).\n\n{table}\n\n" + "\n".join(details) + "\n\n" + EVAL_END)
+    return (head + "\n".join(protocol) + "\n### Results\n\n" + table + "\n\n#### Summary\n\n" + "\n".join(details)
+            + "\n\n" + EVAL_END)
 
 
 def _training(facts: Facts, files: Sequence[str]) -> str:
     s, t = facts.setup, facts.training
     gpu_hours = (f"{t.gpu_hours:.1f} ({s.gpus} GPUs × {_hours(t.wall_seconds)})" if t.gpu_hours is not None else
-                 "n/a" if s.gpus is None else "unknown (no event times)")
-    rows = [("experiment", f"{md_code(s.name)} (config hash {md_code(s.config_hash)})"),
-            ("trainer", f"{md(s.trainer)}, {md(s.trainer_version)}"),
-            ("image", md(s.image) if s.rehearsal else md_code(s.image)), ("cluster", md(s.cluster)),
-            ("base model", md_code(s.base_model)),
-            ("training data", md_code(s.dataset) + (f", validation {md_code(s.validation)}" if s.validation else "")),
-            ("steps", f"{t.steps if t.steps is not None else 'n/a'} (max_num_steps {s.grpo['max steps']})"),
-            ("wall time", _hours(t.wall_seconds) + (" (first to last TensorBoard event)" if t.wall_seconds else "")),
-            ("GPU-hours", gpu_hours)] + [(md(k), md(v)) for k, v in s.grpo.items() if k != "max steps"]
-    out = ["## Training", "", f"GRPO on {md_code(s.base_model)}; every value below comes from the experiment config and the "
-           "run's own TensorBoard events.", "", _table(rows, ("", "")), "", "### Reward functions", "",
+                 "none (trained on CPU)" if s.rehearsal else "n/a" if s.gpus is None else "unknown (no event times)")
+    data = md_code(s.dataset) + (f", validation {md_code(s.validation)}" if s.validation else "")
+    if s.rehearsal:
+        data += " (generated in code by nbtools' rehearsal: prompts `max a b c` over digits, with a held-out split)"
+    hyper = [("algorithm", "GRPO (group-relative advantages, no value model)"),
+             ("trainer", f"{md(s.trainer)}, {md(s.trainer_version)}")] + [
+        (md(k), md(v)) for k, v in s.grpo.items() if k != "max steps"] + [
+        ("max steps", md(s.grpo["max steps"]))]
+    speeds = [("steps trained", f"{t.steps if t.steps is not None else 'n/a'} (max_num_steps {s.grpo['max steps']})"),
+              ("wall time", _hours(t.wall_seconds) + (" (first to last TensorBoard event)" if t.wall_seconds else "")),
+              ("GPU-hours", gpu_hours)]
+    out = ["## Training Details", "", "### Training Data", "", data, "", "### Training Procedure", "",
+           f"GRPO on {md_code(s.base_model)}; every value below comes from the experiment config and the run's own "
+           f"TensorBoard events. The full experiment (config hash {md_code(s.config_hash)}) is in [`{CONFIG}`]({CONFIG}) beside this card (secrets appear "
+           "only by the name of their environment variable or Kubernetes Secret).", "",
+           "#### Reward functions", "",
            f"From {md(s.rewards_source)}; weights are renormalised to sum to 1, as NeMo-RL's `combine_reward_functions`.", "",
            _table([(md(r["name"]), f"{r['weight']:g}", f"{r['normalized']:.3f}", md(json.dumps(r["kwargs"])) if r["kwargs"] else "")
-                   for r in s.rewards], ("reward", "weight", "normalised", "kwargs")), ""]
+                   for r in s.rewards], ("reward", "weight", "normalised", "kwargs")), "",
+           "#### Training Hyperparameters", "", _table(hyper, ("", "")), "",
+           "#### Speeds, Sizes, Times", "", _table(speeds, ("", "")), ""]
     if t.last:
         names = {"reward": "train reward", "accuracy": "validation accuracy", "generation_length": "mean generation length",
                  "kl": "KL penalty"}
@@ -227,17 +243,17 @@ def _training(facts: Facts, files: Sequence[str]) -> str:
             rows.insert(0, ("train reward (first step)", f"{t.first_reward[1]:.4g}", t.first_reward[0]))
         if t.best_accuracy:
             rows.append(("validation accuracy (best)", f"{t.best_accuracy[1]:.4g}", t.best_accuracy[0]))
-        out += ["### Training curves", ""]
+        out += ["#### Training curves", ""]
         if CURVES in files:
             out += [f"![reward and validation accuracy, mean generation length, KL per step]({CURVES})", ""]
         out += [_table(rows, ("metric (last logged unless noted)", "value", "step")), ""]
-    return "\n".join(out)
+    return "\n".join(out) + "\n" + _checkpoint(facts)
 
 
 def _checkpoint(facts: Facts) -> str:
     m = facts.merged
     if m.step is None:
-        return "## Checkpoint\n\nThe merged checkpoint is unknown (no `checksums.json` from `nbtools.checkpoints.merge`).\n"
+        return "#### Checkpoint\n\nWhich training checkpoint these weights come from is not recorded.\n"
     value = m.info.get(m.metric_name) if m.metric_name else None
     order = "higher is better" if m.higher_is_better else "lower is better"
     if m.metric_name is None:
@@ -248,13 +264,12 @@ def _checkpoint(facts: Facts) -> str:
     else:
         why = (f"the best {md_code(m.metric_name)} ({_f(value, 4)}, {order}) among the checkpoints the run kept "
                f"(`keep_top_k: {m.keep_top_k}`), ranked like NeMo-RL's top-k (ties go to the later step).")
-    out = ["## Checkpoint", "", f"Merged from **step_{m.step}**: {why}", ""]
+    out = ["#### Checkpoint", "", f"Merged from **step_{m.step}**: {why}", ""]
     if m.kept:
         out += [_table([(f"step_{k['step']}" + (" (merged)" if k["step"] == m.step else ""), _f(k["value"], 4))
                         for k in m.kept], ("checkpoint on disk", md(m.metric_name or "metric"))), ""]
-    out += [f"Merged by `nbtools.checkpoints.merge` from the {md_code(m.layout)} layout: {m.tensors} tensors in "
-            f"{m.weight_files} safetensors file(s); every file's checksum is in `checksums.json` "
-            "(`nbtools.checkpoints.verify` checks them).", ""]
+    out += [f"Merged from the {md_code(m.layout)} layout into {m.weight_files} safetensors file(s) ({m.tensors} tensors); "
+            "every file's SHA-256 is in `checksums.json`.", ""]
     return "\n".join(out)
 
 
@@ -267,7 +282,7 @@ def _usage(facts: Facts) -> str:
                 "return_dict=True)\n")
     else:
         prep = f"inputs = tokenizer({json.dumps(prompt)}, return_tensors=\"pt\")\n"
-    return ("## How to use\n\n```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+    return ("## How to Get Started with the Model\n\n```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
             f"model_id = \"YOUR_ORG/{s.name}\"  # or the path of the directory holding this card\n"
             "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
             "model = AutoModelForCausalLM.from_pretrained(model_id, dtype=\"auto\")\n" + prep +
@@ -284,21 +299,89 @@ def upload_call(name: str, folder: str, step: int | None, config_hash: str) -> s
             f"              commit_message={json.dumps(what)})")
 
 
-def body(facts: Facts, evaluation: str, folder: str, files: Sequence[str], *, versions: str) -> str:
-    """The Markdown under the front matter; ``evaluation`` is the section from :func:`evaluation_section`."""
+def _details(facts: Facts, arch: Mapping[str, Any]) -> str:
     s = facts.setup
-    merged = f"step_{facts.merged.step}" if facts.merged.step is not None else "an unknown checkpoint"
-    intro = (f"# {md(s.name)}\n\nGRPO fine-tune of {md_code(s.base_model)} with {md(s.trainer)}, merged from {merged} into this "
-             "HuggingFace directory. Written by `nbtools.card` from the run's own files.\n")
-    notes = "".join(f"- {md(n)}\n" for n in facts.notes if md(n))
-    license_line = (f"License {md_code(facts.license)}, from {md(facts.license_source)}." if facts.license else
-                    "License unknown: set `license:` above before publishing.")
-    config = (f"## Experiment config\n\nThe full experiment is in [`{CONFIG}`]({CONFIG}) beside this card (secrets appear "
-              "only by the name of their environment variable or Kubernetes Secret). Reload it with "
-              f"`nbtools.config.load(\"{CONFIG}\")`.\n")
-    publish = ("## Publish\n\nLog in first (`hf auth login`, or `HF_TOKEN` in the environment; never paste a token into "
-               "code), then run this from the directory that holds this model's folder. nbtools never runs it.\n\n"
-               "```python\n" + upload_call(s.name, folder, facts.merged.step, s.config_hash) + "\n```\n")
-    return "\n".join([intro, _training(facts, files), _checkpoint(facts), evaluation + "\n", _usage(facts), config,
-                      publish, f"## Provenance\n\n{license_line} {versions}\n" +
-                      (f"\nNot filled in:\n\n{notes}" if notes else "")])
+    merged = f"step_{facts.merged.step}" if facts.merged.step is not None else "a training checkpoint"
+    kind = arch.get("model_type")
+    what = (f"a causal language model ({md_code(kind)}" + (f", {md(arch['params'])} parameters" if arch.get("params") else "")
+            + ")") if kind else "a causal language model"
+    rows = [f"- **Model type:** {what}, fine-tuned with reinforcement learning (GRPO)",
+            f"- **Finetuned from model:** {md_code(s.base_model)}",
+            f"- **License:** {md_code(facts.license) if facts.license else 'unknown'}"
+            + (f" (from {md(facts.license_source)})" if facts.license else ""),
+            f"- **Trained with:** {md(s.trainer)}, {md(s.cluster)}"]
+    if s.rehearsal:
+        summary = (f"A miniature model trained by nbtools' local rehearsal: GRPO on {md_code(s.base_model)}, a tiny Llama "
+                   "built in code, to answer `max a b c` prompts. It exists to exercise the training, checkpointing, "
+                   f"merging and evaluation pipeline end to end on a CPU; merged from {merged}.")
+    else:
+        summary = (f"GRPO fine-tune of {md_code(s.base_model)} on {md_code(s.dataset)} with {md(s.trainer)}, "
+                   f"merged from {merged} into this HuggingFace directory.")
+    return "\n".join([f"# {md(s.name)}", "", summary, "", "## Model Details", "", "### Model Description", "", *rows, ""])
+
+
+def _uses(facts: Facts) -> str:
+    s = facts.setup
+    if s.rehearsal:
+        direct = ("Reading it, loading it and scoring it as an example of what the pipeline produces. Its only skill "
+                  "is the rehearsal's task (the largest of three digits); it has no other use.")
+        out_of_scope = "Anything else: it is a toy model built in code, not a language model for any real text."
+    else:
+        direct = (f"Solving problems like those in {md_code(s.dataset)}, giving a final answer that the training "
+                  "reward can check.")
+        out_of_scope = ("General-purpose chat, advice, or any high-stakes use: the model was trained only on a "
+                        "rule-based correctness reward and was neither tuned nor evaluated for safety.")
+    return "\n".join([
+        "## Uses", "", "### Direct Use", "", direct, "", "### Out-of-Scope Use", "", out_of_scope, "",
+        "## Bias, Risks, and Limitations", "",
+        f"- It keeps the biases and limitations of its base model {md_code(s.base_model)}; read that model's card.",
+        f"- The reward only checks the final answer on {md_code(s.dataset)}: reasoning that reaches a right answer the "
+        "wrong way is rewarded too, and behaviour outside that data was not trained or measured.",
+        "- The evaluation below covers one dataset; its intervals say how precisely that was measured, not how the "
+        "model does elsewhere.", "",
+        "### Recommendations", "",
+        "Check its answers before relying on them, and evaluate it on your own data before using it in a product.", ""])
+
+
+_CITATIONS = {
+    "grpo": ("GRPO", "@article{shao2024deepseekmath,\n  title   = {DeepSeekMath: Pushing the Limits of Mathematical Reasoning "
+             "in Open Language Models},\n  author  = {Shao, Zhihong and Wang, Peiyi and Zhu, Qihao and Xu, Runxin and "
+             "Song, Junxiao and Bi, Xiao and Zhang, Haowei and Zhang, Mingchuan and Li, Y. K. and Wu, Y. and Guo, Daya},"
+             "\n  journal = {arXiv preprint arXiv:2402.03300},\n  year    = {2024}\n}"),
+    "verl": ("verl", "@article{sheng2024hybridflow,\n  title   = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
+             "  author  = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and Zhang, "
+             "Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n  journal = {arXiv preprint arXiv:2409.19256},\n"
+             "  year    = {2024}\n}"),
+    "NeMo-RL": ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
+                "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}"),
+}
+
+
+def _technical(facts: Facts, versions: Mapping[str, str]) -> str:
+    s = facts.setup
+    hardware = s.cluster + ("" if s.rehearsal else f"; image {md_code(s.image)}")
+    software = [f"- {md(name)} {md(v)}" for name, v in versions.items()]
+    where = ("Training, merging and this card ran in one Python environment:" if s.rehearsal else
+             f"Training ran in the image above ({md(s.trainer)} {md(s.trainer_version)}); the merge and this card with:")
+    return "\n".join(["## Technical Specifications", "", "### Compute Infrastructure", "", f"- **Hardware:** {md(hardware)}",
+                      "", "### Framework versions", "", where, "", *software, ""])
+
+
+def _citation(facts: Facts) -> str:
+    keys = ["grpo"] + [k for k in ("NeMo-RL", "verl") if k == facts.setup.trainer]
+    out = ["## Citation", "", "**BibTeX:**", ""]
+    for k in keys:
+        what, bib = _CITATIONS[k]
+        out += [f"{what}:", "", "```bibtex", bib, "```", ""]
+    return "\n".join(out)
+
+
+def body(facts: Facts, evaluation: str, folder: str, files: Sequence[str], *, versions: Mapping[str, str],
+         written: str, arch: Mapping[str, Any] | None = None) -> str:
+    """The Markdown under the front matter, in the Hub's model card template's order (``huggingface_hub``'s
+    ``templates/modelcard_template.md``); ``evaluation`` is the section from :func:`evaluation_section`.
+    ``folder`` is unused by the text (kept for callers); tooling notes stay in ``Card.notes``, not here."""
+    del folder
+    return "\n".join([_details(facts, arch or {}), _uses(facts), _usage(facts), _training(facts, files),
+                      evaluation + "\n", _technical(facts, versions), _citation(facts),
+                      f"## More Information\n\n{md(written)}\n"])
