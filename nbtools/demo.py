@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DemoResult", "run_demo", "check_outputs", "clean_notebook", "kernel_config", "main"]
+__all__ = ["DemoResult", "run_demo", "check_outputs", "clean_notebook", "freeze_widgets", "kernel_config", "main"]
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,6 +115,7 @@ def run_demo(
     finally:
         _stop_everything(out)
     for nb in sorted((out / "notebooks").glob("*.ipynb")):
+        freeze_widgets(nb)
         result.problems += check_outputs(nb)
         # outputs that still name this machine's paths: reported, not (yet) failing the demo
         result.warnings += [p for p in check_outputs(nb, forbidden=(str(PROJECT_ROOT), str(out))) if "absolute path" in p]
@@ -125,6 +126,7 @@ def run_demo(
 FIGURE_CALLS = re.compile(r"\b(?:plots\.(?:training_curves|timing|attempts_timeline|watch)|evals\.plots\.(?:accuracy|flip_matrix|"
                           r"breakdown)|plot_rescore)\(")
 FIGURE_MIMES = ("image/png", "image/svg+xml", "application/vnd.plotly.v1+json")
+_WIDGET_REPR = re.compile(r"(?:VBox|HBox|Box|GridBox|HTML|Output|Tab|Accordion|Stack)\(")  # ipywidgets' repr
 _FIGURE_TEXT = re.compile(r"<(?:Figure|matplotlib\.figure\.\w+) size [\d.]+x[\d.]+ with \d+ Axes>")
 
 
@@ -133,7 +135,8 @@ def check_outputs(notebook: str | os.PathLike, *, forbidden: tuple[str, ...] = (
 
     A cell that makes a figure (``FIGURE_CALLS``) must hold an image or plotly output; no output may be a figure's
     bare text repr (``<Figure size 900x360 with 1 Axes>``: the backend showed no image); no output may contain any of
-    ``forbidden`` (the checkout's and the runs dir's absolute paths: outputs name paths relative to the runs dir).
+    ``forbidden`` (the checkout's and the runs dir's absolute paths: outputs name paths relative to the runs dir); no
+    widget may be saved with only its Python repr (``VBox(children=…)``) where its snapshot belongs.
 
     Example:
         >>> nbtools.demo.check_outputs("runs/20260101-000000/notebooks/04_monitor.ipynb", forbidden=(str(Path.cwd()),))
@@ -155,6 +158,9 @@ def check_outputs(notebook: str | os.PathLike, *, forbidden: tuple[str, ...] = (
             texts = [_text(o.get("text", ""))] + [_text(v) for v in o.get("data", {}).values() if isinstance(v, str | list)]
             texts += [_text(o.get("evalue", "")), *map(_text, o.get("traceback", []))]
             blob = "\n".join(texts)
+            plain = _text(o.get("data", {}).get("text/plain", ""))
+            if "text/html" not in o.get("data", {}) and _WIDGET_REPR.match(plain):
+                problems.append(f"{where}: a widget saved without a static snapshot (shows {plain[:40]}…)")
             if (m := _FIGURE_TEXT.search(blob)) and "image/png" not in o.get("data", {}):
                 problems.append(f"{where}: shows {m.group(0)} instead of the figure")
             for f in forbidden:
@@ -196,6 +202,38 @@ def _stop_everything(runs_dir: Path) -> None:
         stop_all_under(runs_dir)
     except Exception as e:  # report, never mask the demo's own result
         print(f"warning: could not stop the local Ray head under {runs_dir}: {e}", file=sys.stderr)
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def freeze_widgets(path: str | os.PathLike) -> int:
+    """Keep an executed notebook's widgets as their static snapshots; the number of widget outputs frozen.
+
+    Why: a saved notebook has no kernel behind its widgets. Restored from saved state (trusted), they come back as
+    controls that look live but do nothing, each with a "disconnected" icon; without state, as "model not found";
+    and nbconvert's HTML needs the widget manager from a CDN. The snapshot each nbtools widget puts beside its view
+    (``text/html``: what it showed, with a note to re-run the cell) is true in all of them, so the saved copy keeps
+    that: the widget-view output and the notebook's widget state are dropped (re-running the cell brings the live
+    widget back). Other outputs are untouched.
+
+    Example:
+        >>> freeze_widgets("runs/20260101-000000/notebooks/05_explore.ipynb")
+        3
+    """
+    p = Path(path)
+    nb = json.loads(p.read_text())
+    frozen = 0
+    for cell in nb.get("cells", []):
+        for o in cell.get("outputs", []):
+            data = o.get("data", {})
+            if WIDGET_VIEW in data and len(data) > 1:  # a widget with another rendering: its snapshot or its text
+                del data[WIDGET_VIEW]
+                frozen += 1
+    had_state = nb.get("metadata", {}).pop("widgets", None) is not None
+    if frozen or had_state:
+        p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return frozen
 
 
 def clean_notebook(path: str | os.PathLike) -> bool:

@@ -25,6 +25,11 @@ _spec.loader.exec_module(gen)
 MIX = [{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}]
 
 
+def _unstyled(markup: str) -> str:
+    """The HTML without its inline styles (the look; tests/test_saved_widgets.py checks it)."""
+    return re.sub(r" style='[^']*'", "", markup)
+
+
 def _line(prompt: str, response: str, reward: float, idx: int, adv: float, gen_tokens: int = 3) -> str:
     n = 4 + gen_tokens
     mask = [0] * 4 + [1] * gen_tokens
@@ -164,13 +169,13 @@ def test_widget_pages_types_steps_filters_and_exports(run, tmp_path):
     assert ex.page_data.total == (~run.read(1)["env_observation"].str.endswith(" correct")).sum()
     ex.filter.value = "all"
     ex.search.value = "STRAY"
-    assert ex.page_data.rows["idx"].tolist() == [2] and "<mark>stray</mark>" in ex.table.value
+    assert ex.page_data.rows["idx"].tolist() == [2] and "<mark>stray</mark>" in _unstyled(ex.table.value)
     ex.search.value = ""
     ex.record.value = 6
     assert ex.view.idx == 5 and "nbx-tokens" in ex.record_panel.value and "exact_alnum" in ex.record_panel.value
     ex.record.value = 1
     ex.compare.value = 2
-    assert "step 2" in ex.compare_panel.value and ex.compare_panel.value.count("<tr><td class='num'>") == 6
+    assert "step 2" in ex.compare_panel.value and _unstyled(ex.compare_panel.value).count("<tr><td class='num'>") == 6
     ex.whole_run.value = True  # every step of the run, groups numbered within their step
     assert ex.page_data.in_scope == 12 and "the run" in ex.summary.value
     ex.sort.value = "reward ↓"
@@ -212,8 +217,8 @@ def test_a_page_and_a_record_stay_fast_on_a_large_step(tmp_path):
 
 @pytest.mark.slow
 def test_an_executed_notebook_keeps_the_widget_state_and_a_snapshot(tmp_path):
-    """What `make demo` writes (papermill): the widgets' state in the metadata, and an HTML snapshot with a re-run
-    note for viewers that do not restore widgets (an untrusted notebook shows it instead of `VBox(children=…`)."""
+    """What papermill writes: the widgets' state in the metadata, and an HTML snapshot with a re-run note (`make demo`
+    then keeps only the snapshot: nbtools.demo.freeze_widgets, tests/test_saved_widgets.py)."""
     import nbformat
     import papermill
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -33,7 +35,8 @@ def test_compare_view_steps_through_the_groups_that_flipped():
     pick, pos, count = view.children[0].children
     body = view.children[1]
     assert count.value == "1 groups" and "group 0" in body.value and body.value.count("class='nbx-row'") == 4
-    assert "<span class='answer tag'>&lt;answer&gt;</span>" in body.value and "text-align:left" in body.value
+    assert "<span class='answer tag'>&lt;answer&gt;</span>" in re.sub(r" style='[^']*'", "", body.value)
+    assert "text-align:left" in body.value
     pick.value = "every group"
     pos.value = 2
     assert "group 1" in body.value and "max 5 4 0" in body.value and pos.max == 2

@@ -7,6 +7,7 @@ reads (stable class names and ``data-*`` attributes) and what a saved notebook k
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -15,21 +16,60 @@ from nbtools._escape import html as _h
 from nbtools.explorer._query import Page
 from nbtools.explorer._record import RecordView, Segment, tag_segments
 
-__all__ = ["STYLE", "page_html", "record_html", "summary_html", "compare_html", "segments_html"]
+__all__ = ["inline_styles", "page_html", "record_html", "summary_html", "compare_html", "segments_html"]
 
-STYLE = """<style>
-.nbx{font-family:var(--jp-content-font-family,sans-serif);font-size:12px;color:var(--jp-content-font-color1,#222)}
-.nbx table{border-collapse:collapse;table-layout:fixed;width:100%}
-.nbx th,.nbx td{border:1px solid #d0d7de;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
-.nbx th{background:#f3f5f7;font-weight:600}
-.nbx tr.nbx-group td{background:#eef2f8;border-top:2px solid #6b7fa8;font-weight:600}
-.nbx tr.nbx-row.ok td{background:#f1f9f3}.nbx tr.nbx-row.bad td{background:#fdf3f2}
-.nbx .txt{white-space:pre-wrap;text-align:left;margin:0;font-family:var(--jp-code-font-family,monospace);font-size:11px}
-.nbx .think{background:#fff4d6}.nbx .answer{background:#dcf0ff}.nbx .tag{color:#8a3ffc;font-weight:700}
-.nbx mark{background:#ffe066;padding:0}.nbx .muted{color:#888}.nbx .num{text-align:right;font-variant-numeric:tabular-nums}
-.nbx .note{margin:4px 0}.nbx .bar{background:#4c72b0;height:10px}.nbx .side{display:flex;gap:8px}
-.nbx .side>div{flex:1;min-width:0}.nbx .tok{display:inline-block;margin:1px;padding:0 3px;border-radius:3px;font-size:10px}
-</style>"""
+# Inline styles, not a <style> block: JupyterLab's sanitiser (untrusted output: every notebook a user did not run)
+# strips <style> and <script> but keeps ``style=`` attributes whose properties and values it allows (jupyterlab,
+# packages/apputils/src/sanitizer.ts: allowedStyles): plain colours (hex, rgba), lengths, no var(), no flex gap.
+_CELL = "border:1px solid #d0d7de;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:break-word"
+_TAG_STYLES = {
+    "table": "border-collapse:collapse;table-layout:fixed;width:100%",
+    "th": f"{_CELL};background-color:#f3f5f7;font-weight:600",
+    "td": _CELL,
+    "mark": "background-color:#ffe066;padding:0",
+}
+_CLASS_STYLES = {
+    "nbx": "font-family:sans-serif;font-size:12px;color:#222222;background-color:#ffffff",
+    "txt": "white-space:pre-wrap;text-align:left;margin:0;font-family:monospace;font-size:11px",
+    "think": "background-color:#fff4d6", "answer": "background-color:#dcf0ff", "tag": "color:#8a3ffc;font-weight:700",
+    "muted": "color:#888888", "num": "text-align:right", "note": "margin:4px 0",
+    "bar": "background-color:#4c72b0;height:10px",
+    "tok": "display:inline-block;margin:1px;padding:0 3px;border-radius:3px;font-size:10px",
+}
+_ROW_CELL_STYLES = {  # a cell's background and rule from its row's class
+    "nbx-group": "background-color:#eef2f8;border-top:2px solid #6b7fa8;font-weight:600",
+    "ok": "background-color:#f1f9f3", "bad": "background-color:#fdf3f2",
+}
+_OPEN_TAG = re.compile(r"<([a-z][a-z0-9]*)\b((?:[^>'\"]|'[^']*'|\"[^\"]*\")*)>")
+_CLASS = re.compile(r"""\sclass=(?:'([^']*)'|"([^"]*)"|([\w-]+))""")
+_STYLE_ATTR = re.compile(r"""\sstyle=(?:'([^']*)'|"([^"]*)")""")
+
+
+def inline_styles(markup: str) -> str:
+    """``markup`` (HTML made by this module) with each element's look as an inline ``style=`` attribute.
+
+    The element's own ``style=`` comes last, so it wins (a selected row's outline, a histogram bar's width).
+    """
+    row: set[str] = set()
+
+    def one(m: re.Match) -> str:
+        nonlocal row
+        tag, attrs = m.group(1), m.group(2)
+        c = _CLASS.search(attrs)
+        classes = set(next(g for g in c.groups() if g is not None).split()) if c else set()
+        if tag == "tr":
+            row = classes
+        rules = [_TAG_STYLES.get(tag, "")] + [_CLASS_STYLES[k] for k in sorted(classes) if k in _CLASS_STYLES]
+        if tag in ("td", "th"):
+            rules += [_ROW_CELL_STYLES[k] for k in sorted(row) if k in _ROW_CELL_STYLES]
+        own = _STYLE_ATTR.search(attrs)
+        if own:
+            rules.append(next(g for g in own.groups() if g is not None))
+            attrs = attrs[:own.start()] + attrs[own.end():]
+        style = ";".join(r.strip(";") for r in rules if r)
+        return f"<{tag}{attrs} style='{style}'>" if style else m.group(0)
+
+    return _OPEN_TAG.sub(one, markup)
 
 
 def _num(x, fmt: str = ".3g") -> str:
@@ -97,7 +137,7 @@ def page_html(page: Page, *, think_tag: str = "think", answer_tag: str = "answer
                     f"<td class='txt'>{resp}</td></tr>")
     if not body:
         body.append("<tr><td colspan='8' class='muted'>no record matches</td></tr>")
-    return f"<div class='nbx'>{STYLE}{note}<table class='nbx-table'>{head}{''.join(body)}</table></div>"
+    return inline_styles(f"<div class='nbx'>{note}<table class='nbx-table'>{head}{''.join(body)}</table></div>")
 
 
 def _frame_html(df: pd.DataFrame, cls: str) -> str:
@@ -137,7 +177,7 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
         parts.append(f"<div class='note nbx-tokens'><b>tokens</b>: {len(t)} in all, {int(np.nansum(t['mask']))} "
                      f"generated (mask = 1; shade = probability under the policy; hover for log-probs)</div>"
                      f"<div>{''.join(chips)}</div>")
-    return f"<div class='nbx'>{STYLE}{''.join(parts)}</div>"
+    return inline_styles(f"<div class='nbx'>{''.join(parts)}</div>")
 
 
 def compare_html(left: list[RecordView], right: list[RecordView], steps: tuple[int, int], elsewhere: list[int]) -> str:
@@ -151,13 +191,15 @@ def compare_html(left: list[RecordView], right: list[RecordView], steps: tuple[i
         return (f"<div><b>step {step}</b> · mean reward {_num(np.mean([v.reward for v in views]))}<table>"
                 f"<colgroup><col style='width:10%'><col style='width:12%'><col></colgroup>"
                 f"<tr><th>idx</th><th>reward</th><th>response</th></tr>{rows}</table></div>")
-    return f"<div class='nbx nbx-compare'>{STYLE}<div class='side'>{col(left, steps[0])}{col(right, steps[1])}</div></div>"
+    return inline_styles(f"<div class='nbx nbx-compare'><table class='side'><tr><td style='width:50%;border:0'>"
+                         f"{col(left, steps[0])}</td><td style='width:50%;border:0'>{col(right, steps[1])}</td></tr>"
+                         "</table></div>")
 
 
 def summary_html(df: pd.DataFrame, label: str) -> str:
     """Counts, mean reward, correct share, groups with no signal, and a reward histogram with labelled axes."""
     if df.empty:
-        return f"<div class='nbx'>{STYLE}<b>{_h(label)}</b>: no samples (yet)</div>"
+        return inline_styles(f"<div class='nbx'><b>{_h(label)}</b>: no samples (yet)</div>")
     groups = df.drop_duplicates(["step", "group"])
     known = df["correct"].dropna()
     correct = f"{known.astype(bool).mean():.0%}" if len(known) else "n/a"
@@ -169,7 +211,7 @@ def summary_html(df: pd.DataFrame, label: str) -> str:
     bars = "".join(f"<tr><td class='num'>{k if isinstance(k, str) else f'{k:g}'}</td><td><div class='bar' "
                    f"style='width:{int(220 * n / top)}px'></div></td><td class='num'>{n}</td></tr>"
                    for k, n in dist.items())
-    return (f"<div class='nbx nbx-summary'>{STYLE}<b>{_h(label)}</b>: {len(df)} samples in {len(groups)} groups · "
+    return inline_styles(f"<div class='nbx nbx-summary'><b>{_h(label)}</b>: {len(df)} samples in {len(groups)} groups · "
             f"mean reward {df['reward'].mean():.3f} · correct {correct} · <b>groups with no signal "
             f"{groups['no_signal'].mean():.0%}</b> · mean generation length {df['generation_length'].mean():.1f}"
             f"<table style='width:auto'><tr><th>reward</th><th>samples (bar)</th><th>count</th></tr>{bars}</table></div>")

@@ -86,7 +86,12 @@ class HealthPanel:
         return self.report
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        """The live widget, plus the table as it is now (``text/html``) for a saved notebook, which has no kernel."""
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.widget.value
+        data["text/plain"] = "Health panel (a live widget): re-run this cell in JupyterLab to follow the run."
+        return bundle
 
 
 def panel(cfg, *, interval: float = 30.0, thresholds: dict | None = None, until_done: bool = True,

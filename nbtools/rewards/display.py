@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -96,11 +97,11 @@ def group_html(result: RescoreResult, group: int) -> str:
     """One group's samples, old vs new reward and advantage, responses left-aligned with their tags highlighted."""
 
     from nbtools.explorer._record import tag_segments
-    from nbtools.explorer._render import STYLE, segments_html
+    from nbtools.explorer._render import inline_styles, segments_html
 
     s = result.samples[result.samples["group"] == group]
     if s.empty:
-        return "<div class='nbx'>no samples in this group</div>"
+        return inline_styles("<div class='nbx'>no samples in this group</div>")
     parts = [c for c in s.columns if c.startswith("r_")]
     head = "".join(f"<th>{_h(h)}</th>" for h in ["idx", "response", "truth", "old reward", "new reward",
                                                           "old adv.", "new adv.", *parts])
@@ -111,7 +112,7 @@ def group_html(result: RescoreResult, group: int) -> str:
                                                               "new_advantage", *parts)) + "</tr>"
         for _, r in s.iterrows())
     first = s.iloc[0]
-    return (f"<div class='nbx nbx-rescore'>{STYLE}<div class='note'>step {first['step']} · group {group} · "
+    return inline_styles(f"<div class='nbx nbx-rescore'><div class='note'>step {first['step']} · group {group} · "
             f"{len(s)} samples · prompt: <span class='txt'>{_h(str(first['prompt']))}</span></div>"
             f"<table><colgroup><col style='width:5%'><col style='width:40%'><col style='width:7%'></colgroup>"
             f"<tr>{head}</tr>{body}</table></div>")
@@ -119,7 +120,8 @@ def group_html(result: RescoreResult, group: int) -> str:
 
 def compare_view(result: RescoreResult, which: str = "gained a signal"):
     """A small interactive view of a re-scoring: pick which groups (gained / lost a signal, every group) and step
-    through them one at a time, old vs new reward and advantage per sample.
+    through them one at a time, old vs new reward and advantage per sample. Saved in a notebook (no kernel), it shows
+    the group that was on screen as static HTML with a note to re-run the cell.
 
     Example:
         >>> nbtools.rewards.display.compare_view(result)
@@ -139,4 +141,25 @@ def compare_view(result: RescoreResult, which: str = "gained a signal"):
     pick.observe(lambda _: (setattr(pos, "value", 1), show()), names="value")
     pos.observe(show, names="value")
     show()
-    return w.VBox([w.HBox([pick, pos, count]), body])
+    return _view_class()([w.HBox([pick, pos, count]), body])
+
+
+@functools.cache
+def _view_class():
+    """``CompareView``: a VBox whose display also carries a static snapshot (``text/html``) of what it shows."""
+    import ipywidgets as w
+
+    class CompareView(w.VBox):
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            data = bundle[0] if isinstance(bundle, tuple) else bundle
+            pick, pos, count = self.children[0].children
+            note = ("<div class='nbx-frozen' style='padding:4px 8px;background-color:#fff8e1;border-left:3px solid "
+                    f"#f0a020'>A snapshot of the re-scoring view: groups that {_h(pick.value)}, group {pos.value} of "
+                    f"{_h(count.value)}. <b>Re-run the cell</b> to step through the others.</div>")
+            data["text/html"] = note + self.children[1].value
+            data["text/plain"] = (f"Re-scoring view ({pick.value}: {count.value}); re-run this cell in JupyterLab to "
+                                  "step through the groups.")
+            return bundle
+
+    return CompareView
