@@ -359,11 +359,11 @@ _CITATIONS = {
 
 def _technical(facts: Facts, versions: Mapping[str, str]) -> str:
     s = facts.setup
-    hardware = s.cluster + ("" if s.rehearsal else f"; image {md_code(s.image)}")
+    hardware = md(s.cluster) + ("" if s.rehearsal else f"; image {md_code(s.image)}")
     software = [f"- {md(name)} {md(v)}" for name, v in versions.items()]
     where = ("Training, merging and this card ran in one Python environment:" if s.rehearsal else
              f"Training ran in the image above ({md(s.trainer)} {md(s.trainer_version)}); the merge and this card with:")
-    return "\n".join(["## Technical Specifications", "", "### Compute Infrastructure", "", f"- **Hardware:** {md(hardware)}",
+    return "\n".join(["## Technical Specifications", "", "### Compute Infrastructure", "", f"- **Hardware:** {hardware}",
                       "", "### Framework versions", "", where, "", *software, ""])
 
 
