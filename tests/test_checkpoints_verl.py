@@ -38,6 +38,8 @@ def runs(tmp_path_factory):
 
     write_verl_run(base / "trained", cfg, AutoModelForCausalLM.from_config(cfg).state_dict(), [1, 2])
     write_verl_run(base / "exact", cfg, exact_state_dict(cfg), [3], train=False)
+    tied = tiny_config(tied=True)
+    write_verl_run(base / "tied", tied, AutoModelForCausalLM.from_config(tied).state_dict(), [5])
     return base
 
 
@@ -124,6 +126,20 @@ def test_merge_equals_verls_model_merger(runs, tmp_path):
         b = got[k].to(torch.bfloat16).contiguous()
         assert [list(b.shape), "bfloat16"] == [e["shape"], e["dtype"]], k
         assert hashlib.sha256(b.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest() == e["sha256"], k
+
+
+def test_tied_embeddings(runs, tmp_path):
+    """Qwen2.5's small models tie lm_head to the embeddings: FSDP2 saves both keys; HF loads the merge re-tied."""
+    from transformers import AutoModelForCausalLM
+
+    d = runs / "tied"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        truth = full_state_dicts(d, 5)
+    r = ck.merge(d / "global_step_5", tmp_path / "hf", progress=False)
+    assert "lm_head.weight" not in _load(r.out) and any("tied" in n for n in r.notes)
+    sd = AutoModelForCausalLM.from_pretrained(str(r.out)).state_dict()
+    assert all(torch.equal(sd[k], v) for k, v in truth.items())
 
 
 def test_damaged_rank_files(runs, tmp_path):
