@@ -180,3 +180,22 @@ def test_cli_lists_and_merges(runs, tmp_path, capfd):
     assert main(["merge", str(runs / "trained" / "global_step_1"), str(tmp_path / "m"), "--json"]) == 0
     m = json.loads(capfd.readouterr().out)
     assert m["layout"] == "verl_fsdp" and m["verified"] is True
+
+
+def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):
+    """On GKE verl writes to the bucket behind /data: the listing reads only listings and the small files there."""
+    from gcs_emulator import GcsEmulator
+
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    with GcsEmulator() as gcs:
+        gcs.create_bucket("verl-bucket")
+        gcs.fs.put(str(runs / "trained"), "verl-bucket/ckpt", recursive=True)
+        gcs.fs.pipe("verl-bucket/ckpt/latest_checkpointed_iteration.txt", b"1")
+        gcs.fs.rm("verl-bucket/ckpt/global_step_1/actor/huggingface", recursive=True)
+        url = "gs://verl-bucket/ckpt"
+        df = ck.list_checkpoints(url)
+        assert df["step"].tolist() == [1, 2] and df["world_size"].tolist() == [2, 2]
+        assert df["problem"][0].startswith("huggingface/config.json is missing")
+        assert df["problem"][1].startswith("newer than latest_checkpointed_iteration.txt")
+        gcs.fs.pipe("verl-bucket/ckpt/latest_checkpointed_iteration.txt", b"2")
+        assert ck.latest(url) == f"{url}/global_step_2"

@@ -40,8 +40,8 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
 
 
 def _is_verl_run(checkpoint_dir) -> bool:
-    """A local verl ``trainer.default_local_dir`` (``global_step_N``) that holds no NeMo-RL ``step_N``."""
-    return not storage.is_remote(checkpoint_dir) and _verl.is_verl_dir(checkpoint_dir) and not step_dirs(checkpoint_dir)
+    """A verl ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) that holds no NeMo-RL ``step_N``."""
+    return _verl.is_verl_dir(checkpoint_dir)
 
 
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")

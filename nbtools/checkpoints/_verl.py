@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from nbtools import storage
 from nbtools.checkpoints._sources import Chunk, SourceTensor
 from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
 from nbtools.errors import CheckpointError, NotFoundError
@@ -44,18 +45,33 @@ _RESYNC = ("re-copy the complete global_step_N/actor directory from where verl w
            "(trainer.default_local_dir), or pick another step")
 
 
-def verl_steps(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(N, path)`` of every ``global_step_N`` directory, lowest first ([] when there is none)."""
-    d = Path(run_dir).expanduser()
-    if not d.is_dir():
-        return []
-    return sorted((int(m.group(1)), p) for p in d.iterdir() if (m := VERL_STEP_RE.match(p.name)) and p.is_dir())
+def _ls(url: str | Path) -> dict[str, storage.Entry]:
+    try:
+        return {e.name: e for e in storage.ls(url)}
+    except (NotFoundError, NotADirectoryError):
+        return {}
+
+
+def _out(url: str) -> str | Path:
+    return url if storage.is_remote(url) else Path(url)
+
+
+def verl_steps(run_dir: str | Path) -> list[tuple[int, str | Path]]:
+    """``(N, path)`` of every ``global_step_N`` directory, lowest first ([] when there is none); a URL for a bucket."""
+    d = str(run_dir).rstrip("/") if storage.is_remote(run_dir) else str(Path(run_dir).expanduser())
+    return sorted((int(m.group(1)), _out(e.url)) for e in _ls(d).values()
+                  if e.is_dir and (m := VERL_STEP_RE.match(e.name)))
 
 
 def is_verl_dir(run_dir: str | Path) -> bool:
-    """A verl ``trainer.default_local_dir``: it holds the tracker file or a ``global_step_N`` directory."""
-    d = Path(run_dir).expanduser()
-    return (d / TRACKER).is_file() or bool(verl_steps(d))
+    """A verl ``trainer.default_local_dir`` (local or ``gs://``): the tracker file or a ``global_step_N`` directory,
+    and no NeMo-RL ``step_N``."""
+    from nbtools._layout import STEP_RE
+
+    names = _ls(str(run_dir).rstrip("/") if storage.is_remote(run_dir) else Path(run_dir).expanduser())
+    if any(STEP_RE.match(n) for n, e in names.items() if e.is_dir):
+        return False
+    return TRACKER in names or any(VERL_STEP_RE.match(n) for n, e in names.items() if e.is_dir)
 
 
 def verl_actor_dir(step_dir: str | Path) -> Path:
@@ -65,85 +81,93 @@ def verl_actor_dir(step_dir: str | Path) -> Path:
 
 
 def is_verl_step(step_dir: str | Path) -> bool:
-    """A verl checkpoint: ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
+    """A local verl checkpoint: ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
+    if storage.is_remote(step_dir):
+        return False
     a = verl_actor_dir(step_dir)
     return a.is_dir() and ((a / "fsdp_config.json").is_file() or any(_RANK_RE.match(p.name) for p in a.iterdir()))
 
 
-def _tracked(run_dir: Path) -> tuple[int | None, str | None]:
+def _tracked(run_dir: str) -> tuple[int | None, str | None]:
     """(N from the tracker file, problem)."""
-    p = run_dir / TRACKER
-    if not p.is_file():
+    try:
+        text = storage.read_bytes(storage.join(run_dir, TRACKER)).decode(errors="replace").strip()
+    except (NotFoundError, FileNotFoundError):
         return None, None
-    text = p.read_text(errors="replace").strip()
     if not text.isdigit():
         return None, f"{TRACKER} holds {text[:40]!r}, not a step number"
     return int(text), None
 
 
-def read_verl_world_size(actor: Path) -> tuple[int, int | None]:
-    """(world size, FSDP version) from ``fsdp_config.json``, else from the rank files' names."""
-    cfg = actor / "fsdp_config.json"
-    if cfg.is_file():
+def _world_size(actor: str, names: dict) -> tuple[int, int | None]:
+    if "fsdp_config.json" in names:
         try:
-            d = json.loads(cfg.read_text())
+            d = json.loads(storage.read_bytes(storage.join(actor, "fsdp_config.json")))
             ws = d["world_size"]
             if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
                 return ws, d.get("FSDP_version")
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, NotFoundError):
             pass
-        raise CheckpointError(f"{cfg} is not the JSON object verl writes ({{'FSDP_version': …, 'world_size': W}})",
-                              fix=_RESYNC)
-    sizes = {int(m.group(1)) for p in actor.iterdir() if (m := _RANK_RE.match(p.name))} if actor.is_dir() else set()
+        raise CheckpointError(f"{storage.join(actor, 'fsdp_config.json')} is not the JSON object verl writes "
+                              f"({{'FSDP_version': …, 'world_size': W}})", fix=_RESYNC)
+    sizes = {int(m.group(1)) for n in names if (m := _RANK_RE.match(n))}
     if len(sizes) != 1:
         raise CheckpointError(f"{actor} has no fsdp_config.json and rank files of world sizes {sorted(sizes)}",
                               fix=_RESYNC)
     return sizes.pop(), None
 
 
-def _step_problem(actor: Path, step: int, tracked: int | None) -> tuple[int | None, int | None, str | None]:
+def read_verl_world_size(actor: Path) -> tuple[int, int | None]:
+    """(world size, FSDP version) from ``fsdp_config.json``, else from the rank files' names."""
+    return _world_size(str(actor), _ls(actor))
+
+
+def _step_problem(step: str, n: int, tracked: int | None) -> tuple[int | None, int | None, str | None]:
     """(world size, FSDP version, problem) of one step; problem None when every file verl writes is there."""
-    if not actor.is_dir():
+    actor = storage.join(step, "actor")
+    names = _ls(actor)
+    if not names:
         return None, None, "no actor/ directory (verl writes the policy under global_step_N/actor)"
     try:
-        ws, version = read_verl_world_size(actor)
+        ws, version = _world_size(actor, names)
     except CheckpointError as e:
         return None, None, str(e)
-    missing = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws)
-               if not (actor / f"model_world_size_{ws}_rank_{r}.pt").is_file()]
+    missing = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws) if f"model_world_size_{ws}_rank_{r}.pt" not in names]
     if missing:
         return ws, version, f"{len(missing)} of {ws} rank files missing ({', '.join(missing[:3])})"
-    if not (actor / "huggingface" / "config.json").is_file():
+    if "config.json" not in _ls(storage.join(actor, "huggingface")):
         return ws, version, "huggingface/config.json is missing (verl's rank 0 writes it with the tokenizer)"
-    if tracked is not None and step > tracked:
+    if tracked is not None and n > tracked:
         return ws, version, f"newer than {TRACKER} ({tracked}): still being written, or the save died"
     return ws, version, None
 
 
 def list_verl_checkpoints(run_dir: str | Path) -> pd.DataFrame:
-    """Every ``global_step_N`` of a verl run, oldest first: step, path, layout, problem, world_size, latest.
+    """Every ``global_step_N`` of a verl run (a local dir or ``gs://…``), oldest first: step, path, layout, problem,
+    world_size, fsdp_version, latest.
 
     ``latest`` marks the step named by ``latest_checkpointed_iteration.txt`` (what verl resumes from); a step
-    with missing files, or newer than that file, carries the reason in ``problem`` (None when complete).
+    with missing files, or newer than that file, carries the reason in ``problem`` (None when complete). Only
+    listings and the small JSON/text files are read, never the weights.
 
     Example:
         >>> nbtools.checkpoints.list_verl_checkpoints(run_dir)[["step", "world_size", "latest", "problem"]]
     """
-    d = Path(run_dir).expanduser()
-    if not d.is_dir():
-        raise NotFoundError(f"checkpoint dir {str(d)!r} does not exist",
+    d = str(run_dir).rstrip("/") if storage.is_remote(run_dir) else str(Path(run_dir).expanduser())
+    if storage.info(d) is None:
+        raise NotFoundError(f"checkpoint dir {d!r} does not exist",
                             fix="check trainer.default_local_dir, or wait until verl saved (trainer.save_freq)")
     tracked, tracker_problem = _tracked(d)
     rows = []
     for step, path in verl_steps(d):
-        ws, version, problem = _step_problem(verl_actor_dir(path), step, tracked)
+        ws, version, problem = _step_problem(str(path), step, tracked)
         rows.append({"step": step, "path": str(path), "layout": VERL_LAYOUT, "problem": problem or tracker_problem,
                      "world_size": ws, "fsdp_version": version, "latest": step == tracked})
     cols = ["step", "path", "layout", "problem", "world_size", "fsdp_version", "latest"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def latest_verl(run_dir: str | Path) -> Path:
+def latest_verl(run_dir: str | Path) -> str | Path:
     """The step ``latest_checkpointed_iteration.txt`` names, else the highest complete ``global_step_N``.
 
     Example:
@@ -157,11 +181,11 @@ def latest_verl(run_dir: str | Path) -> Path:
         raise NotFoundError(f"no complete verl checkpoint in {run_dir} (saw {seen})",
                             fix="wait for the first save (trainer.save_freq) or check trainer.default_local_dir")
     tagged = ok[ok["latest"]]
-    return Path((tagged if not tagged.empty else ok).iloc[-1]["path"])
+    return _out((tagged if not tagged.empty else ok).iloc[-1]["path"])
 
 
 def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFrame | None = None,
-              higher_is_better: bool = True) -> Path:
+              higher_is_better: bool = True) -> str | Path:
     """The complete checkpoint with the best ``metric`` at its step, read from a tidy metrics frame.
 
     verl keeps no metric beside its checkpoints, so the value comes from ``metrics`` (``nbtools.metrics``' frame:
@@ -191,7 +215,7 @@ def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFr
         v = vals.get(step)
         v = float(v) if v is not None and not math.isnan(float(v)) else None
         ranked.append(((v if higher_is_better else -v) if v is not None else worst, int(step), path))
-    return Path(max(ranked)[2])
+    return _out(max(ranked)[2])
 
 
 # --- rank files: inert unpickling ------------------------------------------------------------------------------
