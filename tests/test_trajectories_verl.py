@@ -115,3 +115,13 @@ def test_uid_groups_and_cli(run_dirs, tmp_path, capfd):
     assert main(["trajectories", str(run_dirs[0]), "--step", "2", "--json"]) == 0
     out = json.loads(capfd.readouterr().out)
     assert out["steps"] == [1, 2, 3] and out["records"] == 24 and len(out["rows"]) == 8
+
+
+def test_explorer_reads_a_verl_run(run_dirs):
+    from nbtools.explorer._query import ExplorerData, Query
+
+    data = ExplorerData(tj.open_run(run_dirs[0]))
+    assert data.steps == [1, 2, 3]
+    page = data.page(Query(step=2, show="groups with no signal"), size=16)
+    assert page.total == 4 and page.rows["response"].str.startswith("<think>work 2.").all()
+    assert data.page(Query(step=1, search="weng"), size=16).total == 4
