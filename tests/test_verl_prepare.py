@@ -119,7 +119,8 @@ def test_lint_runs_the_rule_and_unknown_is_not_absent(monkeypatch):
     cfg = config.load(EXPERIMENT)  # /data/gsm8k in a bucket this machine cannot read: not checked, not blocking
     assert set(vp.data_present(cfg).values()) == {None}
     report = launch.lint(cfg, cluster_gpus=16)
-    assert "verl-data" in report.checked and not [f for f in report.findings if f.rule == "verl-data"]
+    assert {"verl-data", "verl-weights"} <= set(report.checked)
+    assert not [f for f in report.findings if f.rule in ("verl-data", "verl-weights")]
 
 
 def test_weights_job_stages_into_the_shared_cache(cfg, tmp_path, monkeypatch):
@@ -144,3 +145,14 @@ def test_cli_dry_run(capfd):
     out = json.loads(capfd.readouterr().out)
     assert [j["role"] for j in out["jobs"]] == ["prepare", "stage-weights"] and out["submitted"] is False
     assert out["data_files"] == {"/data/gsm8k/train.parquet": None, "/data/gsm8k/test.parquet": None}
+
+
+def test_weights_lint_warns_only_when_known_unstaged(cfg):
+    assert vp.weights_dir(cfg) == "/data/huggingface_cache/hub/models--Qwen--Qwen2.5-32B-Instruct"
+    for present, want in ((False, [("warning", "verl-weights")]), (True, [])):
+        rep = LintReport()
+        vp.check_weights(cfg, rep, exists=lambda p, present=present: present and p.endswith("/snapshots"))
+        assert [(f.severity, f.rule) for f in rep.findings] == want
+    rep = LintReport()
+    vp.check_weights(cfg, rep)  # the bucket is not readable from here: unknown, no finding
+    assert rep.findings == [] and rep.checked == ["verl-weights"]

@@ -11,7 +11,8 @@ shared mount at once (tutorial 002 uploads it beforehand). Two idempotent Ray jo
 - weights: ``huggingface_hub.snapshot_download(model)`` with the job's ``HF_HOME`` (the shared cache the training job
   reads), which skips files already there.
 
-:func:`check_data` is the lint rule: blocking when the files are known to be absent.
+:func:`check_data` is the lint rule: blocking when the files are known to be absent; :func:`check_weights` warns
+when the model is known not to be staged (the run still works, each node downloading it).
 
 Example:
     >>> for spec in nbtools.launch.verl_prepare.prepare_jobs(cfg):
@@ -28,7 +29,7 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 
 __all__ = ["data_files", "data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs", "check_data",
-           "data_present", "PARTIAL"]
+           "data_present", "weights_dir", "check_weights", "PARTIAL"]
 
 PARTIAL = ".nbtools-prepare.partial"
 
@@ -175,4 +176,43 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
             "spent minutes starting Ray and vLLM",
             "run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit` (or "
             "nbtools.launch.verl_prepare.submit_prepare_jobs(cfg)), or point data.data_dir at the parquet files",
+        ))
+
+
+def weights_dir(cfg: Experiment) -> str | None:
+    """Where the staged model lives in the shared cache (``$HF_HOME/hub/models--ORG--NAME``; huggingface_hub's
+    layout), or None for a model given as a path or without shared storage."""
+    from nbtools.launch import runtime_env
+
+    home = runtime_env.hf_home(cfg)
+    if home is None or not _is_hub_id(cfg.model.name):
+        return None
+    return posixpath.join(home, "hub", "models--" + cfg.model.name.replace("/", "--"))
+
+
+def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) -> None:
+    """Lint rule ``verl-weights``: a warning when the model is known not to be in the shared HF cache."""
+    from nbtools import storage
+    from nbtools.launch._findings import Finding
+
+    r.checked.append("verl-weights")
+    d = weights_dir(cfg)
+    if d is None:
+        return
+    snapshots = posixpath.join(d, "snapshots")
+    if exists is not None:
+        present: bool | None = bool(exists(snapshots))
+    else:
+        try:
+            url = cfg.url(snapshots)
+            visible = storage.is_remote(url) or storage.local_path(url).parents[2].exists()
+            present = (storage.info(url) is not None) if visible else None
+        except Exception:  # noqa: BLE001 - no credentials / not under the mount: unknown
+            present = None
+    if present is False:
+        r.findings.append(Finding(
+            "warning", "verl-weights", "model.name",
+            f"{cfg.model.name} is not staged in {d}: every node downloads it when the job starts, into the shared "
+            "cache at the same time",
+            "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
         ))
