@@ -64,6 +64,8 @@ NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = {
         "training_time": ("timing/train/policy_training",),
         "throughput": ("performance/tokens_per_sec", "timing/train/valid_tokens_per_sec_per_gpu"),
         "no_signal": ("train/baseline_reward/pct_0",),
+        "mfu": (),
+        "memory": (),
     },
     "verl": {
         "reward": ("critic/score/mean", "critic/rewards/mean"),
@@ -79,6 +81,9 @@ NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = {
         "training_time": ("timing_s/update_actor",),
         "throughput": ("perf/throughput",),
         "no_signal": (),
+        # verl v0.7.0 verl/workers/fsdp_workers.py update_actor: perf/mfu/actor, perf/max_memory_*_gb (GiB)
+        "mfu": ("perf/mfu/actor",),
+        "memory": ("perf/max_memory_allocated_gb",),
     },
 }
 

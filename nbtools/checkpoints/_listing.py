@@ -23,6 +23,7 @@ import pandas as pd
 
 from nbtools import storage
 from nbtools._layout import STEP_RE, step_dirs
+from nbtools.checkpoints import _verl
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
@@ -31,7 +32,7 @@ __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_
 STATUS_FILE = "latest_checkpoint_status.json"  # NeMo-RL main: {last_checkpoint_step, last_successful_ckpt_save_completion}
 _TMP_RE = re.compile(r"^tmp_step_(\d+)$")
 
-LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
+LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron", _verl.VERL_LAYOUT)
 
 def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     if storage.is_remote(checkpoint_dir):
@@ -92,6 +93,11 @@ def _none_yet(checkpoint_dir: str | Path) -> NotFoundError:
             fix="wait for the rename; never use a tmp_step_N directory (it may be incomplete)")
     return NotFoundError(f"no step_N checkpoints in {checkpoint_dir}",
                          fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
+
+
+def _is_verl_run(checkpoint_dir) -> bool:
+    """A verl ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) that holds no NeMo-RL ``step_N``."""
+    return _verl.is_verl_dir(checkpoint_dir)
 
 
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
@@ -176,6 +182,8 @@ def detect_layout(step_dir: str | Path) -> str:
     """
     if storage.is_remote(step_dir):
         return _remote_layout(str(step_dir).rstrip("/"))
+    if _verl.is_verl_step(step_dir):
+        return _verl.VERL_LAYOUT
     w = weights_dir(step_dir)
     if (w / ".metadata").is_file():
         return "dtensor_v1"
@@ -237,6 +245,8 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
     Example:
         >>> nbtools.checkpoints.list_checkpoints(cfg.checkpoint_dir)[["step", "layout", "val:accuracy"]]
     """
+    if _is_verl_run(checkpoint_dir):
+        return _verl.list_verl_checkpoints(checkpoint_dir)
     rows = []
     for step, path in _steps(checkpoint_dir):
         try:
@@ -288,6 +298,8 @@ def latest(checkpoint_dir: str | Path) -> Path:
         >>> nbtools.checkpoints.latest(cfg.checkpoint_dir)
         PosixPath('.../checkpoints/step_600')
     """
+    if _is_verl_run(checkpoint_dir):
+        return _verl.latest_verl(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)
@@ -306,6 +318,12 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
         >>> nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
         PosixPath('.../checkpoints/step_400')
     """
+    if _is_verl_run(checkpoint_dir):
+        if metric is not None:
+            warnings.warn(f"verl keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "
+                          f"returning the latest; use nbtools.checkpoints.best_verl(dir, metric, metrics=frame)",
+                          stacklevel=2)
+        return _verl.latest_verl(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)

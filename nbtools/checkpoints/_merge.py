@@ -169,7 +169,8 @@ def _tqdm(total: int, desc: str, enabled: bool):
 def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
           progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
           checksum: str = "auto", durable: bool = True) -> MergeResult:
-    """Merge a NeMo-RL checkpoint into a HuggingFace model directory, verified, without holding the model in RAM.
+    """Merge a NeMo-RL (or verl ``global_step_N``) checkpoint into a HuggingFace model directory, verified, without
+    holding the model in RAM.
 
     Reads chunk offsets from the checkpoint's own metadata (FSDP2 dim-0, TP dim-1, uneven, single rank),
     writes ``model-0000K-of-0000N.safetensors`` + index + config/generation config + tokenizer into a hidden
@@ -203,6 +204,14 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir)
         >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     """
+    from nbtools.checkpoints._verl import is_verl_step
+
+    if is_verl_step(step_dir):  # verl's global_step_N/actor: its own reader, the same writer and checks
+        from nbtools.checkpoints._verl_merge import merge_verl
+
+        return merge_verl(step_dir, out_dir, config=config, overwrite=overwrite, progress=progress,
+                          max_shard_size=max_shard_size, workers=workers, band_mb=band_mb, checksum=checksum,
+                          durable=durable)
     if checksum == "auto":
         from nbtools.checkpoints._verify import default_checksum
 

@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the file's backend")
     p.add_argument("--id", help="submission id (default: the experiment's own, name + config hash)")
     p.add_argument("--timeout", type=float, default=60, help="stop: seconds to wait until it ended")
+    from nbtools.cli._prepare import add_prepare
+
+    add_prepare(add)
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
     p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a log_dir (its latest exp_NNN)")
     p.add_argument("--step", type=int, help="also print this step's rows")
