@@ -23,7 +23,7 @@ from nbtools.errors import ConfigError
 
 __all__ = [
     "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "get", "names",
-    "backend_class", "checks", "gke_view",
+    "backend_class", "checks", "rules", "describe", "gke_view",
 ]
 
 # The only place that maps a backend's name to its implementation (imported on first use).
@@ -67,6 +67,18 @@ def get(cfg: Any, **options: Any) -> Backend:
 def checks(cfg: Any) -> list[str]:
     """The configuration problems this experiment's backend cares about (part of ``config.load``'s report)."""
     return [text for _, text in backend_class(cfg.backend).check(cfg)]
+
+
+def rules(cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    """:func:`checks` with the keys each reads (``config.load`` skips a rule whose keys failed their type check)."""
+    if cfg.backend not in REGISTRY:
+        return []  # the config's own type check reports the name
+    return [(("backend", *deps), text) for deps, text in backend_class(cfg.backend).check(cfg)]
+
+
+def describe(cfg: Any) -> list[tuple[str, str]]:
+    """Rows that say where this experiment runs (the experiment's table)."""
+    return get(cfg).describe()
 
 
 def gke_view(cfg: Any) -> Any:

@@ -46,16 +46,13 @@ class GkeBackend:
     name = "gke"
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
+    runs_rehearsal = False  # jobs run trainer.kind
 
     def __init__(self, cfg: Any, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg
         self.kubeconfig = kubeconfig
         self.context = context
         self._api = None
-
-    @property
-    def trainer(self) -> str:
-        return self.cfg.trainer.kind
 
     @property
     def python(self) -> str:

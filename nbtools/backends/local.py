@@ -50,7 +50,7 @@ class LocalBackend:
     name = "local"
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
-    trainer = "rehearsal"
+    runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

@@ -35,13 +35,10 @@ class RayBackend:
     name = "ray"
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
     provisions = False  # someone else's cluster: nothing is provisioned
+    runs_rehearsal = False  # jobs run trainer.kind
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
-
-    @property
-    def trainer(self) -> str:
-        return self.cfg.trainer.kind
 
     @property
     def python(self) -> str:

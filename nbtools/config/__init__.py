@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from nbtools.config._rules import REHEARSAL_METRICS, _semantic_checks
+from nbtools.config._contrib import CONTRIBUTIONS, contribute
+from nbtools.config._rules import REHEARSAL_METRICS, SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
     NEMO_RL_VERSIONS,
@@ -75,6 +76,8 @@ __all__ = [
     "dump",
     "ConfigError",
     "REHEARSAL_METRICS",
+    "SECRET_ENV_VARS",
+    "contribute",
     "token_kind",
     "redact",
 ]
@@ -170,6 +173,9 @@ def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
     if problems:
         raise ConfigError(list(problems), source=source)
     return obj
+
+
+CONTRIBUTIONS.validate = from_dict  # Experiment.replace validates again with the loader
 
 
 def dump(cfg: Experiment, path: str | os.PathLike | None = None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
+__all__ = ["DEFAULT_TRAINER", "GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
 # GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node)
 GPU_TYPES: dict[str, dict[str, Any]] = {
@@ -20,17 +20,19 @@ GPU_TYPES: dict[str, dict[str, Any]] = {
     },
 }
 
-# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image
+# What `trainer.kind` holds when the file says nothing (nbtools.trainers registers the names a file may use).
+DEFAULT_TRAINER = "nemo-rl"
+
+# NeMo-RL release -> pinned Ray (uv.lock), container image, torch (the cluster's image); the trainer's own facts per
+# release (entry point, ...) are in nbtools/trainers/releases.py
 NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     "v0.5.0": {
         "ray": "2.49.2",
-        "entrypoint": "examples/run_grpo_math.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
         "torch": "2.9.0",
     },
     "v0.7.0": {
         "ray": "2.55.1",
-        "entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
         "torch": "2.11.0",
     },

@@ -255,7 +255,9 @@ def verl_source_steps(cfg) -> list[Step]:
     t, s = cfg.trainer, cfg.storage
     mount = s.mount_path.rstrip("/") + "/"
     code = verl_code_dir(cfg)
-    if t.kind != "verl" or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
+    from nbtools import trainers  # which trainer runs from the shared storage is the trainer registry's fact
+
+    if not trainers.trainer_class(t.kind).code_on_storage or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
         return []
     local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
     tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"

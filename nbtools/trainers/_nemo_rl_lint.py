@@ -8,8 +8,8 @@ import re
 from typing import Any
 
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
-from nbtools.launch import _tree, nemo_rl
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import _tree, nemo_rl
+from nbtools.trainers._findings import Finding, LintReport
 
 __all__ = ["check_nemo_rl"]
 
@@ -164,30 +164,10 @@ def _consolidated(cfg: Experiment, r: LintReport) -> None:
         ))
 
 
-def _resolved(cfg: Experiment, tree: dict[str, Any], key: str) -> Any:
-    """A key's value in the job: the recipe's, with the command's overrides applied, interpolations followed."""
-    merged = _tree.merge(tree, {})
-    for o in nemo_rl.overrides(cfg, tree):
-        value = o.value
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                pass
-        cur = merged
-        parts = o.key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(cur.get(part), dict):
-                cur[part] = {}
-            cur = cur[part]
-        cur[parts[-1]] = value
-    return _tree.get_value(merged, key)
-
-
 def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
     r.checked.append("sequence-lengths")
-    total = _resolved(cfg, tree, "policy.max_total_sequence_length")
-    model_len = _resolved(cfg, tree, "policy.generation.vllm_cfg.max_model_len")
+    total = nemo_rl.resolved(cfg, tree, "policy.max_total_sequence_length")
+    model_len = nemo_rl.resolved(cfg, tree, "policy.generation.vllm_cfg.max_model_len")
     if isinstance(total, int) and isinstance(model_len, int) and model_len < total:
         r.findings.append(Finding(
             "warning", "sequence-lengths", "trainer.vllm_cfg.max_model_len",
@@ -198,8 +178,8 @@ def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
     # NeMo-RL: prompts longer than data.max_input_seq_length are masked out of training, generations stop at
     # policy.generation.max_new_tokens (and at vLLM's max_model_len for prompt + generation); both default to
     # ${policy.max_total_sequence_length} in grpo_math_1B.yaml, but recipes pin them (gemma3-1b: 512 and 512).
-    prompt = _resolved(cfg, tree, "data.max_input_seq_length")
-    new = _resolved(cfg, tree, "policy.generation.max_new_tokens")
+    prompt = nemo_rl.resolved(cfg, tree, "data.max_input_seq_length")
+    new = nemo_rl.resolved(cfg, tree, "policy.generation.max_new_tokens")
     if not all(isinstance(v, int) for v in (total, prompt, new)):
         return
     if prompt + new < total:

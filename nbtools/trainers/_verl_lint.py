@@ -9,17 +9,15 @@ preparation run ``cd <mount>/verl``: without the source there the job dies at it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from nbtools import backends
 from nbtools.config import Experiment
-from nbtools.launch import verl
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import verl
+from nbtools.trainers._findings import Finding, LintReport
+from nbtools.trainers._protocol import CodePresent
 
-__all__ = ["check_verl", "CodePresent"]
-
-CodePresent = bool | Callable[[str], bool] | None
+__all__ = ["check_verl"]
 
 
 def _true(value: str | None) -> bool:

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtools.config import NEMO_RL_VERSIONS, Experiment
-from nbtools.launch import _tree
-from nbtools.rewards._ship import ENTRY_MODULE, reward_overrides
+import yaml
+
+from nbtools.config import Experiment
+from nbtools.rewards import ENTRY_MODULE, reward_overrides
+from nbtools.trainers import _tree
+from nbtools.trainers.releases import NEMO_RL
 
 __all__ = [
     "Override",
@@ -93,8 +96,11 @@ def parse_override(text: str) -> tuple[str, str, str | None]:
 
 
 def entry_script(cfg: Experiment) -> str:
-    """``examples/run_grpo_math.py`` up to v0.5.x, ``examples/run_grpo.py`` from v0.6 on."""
-    return NEMO_RL_VERSIONS[cfg.images.nemo_rl_version]["entrypoint"]
+    """The release's GRPO script (``trainers.releases.NEMO_RL``); with a reward mix, the one that honours it."""
+    release = NEMO_RL[cfg.images.nemo_rl_version]
+    if cfg.trainer.reward_functions and release.reward_entrypoint:
+        return release.reward_entrypoint
+    return release.entrypoint
 
 
 def local_recipe(cfg: Experiment) -> Path | None:
@@ -116,6 +122,28 @@ def recipe_path(cfg: Experiment) -> str:
     if local is not None:
         return f"{UPLOAD_DIR}/{local.name}"
     return (cfg.trainer.recipe or DEFAULT_RECIPE).removeprefix("./")
+
+
+def recipe_files(cfg: Experiment) -> dict[str, bytes]:
+    """The uploaded recipe and the parents it names in ``defaults:`` that sit next to it (same relative layout)."""
+    local = local_recipe(cfg)
+    if local is None:
+        return {}
+    root = local.parent
+    files: dict[str, bytes] = {}
+    todo = [local]
+    while todo:
+        p = todo.pop()
+        rel = p.relative_to(root).as_posix()
+        if rel in files:
+            continue
+        files[rel] = p.read_bytes()
+        defaults = (yaml.safe_load(p.read_text()) or {}).get("defaults")
+        for d in [defaults] if isinstance(defaults, str) else (defaults or []):
+            q = (p.parent / d).resolve()
+            if q.is_file() and q.is_relative_to(root):
+                todo.append(q)
+    return {f"{UPLOAD_DIR}/{k}": v for k, v in files.items()}
 
 
 def recipe_tree(cfg: Experiment) -> dict[str, Any] | None:
@@ -316,3 +344,23 @@ def command(cfg: Experiment, *, overrides_list: list[Override] | None = None) ->
         'cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml ...'
     """
     return " ".join(command_lines(cfg, overrides_list=overrides_list))
+
+
+def resolved(cfg: Experiment, tree: dict[str, Any], key: str) -> Any:
+    """A key's value in the job: the recipe's, with the command's overrides applied, interpolations followed."""
+    merged = _tree.merge(tree, {})
+    for o in overrides(cfg, tree):
+        value = o.value
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                pass
+        cur = merged
+        parts = o.key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(cur.get(part), dict):
+                cur[part] = {}
+            cur = cur[part]
+        cur[parts[-1]] = value
+    return _tree.get_value(merged, key)
