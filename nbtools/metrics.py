@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from nbtools import trainers
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import NotFoundError
@@ -47,40 +48,8 @@ __all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl
 
 COLUMNS = ["run", "tag", "step", "value", "wall_time"]
 
-# friendly name -> candidate tags, first present wins ("*" globs); checked against NeMo-RL (nemo-rl-facts.md §2)
-# and verl's metric_utils / ray_trainer names
-NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = {
-    "nemo_rl": {
-        "reward": ("train/reward",),
-        "accuracy": ("validation/accuracy",),
-        "generation_length": ("train/mean_gen_tokens_per_sample",),
-        "kl": ("train/kl_penalty", "train/gen_kl_error"),
-        "loss": ("train/loss",),
-        "grad_norm": ("train/grad_norm",),
-        "entropy": ("train/approx_entropy",),
-        "val_length": ("validation/avg_length",),
-        "step_time": ("timing/train/total_step_time",),
-        "generation_time": ("timing/train/generation",),
-        "training_time": ("timing/train/policy_training",),
-        "throughput": ("performance/tokens_per_sec", "timing/train/valid_tokens_per_sec_per_gpu"),
-        "no_signal": ("train/baseline_reward/pct_0",),
-    },
-    "verl": {
-        "reward": ("critic/score/mean", "critic/rewards/mean"),
-        "accuracy": ("val-core/*/acc/mean@*", "val-core/*/reward/mean@*", "val/test_score/*"),
-        "generation_length": ("response_length/mean",),
-        "kl": ("actor/kl_loss", "actor/ppo_kl", "critic/kl"),
-        "loss": ("actor/pg_loss",),
-        "grad_norm": ("actor/grad_norm",),
-        "entropy": ("actor/entropy",),
-        "val_length": ("val-aux/*/response_length/mean@*",),
-        "step_time": ("timing_s/step",),
-        "generation_time": ("timing_s/gen",),
-        "training_time": ("timing_s/update_actor",),
-        "throughput": ("perf/throughput",),
-        "no_signal": (),
-    },
-}
+# friendly name -> candidate tags per metric family, first present wins: the trainers' own names (nbtools.trainers)
+NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = trainers.METRIC_NAMES
 
 
 def _empty() -> pd.DataFrame:
@@ -279,7 +248,7 @@ def read_verl_log(path: str | os.PathLike, run: str | None = None) -> pd.DataFra
         raise NotFoundError(f"expected a verl log file at {path}, found nothing",
                             fix="save the job log first, e.g. Path('run.log').write_text(job.logs())")
     text = path if text_given else Path(path).read_text(errors="replace")
-    label = run or ("verl" if text_given else Path(path).stem)
+    label = run or (trainers.CONSOLE_LOG_FAMILY if text_given else Path(path).stem)
     tags, steps, values = [], [], []
     for line in text.splitlines():
         m = _VERL_STEP.search(_ANSI.sub("", line).rstrip())
@@ -316,11 +285,11 @@ def read_runs(runs: dict[str, str | os.PathLike] | list[str | os.PathLike]) -> p
 
 
 def framework_of(tags) -> str:
-    """"nemo_rl" or "verl", from the tags a run logged (verl: critic/, actor/, timing_s/ prefixes)."""
-    tags = set(tags)
-    verl = sum(t.split("/", 1)[0] in ("critic", "actor", "timing_s", "response_length", "perf") for t in tags)
-    nemo = sum(t.split("/", 1)[0] in ("train", "validation", "timing", "performance") for t in tags)
-    return "verl" if verl > nemo else "nemo_rl"
+    """The metric family (``nemo_rl``, ``verl``) whose tag prefixes most of the run's tags carry; the first family
+    on a tie (``trainers.METRIC_PREFIXES``: verl logs critic/, actor/, timing_s/ …)."""
+    heads = [t.split("/", 1)[0] for t in set(tags)]
+    counts = {f: sum(h in prefixes for h in heads) for f, prefixes in trainers.METRIC_PREFIXES.items()}
+    return max(counts, key=counts.__getitem__)
 
 
 def _match(name: str, tags: set[str], framework: str) -> str | None:

@@ -182,7 +182,9 @@ def cmd_metrics(a) -> Out:
     df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
     if df.empty:
         print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
-    return Out({"source": "verl" if verl else "tensorboard", "rows": _records(df)},
+    from nbtools import trainers
+
+    return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df)},
                df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
 
 

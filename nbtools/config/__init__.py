@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from nbtools.config._contrib import CONTRIBUTIONS, contribute
-from nbtools.config._rules import REHEARSAL_METRICS, SECRET_ENV_VARS, _semantic_checks
+from nbtools.config._rules import SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
     NEMO_RL_VERSIONS,
@@ -75,7 +75,6 @@ __all__ = [
     "to_dict",
     "dump",
     "ConfigError",
-    "REHEARSAL_METRICS",
     "SECRET_ENV_VARS",
     "contribute",
     "token_kind",

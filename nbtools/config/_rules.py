@@ -13,18 +13,6 @@ from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
 from nbtools.config._tokens import redact, token_kind
 from nbtools.config._validate import Problems, _part, _show
 
-# What the local rehearsal logs (nbtools.rehearsal.trainer): checkpointing.metric_name must name one of them.
-REHEARSAL_METRICS: dict[str, tuple[str, ...]] = {
-    "val": ("accuracy", "avg_length"),
-    "train": (
-        "loss", "grad_norm", "reward", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "approx_entropy",
-        "token_mult_prob_error", "gen_kl_error", "lr", "global_valid_seqs", "global_valid_toks", "num_valid_samples",
-        "mean_prompt_length", "total_num_tokens", "mean_total_tokens_per_sample", "mean_gen_tokens_per_sample",
-        "max_gen_tokens_per_sample", "natural_termination_rate", "truncation_rate", "total_turns",
-        "avg_turns_per_sample", "max_turns_per_sample", "advantages/mean", "advantages/max", "advantages/min",
-        "advantages/sum", "baseline_reward/pct_0", "baseline_reward/pct_1", "baseline_reward/pct_mixed",
-    ),
-}
 SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")  # never in trainer.env_vars
 
 

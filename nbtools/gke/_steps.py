@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from nbtools import manifests
+from nbtools import manifests, trainers
 from nbtools.gke._plan import Step, _join
 from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
@@ -255,8 +255,6 @@ def verl_source_steps(cfg) -> list[Step]:
     t, s = cfg.trainer, cfg.storage
     mount = s.mount_path.rstrip("/") + "/"
     code = verl_code_dir(cfg)
-    from nbtools import trainers  # which trainer runs from the shared storage is the trainer registry's fact
-
     if not trainers.trainer_class(t.kind).code_on_storage or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
         return []
     local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"

@@ -22,12 +22,13 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
 from nbtools.trainers._protocol import CodePresent, EvalPlan, Trainer, TrainerJob
+from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 from nbtools.trainers.releases import NEMO_RL, VERL
 
 __all__ = [
-    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "get",
-    "names", "checks", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
+    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "get",
+    "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
 ]
 
 # The only place that maps a trainer's name to its implementation (imported on first use). Keys of the ones a
@@ -36,11 +37,9 @@ REGISTRY: dict[str, str] = {
     "nemo-rl": "nbtools.trainers._nemo_rl_trainer:NemoRl",
     "verl": "nbtools.trainers._verl_trainer:Verl",
 }
-REHEARSAL = "nbtools.trainers._rehearsal:Rehearsal"
 
 # friendly name -> candidate scalar tags per metric family, first present wins ("*" globs); checked against NeMo-RL
-# (nemo-rl-facts.md §2) and verl's metric_utils / ray_trainer names. ``prefixes``: the first path component of the
-# tags only that family logs (how ``metrics.framework_of`` tells them apart).
+# (nemo-rl-facts.md §2) and verl's metric_utils / ray_trainer names.
 METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "nemo_rl": {
         "reward": ("train/reward",),
@@ -56,7 +55,6 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "training_time": ("timing/train/policy_training",),
         "throughput": ("performance/tokens_per_sec", "timing/train/valid_tokens_per_sec_per_gpu"),
         "no_signal": ("train/baseline_reward/pct_0",),
-        "prefixes": ("train", "validation", "timing", "performance"),
     },
     "verl": {
         "reward": ("critic/score/mean", "critic/rewards/mean"),
@@ -71,9 +69,14 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "generation_time": ("timing_s/gen",),
         "training_time": ("timing_s/update_actor",),
         "throughput": ("perf/throughput",),
-        "prefixes": ("critic", "actor", "timing_s", "response_length", "perf"),
     },
 }
+# the first path component of the tags only that family logs (how ``metrics.framework_of`` tells them apart)
+METRIC_PREFIXES: dict[str, tuple[str, ...]] = {
+    "nemo_rl": ("train", "validation", "timing", "performance"),
+    "verl": ("critic", "actor", "timing_s", "response_length", "perf"),
+}
+CONSOLE_LOG_FAMILY = "verl"  # the family whose runs print their scalars as console lines (metrics.read_verl_log)
 
 
 def names() -> list[str]:
@@ -112,16 +115,22 @@ def get(cfg: Experiment) -> Trainer:
         >>> nbtools.trainers.get(cfg).label
         'NeMo-RL'
     """
-    if backends.backend_class(cfg.backend).runs_rehearsal:
-        return _load(REHEARSAL)(cfg)
+    if _rehearses(cfg):
+        return Rehearsal(cfg)
     return trainer_class(cfg.trainer.kind)(cfg)
 
 
 def checks(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
-    """Configuration problems of ``trainer.kind`` (part of ``config.load``'s report, through ``config.contribute``)."""
+    """Configuration problems of the trainer (part of ``config.load``'s report, through ``config.contribute``): the
+    rehearsal's where the backend runs it, and ``trainer.kind``'s."""
+    out = [(("backend", *deps), text) for deps, text in Rehearsal.check(cfg)] if _rehearses(cfg) else []
     if cfg.trainer.kind not in REGISTRY:
-        return [(("trainer.kind",), _not_allowed(cfg.trainer.kind))]
-    return [(("trainer.kind", *deps), text) for deps, text in trainer_class(cfg.trainer.kind).check(cfg)]
+        return [*out, (("trainer.kind",), _not_allowed(cfg.trainer.kind))]
+    return [*out, *((("trainer.kind", *deps), text) for deps, text in trainer_class(cfg.trainer.kind).check(cfg))]
+
+
+def _rehearses(cfg: Experiment) -> bool:
+    return cfg.backend in backends.REGISTRY and backends.backend_class(cfg.backend).runs_rehearsal
 
 
 def describe(cfg: Experiment) -> list[tuple[str, str]]:
