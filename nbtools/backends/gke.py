@@ -143,11 +143,11 @@ class GkeBackend:
 
     def pods(self) -> pd.DataFrame:
         """Head and worker pods of the experiment's RayCluster (pod, type, phase, ready, node)."""
-        from nbtools.kube._api import _is_ready
+        from nbtools.kube import is_ready
 
         rows = [
             {"pod": p.metadata.name, "type": (p.metadata.labels or {}).get("ray.io/node-type"), "phase": p.status.phase,
-             "ready": _is_ready(p), "node": p.spec.node_name}
+             "ready": is_ready(p), "node": p.spec.node_name}
             for p in kube.list_pods(self.api(), self.cfg.cluster.namespace, self._selector())
         ]
         return pd.DataFrame(rows, columns=["pod", "type", "phase", "ready", "node"])

@@ -38,7 +38,7 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
         >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/x/checkpoints/step_30", "/data/x/merged_hf",
         ...                                        submission_id="x-merge-step-30-1a2b3c4d")
     """
-    from nbtools.jobs._carry import submit_module
+    from nbtools.jobs.carry import submit_module
 
     args = ["merge", str(step_dir), str(out_dir), "--no-progress"]
     if config:
@@ -71,7 +71,7 @@ def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, ov
     from nbtools.checkpoints._listing import best
     from nbtools.checkpoints._merge import MergeResult
     from nbtools.evals.job import finetuned_model_path
-    from nbtools.jobs._carry import helper_id, result_of
+    from nbtools.jobs.carry import helper_id, result_of
 
     b = backends.get(cfg)
     if step is None:

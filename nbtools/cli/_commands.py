@@ -23,7 +23,7 @@ __all__ = [
 def _load_cfg(a):
     """The experiment: YAML + ``--backend`` + ``key=value`` overrides (values parsed as YAML, like NeMo-RL)."""
     from nbtools import config
-    from nbtools.config._yaml import load_yaml
+    from nbtools.config import load_yaml
     from nbtools.errors import ConfigError
 
     overrides, problems = {}, []

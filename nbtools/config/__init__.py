@@ -78,6 +78,7 @@ __all__ = [
     "SECRET_ENV_VARS",
     "contribute",
     "token_kind",
+    "load_yaml",
     "redact",
 ]
 

@@ -26,11 +26,12 @@ from nbtools.explorer._record import (
     tag_segments,
     token_table,
 )
+from nbtools.explorer._render import STYLE, segments_html
 from nbtools.explorer._widget import TrajectoryExplorer
 from nbtools.trajectories import Run
 
 __all__ = ["explore", "TrajectoryExplorer", "ExplorerData", "Query", "Page", "RecordView", "Segment", "FILTERS",
-           "SORTS", "LIGHT_COLUMNS", "record_view", "reward_breakdown", "tag_segments", "token_table"]
+           "SORTS", "LIGHT_COLUMNS", "record_view", "reward_breakdown", "tag_segments", "token_table", "STYLE", "segments_html"]
 
 
 def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = None, rewards: Any = None,

@@ -7,7 +7,7 @@ import shlex
 
 from nbtools import manifests, trainers
 from nbtools.gke._plan import Step, _join
-from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
+from nbtools.manifests import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
 __all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
            "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]

@@ -19,7 +19,9 @@ import yaml
 
 from nbtools.manifests._infra import (
     GCSFUSE_MOUNT_OPTIONS,
+    INSTALLER_REF_ANNOTATION,
     LABELS,
+    NCCL_INSTALLER_NAMESPACE,
     labels_for,
     nccl_installer_url,
     network_names,
@@ -34,7 +36,7 @@ from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, raycluster
 __all__ = [
     "raycluster", "all_objects", "workload_objects", "infra_objects", "to_yaml", "render", "write",
     "service_account", "secrets", "secret_specs", "storage_objects", "network_objects", "network_names",
-    "nccl_installer_url", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
+    "nccl_installer_url", "NCCL_INSTALLER_NAMESPACE", "INSTALLER_REF_ANNOTATION", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
 ]
 
 

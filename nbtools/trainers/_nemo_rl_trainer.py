@@ -39,7 +39,7 @@ class NemoRl:
         lines = nemo_rl.command_lines(cfg)
         renv: dict[str, Any] = {}
         if cfg.trainer.reward_functions:  # nbtools (for the reward wrapper) + the user's reward module travel along
-            from nbtools.jobs._carry import carry_env
+            from nbtools.jobs.carry import carry_env
             from nbtools.rewards import reward_py_modules
 
             carried = carry_env()
