@@ -17,7 +17,8 @@ import pandas as pd
 
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
-from nbtools.gke._plan import Plan, PlanIncompleteError, Step, StepFailedError
+from nbtools.gke._plan import Plan, PlanIncompleteError, StepFailedError
+from nbtools.gke._step import Step
 from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name, nccl_installer_url, wi_member
 
 __all__ = [

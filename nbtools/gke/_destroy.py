@@ -10,7 +10,7 @@ filter, which prints nothing when a resource is gone and fails (proving nothing)
 
 from __future__ import annotations
 
-from nbtools.gke._plan import Step
+from nbtools.gke._step import Step
 from nbtools.gke._steps import context_name, wi_member
 
 __all__ = ["destroy_steps"]

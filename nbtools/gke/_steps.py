@@ -6,7 +6,7 @@ import re
 import shlex
 
 from nbtools import manifests, trainers
-from nbtools.gke._plan import Step, _join
+from nbtools.gke._step import Step, _join
 from nbtools.manifests import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
 __all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
