@@ -17,7 +17,7 @@ from nbtools.checkpoints._listing import (
     list_checkpoints,
     read_training_info,
 )
-from nbtools.checkpoints._merge import MergeResult, merge
+from nbtools.checkpoints._merge import merge
 from nbtools.checkpoints._remote import (
     copy_to_local_disk_command,
     megatron_convert_entrypoint,
@@ -25,6 +25,7 @@ from nbtools.checkpoints._remote import (
     merge_in_cluster,
     submit_merge,
 )
+from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
 
 __all__ = [

@@ -10,13 +10,12 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
 
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
+from nbtools.checkpoints._remote import megatron_convert_entrypoint
+from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._sources import read_safetensors_header, read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
@@ -30,36 +29,7 @@ from nbtools.checkpoints._verify import (
 from nbtools.checkpoints._writer import plan_files, write_files
 from nbtools.errors import CheckpointError, ConflictError
 
-__all__ = ["merge", "MergeResult", "parse_size"]
-
-
-@dataclass
-class MergeResult:
-    """What :func:`merge` produced (or found already merged, ``reused=True``)."""
-
-    out: Path
-    tensors: int
-    bytes: int
-    seconds: float
-    layout: str
-    verified: bool
-    checksums: dict[str, str]
-    source: Path | None = None
-    reused: bool = False
-    notes: list[str] = field(default_factory=list)
-    url: str | None = None  # where this machine reads ``out`` (a gs:// URL when the merge ran in the cluster)
-    algorithm: str = "xxh3_128"  # of ``checksums``
-
-    def table(self) -> pd.DataFrame:
-        """One row per output file with its size and checksum (column named by the algorithm)."""
-        return pd.DataFrame([{"file": k, "bytes": (self.out / k).stat().st_size, self.algorithm: v}
-                             for k, v in sorted(self.checksums.items())])
-
-    def _repr_html_(self) -> str:
-        state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<b>{self.out}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{self.layout}"
-                f"</code>, {state}, verified: {'✓' if self.verified else '✗'}<ul>{notes}</ul>")
+__all__ = ["merge", "parse_size"]
 
 
 def parse_size(size: int | str) -> int:
@@ -205,8 +175,6 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
                               fix="use a finished step_N (nbtools.checkpoints.latest / best)")
     layout = detect_layout(step)
     if layout == "megatron":
-        from nbtools.checkpoints._remote import megatron_convert_entrypoint
-
         raise CheckpointError(f"{step} holds a Megatron (torch_dist) checkpoint, which nbtools does not merge",
                               fix="run NeMo-RL's converter (as a Ray job on the cluster): "
                                   + megatron_convert_entrypoint(step, out))

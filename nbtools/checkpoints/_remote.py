@@ -69,7 +69,7 @@ def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, ov
     """
     from nbtools import backends, storage
     from nbtools.checkpoints._listing import best
-    from nbtools.checkpoints._merge import MergeResult
+    from nbtools.checkpoints._result import MergeResult
     from nbtools.evals.job import finetuned_model_path
     from nbtools.jobs.carry import helper_id, result_of
 
