@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtools.cli import Out
+from nbtools.cli._out import Out
 
 __all__ = ["register_card", "cmd_card"]
 

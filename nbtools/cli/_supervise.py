@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtools.cli import Out, _jsonable
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out, _jsonable
 
 __all__ = ["register_diagnose", "add_launch_flags", "cmd_diagnose", "supervised_launch"]
 
@@ -63,10 +64,9 @@ def cmd_diagnose(a) -> Out:
                                 fix="save it first: `nbtools jobs logs EXPERIMENT.yaml --id ID > job.log`")
         d = launch.diagnose_log(p.read_text(errors="replace"), status=a.status)
     elif a.submission_id:
-        from nbtools.cli._commands import _load_cfg
 
         a.experiment = a.experiment or _default_experiment()
-        d = launch.diagnose(_load_cfg(a), a.submission_id)
+        d = launch.diagnose(load_cfg(a), a.submission_id)
     else:
         raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")
     ok = d.retry or d.cause == "succeeded"
