@@ -3,7 +3,7 @@
 Why: the curves people watch all day need what TensorBoard gives — hover for exact values, zoom into a window of
 steps, a smoothing slider — inside the notebook, and they must keep redrawing while the job runs. Plotly's figure
 is plain JSON rendered by JupyterLab's plotly extension, so the slider, hover and zoom also work in a saved
-notebook without a kernel. Numbers come from ``nbtools.metrics`` frames and ``nbtools.plots.ema``.
+notebook without a kernel. Numbers come from ``nbtools.metrics`` frames and ``nbtools.metrics.ema``.
 
 Example:
     >>> fig = nbtools.curves.figure(nbtools.metrics.read_tensorboard(cfg.logs_url))
@@ -30,9 +30,7 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 
 def _ema(values: np.ndarray, smoothing: float) -> list[float | None]:
-    from nbtools.plots import ema
-
-    out = ema(values, smoothing) if smoothing else np.asarray(values, dtype=float)
+    out = _metrics.ema(values, smoothing) if smoothing else np.asarray(values, dtype=float)
     return [None if np.isnan(v) else float(v) for v in out]
 
 

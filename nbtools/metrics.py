@@ -33,6 +33,7 @@ import fnmatch
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ from nbtools._tfevents import event_files, events
 from nbtools.errors import NotFoundError
 
 __all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl_log", "read_runs", "select",
-           "framework_of", "latest"]
+           "framework_of", "latest", "ema"]
 
 COLUMNS = ["run", "tag", "step", "value", "wall_time"]
 
@@ -282,6 +283,27 @@ def read_runs(runs: dict[str, str | os.PathLike] | list[str | os.PathLike]) -> p
         frames.append(read_verl_log(p, run=name) if is_log else read_tensorboard(p, run=name))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else _empty()
+
+
+def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndarray:
+    """TensorBoard's debiased exponential moving average (NaNs skipped, kept in place).
+
+    Example:
+        >>> nbtools.metrics.ema([0, 1, 1, 1], 0.5).round(3).tolist()
+        [0.0, 0.667, 0.857, 0.933]
+    """
+    x = np.asarray(values, dtype=float)
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"expected smoothing in [0, 1), got {smoothing}")
+    out = np.full_like(x, np.nan)
+    last, n = 0.0, 0
+    for i, v in enumerate(x):
+        if np.isnan(v):
+            continue
+        last = last * smoothing + (1 - smoothing) * v
+        n += 1
+        out[i] = last / (1 - smoothing**n) if smoothing else v
+    return out
 
 
 def framework_of(tags) -> str:

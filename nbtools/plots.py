@@ -14,10 +14,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from nbtools import metrics as _metrics
+from nbtools.metrics import ema
 
 __all__ = ["ema", "training_curves", "timing", "watch", "save_figure"]
 
@@ -29,27 +29,6 @@ _TITLES = {
     "generation_time": "generation time (s)",
     "throughput": "throughput (tokens/s)",
 }
-
-
-def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndarray:
-    """TensorBoard's debiased exponential moving average (NaNs skipped, kept in place).
-
-    Example:
-        >>> nbtools.plots.ema([0, 1, 1, 1], 0.5).round(3).tolist()
-        [0.0, 0.667, 0.857, 0.933]
-    """
-    x = np.asarray(values, dtype=float)
-    if not 0 <= smoothing < 1:
-        raise ValueError(f"expected smoothing in [0, 1), got {smoothing}")
-    out = np.full_like(x, np.nan)
-    last, n = 0.0, 0
-    for i, v in enumerate(x):
-        if np.isnan(v):
-            continue
-        last = last * smoothing + (1 - smoothing) * v
-        n += 1
-        out[i] = last / (1 - smoothing**n) if smoothing else v
-    return out
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:

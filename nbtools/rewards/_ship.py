@@ -107,7 +107,7 @@ def check_rewards(cfg: Any):
     Example:
         >>> nbtools.rewards.check_rewards(cfg).table()
     """
-    from nbtools.rewards import combine
+    from nbtools.rewards._mix import combine
 
     p = reward_module_path(cfg)
     if p is not None:

@@ -60,7 +60,7 @@ class RewardMixEnv:
     """
 
     def __init__(self, cfg: dict[str, Any]):
-        from nbtools.rewards import combine
+        from nbtools.rewards._mix import combine
 
         module = cfg.get("module")
         if module:
