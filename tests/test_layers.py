@@ -111,8 +111,15 @@ def _cycles() -> list[list[str]]:
 
 def _show(comp: list[str]) -> str:
     members = set(comp)
-    edges = [f"{a} -> {b} (line {line})" for a in comp for b, line in GRAPH[a] if b in members]
+    edges = sorted({f"{a} -> {b} (line {line})" for a in comp for b, line in GRAPH[a] if b in members})
     return "\n    ".join(edges)
+
+
+# The one cycle left, listed so that no new one can join it unseen: launch's package, _attempts, _diagnose and
+# _supervise (resubmit builds through the package; diagnose reads attempts). Those files are being reworked on other
+# branches; the fix is issue #26 item 3's: ``diagnose`` pure over a log, a status and events, its I/O in the
+# supervisor. Remove the entry with that change: the test fails while an entry names a cycle that no longer exists.
+KNOWN = [frozenset({"nbtools.launch", "nbtools.launch._attempts", "nbtools.launch._diagnose", "nbtools.launch._supervise"})]
 
 
 def test_the_graph_sees_function_level_imports():
@@ -132,7 +139,10 @@ def _write(src: str) -> Path:
 
 
 def test_no_import_cycle():
-    cycles = _cycles()
+    found = _cycles()
+    cycles = [c for c in found if frozenset(c) not in KNOWN]
+    gone = [sorted(k) for k in KNOWN if k not in {frozenset(c) for c in found}]
+    assert not gone, f"a known cycle is gone: remove it from KNOWN: {gone}"
     assert not cycles, "import cycles (STYLE rule 17; move what ties them to the module that owns it):\n  " + \
         "\n  ".join(f"{' <-> '.join(c)}\n    {_show(c)}" for c in cycles)
 
