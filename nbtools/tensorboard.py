@@ -28,6 +28,7 @@ from typing import Any
 
 from nbtools import _pids
 from nbtools._atomic import write_text
+from nbtools.config import Experiment
 from nbtools.errors import DependencyError, NotReadyError
 
 __all__ = ["TensorBoard", "start", "stop", "logdir_of", "tags"]
@@ -59,7 +60,7 @@ class TensorBoard:
                 f"<a href='{self.url}' target='_blank'>{self.url}</a>")
 
 
-def logdir_of(cfg: Any) -> str:
+def logdir_of(cfg: Experiment) -> str:
     """The URL of the run's log_dir as this machine reads it (``gs://…`` on GKE)."""
     from nbtools import backends
 
@@ -67,7 +68,7 @@ def logdir_of(cfg: Any) -> str:
     return b.storage.url(b.log_dir)
 
 
-def _pid_file(cfg: Any) -> Path:
+def _pid_file(cfg: Experiment) -> Path:
     return Path(cfg.runs_dir) / "tensorboard" / f"{cfg.name}.json"
 
 
@@ -86,7 +87,7 @@ def _attach(pf: Path, logdir: str) -> TensorBoard | None:
     return None
 
 
-def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
+def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
     """Serve the run's TensorBoard scalars on ``127.0.0.1`` (``port``, or a free one when it is taken).
 
     Raises:
@@ -134,7 +135,7 @@ def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
                         fix="read the output above (credentials for gs://? `gcloud auth application-default login`)")
 
 
-def stop(cfg: Any, *, timeout: float = 10) -> bool:
+def stop(cfg: Experiment, *, timeout: float = 10) -> bool:
     """Stop the TensorBoard this experiment started (exactly its recorded pid); False when none ran."""
     pf = _pid_file(cfg)
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
@@ -101,6 +101,6 @@ class Backend(Protocol):
         provisioned); ``delete_bucket`` names the bucket to delete with its contents."""
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Configuration problems specific to this backend: (the keys each reads, the message naming key, value
         and fix); ``config.load`` reports them with everything else."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import pandas as pd
 
@@ -29,6 +28,7 @@ from nbtools.backends._types import (
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError, NotFoundError, NotReadyError
 from nbtools.storage import RunStorage
 
@@ -48,7 +48,7 @@ class GkeBackend:
     provisions = True  # notebook 01 applies the provisioning plan
     runs_rehearsal = False  # jobs run trainer.kind
 
-    def __init__(self, cfg: Any, *, kubeconfig: str | None = None, context: str | None = None):
+    def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg
         self.kubeconfig = kubeconfig
         self.context = context
@@ -332,7 +332,7 @@ class GkeBackend:
         return gke.destroy_plan(self.cfg, delete_bucket=delete_bucket)
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """What GKE needs named: the project, a zone in the region, the bucket (or Lustre instance), a valid name."""
         import re
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -30,6 +29,7 @@ from nbtools.backends._types import (
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError
 from nbtools.storage import RunStorage
 
@@ -52,7 +52,7 @@ class LocalBackend:
     provisions = False  # the GKE plan is shown, never applied
     runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Experiment):
         self.cfg = cfg
 
     @property
@@ -167,7 +167,7 @@ class LocalBackend:
         return gke.Plan.empty("destroy", "local backend: nothing was provisioned")
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Nothing of this backend's own (the rehearsal it runs checks its rules: ``nbtools.trainers``)."""
         return []
 

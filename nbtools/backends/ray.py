@@ -11,8 +11,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from nbtools.backends._types import (
@@ -23,6 +21,7 @@ from nbtools.backends._types import (
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError, NotReadyError
 from nbtools.storage import RunStorage
 
@@ -37,7 +36,7 @@ class RayBackend:
     provisions = False  # someone else's cluster: nothing is provisioned
     runs_rehearsal = False  # jobs run trainer.kind
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Experiment):
         self.cfg = cfg
 
     @property
@@ -143,7 +142,7 @@ class RayBackend:
         return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """The one thing the ``ray`` backend needs: the dashboard address (its format is checked for every backend)."""
         if not cfg.ray.address:
             return [(("ray.address",), "ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` "

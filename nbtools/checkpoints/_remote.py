@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path, PurePosixPath
 
+from nbtools.config import Experiment
+
 __all__ = ["merge_entrypoint", "submit_merge", "merge_in_cluster", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
 
 
@@ -49,7 +51,7 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
                          env_vars=env_vars, metadata={"nbtools.step_dir": str(step_dir)[:200]})
 
 
-def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
+def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
                      timeout: float = 3600, progress: bool = True):
     """Merge a checkpoint of this run into a verified HuggingFace model, where the checkpoint lives.
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable
+from nbtools.config import Experiment
 
 __all__ = ["register_diagnose", "add_launch_flags", "cmd_diagnose", "supervised_launch"]
 
@@ -74,7 +75,7 @@ def cmd_diagnose(a) -> Out:
                error=None if ok else f"{d.cause}: a retry does not fix it; fix: {d.fix}")
 
 
-def supervised_launch(a, cfg) -> Out | None:
+def supervised_launch(a, cfg: Experiment) -> Out | None:
     """``--retry`` / ``--supervise`` of ``nbtools launch``; None when neither was given."""
     from nbtools import launch
 

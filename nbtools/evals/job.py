@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
@@ -148,7 +149,7 @@ def _slug(text: str) -> str:
 
 
 def build_eval_job(
-    cfg: Any,
+    cfg: Experiment,
     model_name: str,
     *,
     label: str | None = None,
@@ -224,7 +225,7 @@ def build_eval_job(
                    runtime_env={"env_vars": env}, metadata=metadata)
 
 
-def finetuned_model_path(cfg: Any) -> str:
+def finetuned_model_path(cfg: Experiment) -> str:
     """Where notebook 06 puts the merged model, as the cluster sees it: ``merged_hf`` beside ``checkpoint_dir``
     (``<run_dir>/merged_hf`` locally; on the shared mount on a cluster)."""
     return posixpath.join(posixpath.dirname(str(cfg.checkpoint_dir).rstrip("/")), "merged_hf")
@@ -237,7 +238,7 @@ class EvalJobs(list):
         return "<hr>".join(j._repr_html_() for j in self)
 
 
-def eval_jobs(cfg: Any, *, dataset: str = "math500", num_tests_per_prompt: int = 1,
+def eval_jobs(cfg: Experiment, *, dataset: str = "math500", num_tests_per_prompt: int = 1,
               temperature: float | None = None, **kwargs: Any) -> EvalJobs:
     """The baseline (`cfg.model.name`) and fine-tuned (merged) jobs, built the same way.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nbtools.config import Experiment
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
 from nbtools.gke._plan import Plan, PlanIncompleteError, StepFailedError
@@ -27,15 +28,15 @@ __all__ = [
 ]
 
 
-def _state_dir(cfg):
+def _state_dir(cfg: Experiment):
     return cfg.run_dir / "gke"
 
 
-def _variables(cfg) -> dict[str, tuple[str, ...]]:
+def _variables(cfg: Experiment) -> dict[str, tuple[str, ...]]:
     return {} if cfg.gcp.project_number or cfg.gcp.service_account else {"PROJECT_NUMBER": PROJECT_NUMBER_LOOKUP(cfg.gcp.project)}
 
 
-def _ready(cfg) -> None:
+def _ready(cfg: Experiment) -> None:
     from nbtools.errors import ConfigError
 
     if not cfg.gcp.project:
@@ -45,7 +46,7 @@ def _ready(cfg) -> None:
         )
 
 
-def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
+def plan(cfg: Experiment, *, applicable: bool = True, note: str = "") -> Plan:
     """The provisioning plan for ``cfg`` (APIs, VPCs, cluster, GPU pool, NCCL, networks, bucket, identity, secrets).
 
     ``applicable=False`` builds it for reference only (the local backend shows what GKE would need).
@@ -60,7 +61,7 @@ def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
                 applicable=applicable, note=note)
 
 
-def destroy_plan(cfg, *, delete_bucket: str | None = None) -> Plan:
+def destroy_plan(cfg: Experiment, *, delete_bucket: str | None = None) -> Plan:
     """The teardown: RayCluster, GPU pool and cluster first, then networks and IAM, the bucket last.
 
     A failed step does not stop the others (only the steps that need it are skipped: a subnet waits for the nodes

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from nbtools.config import Experiment
 from nbtools.manifests._infra import (
     GCSFUSE_MOUNT_OPTIONS,
     INSTALLER_REF_ANNOTATION,
@@ -40,12 +41,12 @@ __all__ = [
 ]
 
 
-def workload_objects(cfg) -> list[dict[str, Any]]:
+def workload_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """What the gke backend's ``up`` applies for one experiment: KSA, data PV/PVC, RayCluster (no Secrets)."""
     return [service_account(cfg), *storage_objects(cfg), raycluster(cfg)]
 
 
-def infra_objects(cfg) -> list[dict[str, Any]]:
+def infra_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """Cluster-wide objects the provisioning plan applies: the GKE network mapping.
 
     (The gIB NCCL installer is Google's published manifest, applied by URL at ``cluster.nccl_installer_ref``; see
@@ -54,7 +55,7 @@ def infra_objects(cfg) -> list[dict[str, Any]]:
     return network_objects(cfg)
 
 
-def all_objects(cfg) -> list[dict[str, Any]]:
+def all_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """Every object of the experiment except Secrets (whose values exist only at apply time).
 
     Example:
@@ -91,7 +92,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def render(cfg) -> str:
+def render(cfg: Experiment) -> str:
     """The committed ``manifests/<experiment>.yaml`` text: a header saying where it came from, then objects."""
     src = Path(cfg.source).name if cfg.source else "<config>"
     lines = [
