@@ -18,12 +18,19 @@ import importlib
 from typing import Any
 
 from nbtools.backends._protocol import Backend
-from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
+from nbtools.backends._types import (
+    ClusterHandle,
+    ClusterResources,
+    ClusterState,
+    ClusterStatus,
+    Preview,
+    Teardown,
+)
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 
 __all__ = [
-    "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "get", "names",
+    "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "get", "names",
     "backend_class", "checks", "rules", "describe", "gke_view",
 ]
 

@@ -23,6 +23,7 @@ from nbtools import kube, manifests
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
@@ -238,13 +239,13 @@ class GkeBackend:
         try:
             pods = self.pods()
         except Exception as e:  # noqa: BLE001 - no kubeconfig, API down
-            return ClusterStatus(self.name, "unreachable", self.dashboard_url, f"Kubernetes API: {str(e).splitlines()[0]}")
+            return ClusterStatus(self.name, ClusterState.UNREACHABLE, self.dashboard_url, f"Kubernetes API: {str(e).splitlines()[0]}")
         if pods.empty:
-            return ClusterStatus(self.name, "stopped", self.dashboard_url,
+            return ClusterStatus(self.name, ClusterState.STOPPED, self.dashboard_url,
                                  f"no pod of RayCluster {self.cfg.cluster.name} in {self.cfg.cluster.namespace}", pods=pods)
         fwd = kube.forward.attach(self._pid_file)
         ready = bool(pods["ready"].all())
-        state = "running" if ready and fwd is not None else "starting"
+        state = ClusterState.RUNNING if ready and fwd is not None else ClusterState.STARTING
         detail = f"{int(pods['ready'].sum())}/{len(pods)} pods ready; port-forward {'pid ' + str(fwd.pid) if fwd else 'not running'}"
         return ClusterStatus(self.name, state, self.dashboard_url, detail, started_by_us=True, pods=pods)
 

@@ -24,6 +24,7 @@ from nbtools.backends._proc import _alive
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
@@ -111,11 +112,11 @@ class LocalBackend:
     def status(self) -> ClusterStatus:
         rec = _head.head_record(self.cfg.runs_dir)
         if rec is None or _alive(rec) is None:
-            return ClusterStatus(self.name, "stopped", self.dashboard_url, f"no live Ray head recorded under {self.cfg.runs_dir}")
+            return ClusterStatus(self.name, ClusterState.STOPPED, self.dashboard_url, f"no live Ray head recorded under {self.cfg.runs_dir}")
         from nbtools.backends._proc import _dashboard_version
 
         answers = _dashboard_version(rec["dashboard_url"]) is not None
-        return ClusterStatus(self.name, "running" if answers else "starting", rec["dashboard_url"],
+        return ClusterStatus(self.name, ClusterState.RUNNING if answers else ClusterState.STARTING, rec["dashboard_url"],
                              f"Ray head pid {rec['pid']} ({rec.get('status', '?')})", started_by_us=True)
 
     def resources(self, *, timeout: float = 10) -> ClusterResources:

@@ -16,6 +16,7 @@ import pandas as pd
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
@@ -94,7 +95,7 @@ class RayBackend:
         from nbtools.backends._proc import _dashboard_version
 
         answers = _dashboard_version(self.dashboard_url) is not None
-        return ClusterStatus(self.name, "running" if answers else "unreachable", self.dashboard_url,
+        return ClusterStatus(self.name, ClusterState.RUNNING if answers else ClusterState.UNREACHABLE, self.dashboard_url,
                              "the dashboard answers" if answers else "no Ray dashboard answers there")
 
     def resources(self, *, timeout: float = 10) -> ClusterResources:
