@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools.config import Experiment
 from nbtools.errors import NotFoundError, NotReadyError
 from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
 from nbtools.launch._diagnose import Diagnosis
@@ -92,7 +93,7 @@ class SupervisedRun:
                 f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
 
 
-def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False) -> SupervisedRun:
+def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False) -> SupervisedRun:
     """Submit (or re-attach to) the run, follow it, and resubmit from the newest ``step_N`` when a retry can help.
 
     Each ended attempt is diagnosed (``nbtools.launch.diagnose``) and recorded beside the logs. Preemption, a lost

@@ -52,6 +52,11 @@ class Trainer(Protocol):
     code_on_storage: bool
     metric_family: str
 
+    @classmethod
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+        """Configuration problems only this trainer has: (the keys each reads, the message naming key, value and fix);
+        ``config.load`` reports them with everything else."""
+
     def job(self, cfg: Experiment) -> TrainerJob:
         """The command (and files, runtime_env) of the training job."""
 

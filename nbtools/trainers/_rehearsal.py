@@ -36,7 +36,7 @@ class Rehearsal:
     code_on_storage = False
     metric_family = "nemo_rl"  # it logs NeMo-RL's scalar names
 
-    def __init__(self, cfg: Experiment | None = None):
+    def __init__(self, cfg: Experiment):
         self.cfg = cfg
 
     @classmethod
