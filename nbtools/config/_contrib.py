@@ -10,12 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from nbtools.errors import NbtoolsError
-
-if TYPE_CHECKING:
-    from nbtools.config._sections import Experiment
+from typing import Any
 
 __all__ = ["Contributions", "contribute", "CONTRIBUTIONS"]
 
@@ -31,12 +26,6 @@ class Contributions:
     rows: dict[str, Rows] = field(default_factory=dict)
     place: Callable[[Any], Any] | None = None  # cfg -> the object that knows log_dir, dashboard_url, storage.url
     validate: Callable[..., Any] | None = None  # config.from_dict, for Experiment.replace (set by nbtools.config)
-
-    def where(self, cfg: Experiment) -> Any:
-        if self.place is None:
-            raise NbtoolsError("no backend registry is wired into nbtools.config, so a run's places are unknown",
-                               fix="import the nbtools package (`import nbtools`), which wires it in")
-        return self.place(cfg)
 
 
 CONTRIBUTIONS = Contributions()

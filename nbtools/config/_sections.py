@@ -21,6 +21,7 @@ from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.con
     VERL_REF,
     VERL_REPO,
 )
+from nbtools.errors import NbtoolsError
 
 Backend = Literal["local", "gke", "ray"]
 
@@ -349,7 +350,10 @@ class Experiment:
 
     def _backend(self):
         """The backend that derives where things are (contributed by ``nbtools.backends``; see ``_contrib``)."""
-        return CONTRIBUTIONS.where(self)
+        if CONTRIBUTIONS.place is None:
+            raise NbtoolsError("no backend registry is wired into nbtools.config, so a run's places are unknown",
+                               fix="import the nbtools package (`import nbtools`), which wires it in")
+        return CONTRIBUTIONS.place(self)
 
     def config_hash(self, length: int = 10) -> str:
         """Stable hash of everything that defines the run (not the backend-independent source path)."""
