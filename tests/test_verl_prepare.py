@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 
 from nbtools import config
-from nbtools.launch import verl_prepare as vp
-from nbtools.launch._findings import LintReport
+from nbtools.trainers import LintReport
+from nbtools.trainers import verl_prepare as vp
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "gke-b200-verl.yaml"

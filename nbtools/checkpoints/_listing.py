@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools import storage
-from nbtools._layout import STEP_RE, step_dirs
+from nbtools._layout import STEP_RE, step_dirs, weights_dir
 from nbtools.checkpoints import _verl
 from nbtools.errors import CheckpointError, NotFoundError
 
@@ -152,16 +152,6 @@ def read_training_info(step_dir: str | Path) -> dict:
     if problem and not info and "missing" not in problem:
         raise CheckpointError(f"{Path(step_dir) / 'training_info.json'}: {problem}", fix=_DAMAGED)
     return info
-
-
-def weights_dir(step_dir: str | Path) -> Path:
-    """``step_N/policy/weights`` (also accepts that directory itself, or its ``model/`` subdirectory)."""
-    p = Path(step_dir).expanduser()
-    if (p / "policy" / "weights").is_dir():
-        return p / "policy" / "weights"
-    if p.name == "model" and p.parent.name == "weights":
-        return p.parent
-    return p
 
 
 def detect_layout(step_dir: str | Path) -> str:

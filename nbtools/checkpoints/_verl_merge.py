@@ -24,8 +24,9 @@ import shutil
 import time
 from pathlib import Path
 
-from nbtools.checkpoints._merge import MergeResult, _check_written, _fsync_small_files, _tqdm, parse_size
+from nbtools.checkpoints._files import _check_written, _fsync_small_files, _tqdm, parse_size
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
+from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
     MANIFEST,

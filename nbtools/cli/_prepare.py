@@ -7,7 +7,8 @@ Example:
 
 from __future__ import annotations
 
-from nbtools.cli import Out, _jsonable
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out, _jsonable
 
 __all__ = ["cmd_prepare", "add_prepare"]
 
@@ -20,10 +21,9 @@ def add_prepare(add) -> None:
 
 
 def cmd_prepare(a) -> Out:
-    from nbtools.cli._commands import _load_cfg
-    from nbtools.launch import verl_prepare
+    from nbtools.trainers import verl_prepare
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     specs = verl_prepare.prepare_jobs(cfg)
     present = verl_prepare.data_present(cfg)
     jobs = [{"submission_id": s.submission_id, "role": s.metadata.get("nbtools.role"), "command": s.command}
