@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import importlib
 
+from nbtools.config import contribute
+
 __version__ = "0.1.0"
 
 _SUBMODULES = {
     "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch",
     "rehearsal", "trajectories", "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "explorer", "curves", "demo", "cli", "fit",
-    "card", "health",
+    "card", "health", "trainers",
 }
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]
+
+
+def _registry(name: str, function: str):
+    """``nbtools.<name>.<function>``, imported on first call (so ``import nbtools`` stays light)."""
+    return lambda cfg: getattr(importlib.import_module(f"nbtools.{name}"), function)(cfg)
+
+
+# The composition root: the registries contribute their rules and rows to the config, and the backend says where a
+# run's files are; the config (the floor, STYLE rule 17) imports neither of them.
+contribute("backends", rules=_registry("backends", "rules"), rows=_registry("backends", "describe"),
+           place=_registry("backends", "get"))
+contribute("trainers", rules=_registry("trainers", "checks"), rows=_registry("trainers", "describe"))
 
 
 def __getattr__(name: str):

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from pathlib import Path
 
-__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "exp_dirs", "step_dirs", "resumed_chain"]
+__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "exp_dirs", "step_dirs", "resumed_chain", "weights_dir", "finetuned_model_path"]
 
 EXP_RE = re.compile(r"^exp_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -66,3 +67,19 @@ def resumed_chain(exps: list, names_of) -> list:
         else:
             break
     return chain
+
+
+def weights_dir(step_dir: str | os.PathLike) -> Path:
+    """``step_N/policy/weights`` (also accepts that directory itself, or its ``model/`` subdirectory)."""
+    p = Path(step_dir).expanduser()
+    if (p / "policy" / "weights").is_dir():
+        return p / "policy" / "weights"
+    if p.name == "model" and p.parent.name == "weights":
+        return p.parent
+    return p
+
+
+def finetuned_model_path(cfg) -> str:
+    """Where notebook 06 puts the merged model, as the cluster sees it: ``merged_hf`` beside ``checkpoint_dir``
+    (``<run_dir>/merged_hf`` locally; on the shared mount on a cluster)."""
+    return posixpath.join(posixpath.dirname(str(cfg.checkpoint_dir).rstrip("/")), "merged_hf")

@@ -3,7 +3,7 @@
 Why: the curves people watch all day need what TensorBoard gives — hover for exact values, zoom into a window of
 steps, a smoothing slider — inside the notebook, and they must keep redrawing while the job runs. Plotly's figure
 is plain JSON rendered by JupyterLab's plotly extension, so the slider, hover and zoom also work in a saved
-notebook without a kernel. Numbers come from ``nbtools.metrics`` frames and ``nbtools.plots.ema``.
+notebook without a kernel. Numbers come from ``nbtools.metrics`` frames and ``nbtools.metrics.ema``.
 
 Example:
     >>> fig = nbtools.curves.figure(nbtools.metrics.read_tensorboard(cfg.logs_url))
@@ -19,20 +19,16 @@ import numpy as np
 import pandas as pd
 
 from nbtools import metrics as _metrics
+from nbtools._labels import panel_title, run_label
 
 __all__ = ["figure", "bundle", "SMOOTHING_LEVELS", "point_count"]
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
-_TITLES = {"reward": "reward (train) / accuracy (validation)", "generation_length": "mean generation length (tokens)",
-           "kl": "KL", "step_time": "step time (s)", "generation_time": "generation time (s)",
-           "throughput": "throughput (tokens/s)"}
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
 def _ema(values: np.ndarray, smoothing: float) -> list[float | None]:
-    from nbtools.plots import ema
-
-    out = ema(values, smoothing) if smoothing else np.asarray(values, dtype=float)
+    out = _metrics.ema(values, smoothing) if smoothing else np.asarray(values, dtype=float)
     return [None if np.isnan(v) else float(v) for v in out]
 
 
@@ -59,8 +55,6 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
         >>> fig = nbtools.curves.figure(df, baseline=0.42)
     """
     from plotly.subplots import make_subplots
-
-    from nbtools.plots import panel_title, run_label
 
     names = list(metrics)
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=[panel_title(df, n) for n in names],

@@ -33,54 +33,24 @@ import fnmatch
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from nbtools import trainers
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import NotFoundError
 
 __all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl_log", "read_runs", "select",
-           "framework_of", "latest"]
+           "framework_of", "latest", "ema"]
 
 COLUMNS = ["run", "tag", "step", "value", "wall_time"]
 
-# friendly name -> candidate tags, first present wins ("*" globs); checked against NeMo-RL (nemo-rl-facts.md §2)
-# and verl's metric_utils / ray_trainer names
-NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = {
-    "nemo_rl": {
-        "reward": ("train/reward",),
-        "accuracy": ("validation/accuracy",),
-        "generation_length": ("train/mean_gen_tokens_per_sample",),
-        "kl": ("train/kl_penalty", "train/gen_kl_error"),
-        "loss": ("train/loss",),
-        "grad_norm": ("train/grad_norm",),
-        "entropy": ("train/approx_entropy",),
-        "val_length": ("validation/avg_length",),
-        "step_time": ("timing/train/total_step_time",),
-        "generation_time": ("timing/train/generation",),
-        "training_time": ("timing/train/policy_training",),
-        "throughput": ("performance/tokens_per_sec", "timing/train/valid_tokens_per_sec_per_gpu"),
-        "no_signal": ("train/baseline_reward/pct_0",),
-    },
-    "verl": {
-        "reward": ("critic/score/mean", "critic/rewards/mean"),
-        "accuracy": ("val-core/*/acc/mean@*", "val-core/*/reward/mean@*", "val/test_score/*"),
-        "generation_length": ("response_length/mean",),
-        "kl": ("actor/kl_loss", "actor/ppo_kl", "critic/kl"),
-        "loss": ("actor/pg_loss",),
-        "grad_norm": ("actor/grad_norm",),
-        "entropy": ("actor/entropy",),
-        "val_length": ("val-aux/*/response_length/mean@*",),
-        "step_time": ("timing_s/step",),
-        "generation_time": ("timing_s/gen",),
-        "training_time": ("timing_s/update_actor",),
-        "throughput": ("perf/throughput",),
-        "no_signal": (),
-    },
-}
+# friendly name -> candidate tags per metric family, first present wins: the trainers' own names (nbtools.trainers)
+NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = trainers.METRIC_NAMES
 
 
 def _empty() -> pd.DataFrame:
@@ -279,7 +249,7 @@ def read_verl_log(path: str | os.PathLike, run: str | None = None) -> pd.DataFra
         raise NotFoundError(f"expected a verl log file at {path}, found nothing",
                             fix="save the job log first, e.g. Path('run.log').write_text(job.logs())")
     text = path if text_given else Path(path).read_text(errors="replace")
-    label = run or ("verl" if text_given else Path(path).stem)
+    label = run or (trainers.CONSOLE_LOG_FAMILY if text_given else Path(path).stem)
     tags, steps, values = [], [], []
     for line in text.splitlines():
         m = _VERL_STEP.search(_ANSI.sub("", line).rstrip())
@@ -315,12 +285,33 @@ def read_runs(runs: dict[str, str | os.PathLike] | list[str | os.PathLike]) -> p
     return pd.concat(frames, ignore_index=True) if frames else _empty()
 
 
+def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndarray:
+    """TensorBoard's debiased exponential moving average (NaNs skipped, kept in place).
+
+    Example:
+        >>> nbtools.metrics.ema([0, 1, 1, 1], 0.5).round(3).tolist()
+        [0.0, 0.667, 0.857, 0.933]
+    """
+    x = np.asarray(values, dtype=float)
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"expected smoothing in [0, 1), got {smoothing}")
+    out = np.full_like(x, np.nan)
+    last, n = 0.0, 0
+    for i, v in enumerate(x):
+        if np.isnan(v):
+            continue
+        last = last * smoothing + (1 - smoothing) * v
+        n += 1
+        out[i] = last / (1 - smoothing**n) if smoothing else v
+    return out
+
+
 def framework_of(tags) -> str:
-    """"nemo_rl" or "verl", from the tags a run logged (verl: critic/, actor/, timing_s/ prefixes)."""
-    tags = set(tags)
-    verl = sum(t.split("/", 1)[0] in ("critic", "actor", "timing_s", "response_length", "perf") for t in tags)
-    nemo = sum(t.split("/", 1)[0] in ("train", "validation", "timing", "performance") for t in tags)
-    return "verl" if verl > nemo else "nemo_rl"
+    """The metric family (``nemo_rl``, ``verl``) whose tag prefixes most of the run's tags carry; the first family
+    on a tie (``trainers.METRIC_PREFIXES``: verl logs critic/, actor/, timing_s/ …)."""
+    heads = [t.split("/", 1)[0] for t in set(tags)]
+    counts = {f: sum(h in prefixes for h in heads) for f, prefixes in trainers.METRIC_PREFIXES.items()}
+    return max(counts, key=counts.__getitem__)
 
 
 def _match(name: str, tags: set[str], framework: str) -> str | None:

@@ -14,42 +14,14 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from nbtools import metrics as _metrics
+from nbtools._labels import panel_title, run_label
+from nbtools.metrics import ema
 
 __all__ = ["ema", "training_curves", "timing", "watch", "save_figure", "run_label", "panel_title"]
 
-_TITLES = {
-    "reward": "reward (train) / accuracy (validation)",
-    "generation_length": "mean generation length (tokens)",
-    "kl": "KL",
-    "step_time": "step time (s)",
-    "generation_time": "generation time (s)",
-    "throughput": "throughput (tokens/s)",
-}
-
-
-def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndarray:
-    """TensorBoard's debiased exponential moving average (NaNs skipped, kept in place).
-
-    Example:
-        >>> nbtools.plots.ema([0, 1, 1, 1], 0.5).round(3).tolist()
-        [0.0, 0.667, 0.857, 0.933]
-    """
-    x = np.asarray(values, dtype=float)
-    if not 0 <= smoothing < 1:
-        raise ValueError(f"expected smoothing in [0, 1), got {smoothing}")
-    out = np.full_like(x, np.nan)
-    last, n = 0.0, 0
-    for i, v in enumerate(x):
-        if np.isnan(v):
-            continue
-        last = last * smoothing + (1 - smoothing) * v
-        n += 1
-        out[i] = last / (1 - smoothing**n) if smoothing else v
-    return out
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:
@@ -57,18 +29,6 @@ def save_figure(fig, path: str | os.PathLike) -> Path:
     from nbtools import _figure
 
     return _figure.save(fig, path)
-
-
-def run_label(run, experiment: str | None = None) -> str:
-    """A run's name in legends: ``local-rehearsal (exp_001)`` when the experiment is known, else ``exp_001``."""
-    return f"{experiment} ({run})" if experiment else str(run)
-
-
-def panel_title(df: pd.DataFrame, name: str) -> str:
-    """A panel's title, naming the tag the KL panel plots (``KL · train/kl_penalty``: NeMo-RL logs several KL-like tags)."""
-    title = _TITLES.get(name, name)
-    tags = list(dict.fromkeys(_metrics.select(df, name)["tag"])) if not df.empty and name in _TITLES else []
-    return f"{title} · {', '.join(map(str, tags[:2]))}" if tags and name == "kl" else title
 
 
 def _baseline_for(baseline, name: str):

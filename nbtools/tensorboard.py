@@ -28,6 +28,7 @@ from typing import Any
 from nbtools import _paths, _pids
 from nbtools._atomic import write_text
 from nbtools._escape import html as _h
+from nbtools.config import Experiment
 from nbtools.errors import DependencyError, NotReadyError
 
 __all__ = ["TensorBoard", "Stopped", "start", "stop", "logdir_of", "tags"]
@@ -60,7 +61,7 @@ class TensorBoard:
                 f"<a href='{self.url}' target='_blank'>{self.url}</a>")
 
 
-def logdir_of(cfg: Any) -> str:
+def logdir_of(cfg: Experiment) -> str:
     """The URL of the run's log_dir as this machine reads it (``gs://…`` on GKE)."""
     from nbtools import backends
 
@@ -68,7 +69,7 @@ def logdir_of(cfg: Any) -> str:
     return b.storage.url(b.log_dir)
 
 
-def _pid_file(cfg: Any) -> Path:
+def _pid_file(cfg: Experiment) -> Path:
     return Path(cfg.runs_dir) / "tensorboard" / f"{cfg.name}.json"
 
 
@@ -87,7 +88,7 @@ def _attach(pf: Path, logdir: str) -> TensorBoard | None:
     return None
 
 
-def start(cfg: Any, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
+def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
     """Serve the run's TensorBoard scalars on ``127.0.0.1`` (``port``, or a free one when it is taken).
 
     Raises:
@@ -154,7 +155,7 @@ class Stopped:
         p.text(repr(self))
 
 
-def stop(cfg: Any, *, timeout: float = 10) -> Stopped:
+def stop(cfg: Experiment, *, timeout: float = 10) -> Stopped:
     """Stop the TensorBoard this experiment started (exactly its recorded pid); false when none ran."""
     pf = _pid_file(cfg)
     try:

@@ -392,7 +392,7 @@ def test_listing_latest_best_with_nemo_rl_ranking(tmp_path):
 def test_merge_in_cluster_runs_as_a_ray_job_carrying_nbtools(ckpts, tmp_path, ray_head, ray_cfg, monkeypatch):
     """The same merge as a job on a REAL local Ray head, shipped with runtime_env py_modules (what GKE runs)."""
     import nbtools
-    from nbtools.jobs._carry import package_dir
+    from nbtools.jobs.carry import package_dir
 
     root, models = ckpts
     step = root / "v2st-fsdp4-tied" / "step_1"

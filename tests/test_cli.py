@@ -103,7 +103,7 @@ def run_dir(_rehearsal) -> Path:
 
 # -- help and usage ---------------------------------------------------------------------------------------------
 
-COMMANDS = ["plan", "manifests", "up", "down", "launch", "jobs", "trajectories", "metrics", "checkpoints", "merge",
+COMMANDS = ["plan", "manifests", "up", "down", "launch", "prepare", "jobs", "trajectories", "metrics", "checkpoints", "merge",
             "eval-parse", "compare", "demo"]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import curves, plots
+from nbtools import curves, metrics, plots
 
 
 def _frame(run: str, n: int = 20):
@@ -28,7 +28,7 @@ def test_figure_has_a_smoothing_slider_that_restyles_the_ema_traces():
     assert curves.SMOOTHING_LEVELS[slider.active] == 0.6
     raw = _frame("a").query("tag == 'train/reward'")["value"].to_numpy()
     zero, six = slider.steps[0].args[0]["y"][0], slider.steps[2].args[0]["y"][0]
-    assert zero == pytest.approx(raw.tolist()) and six == pytest.approx(plots.ema(raw, 0.6).tolist())
+    assert zero == pytest.approx(raw.tolist()) and six == pytest.approx(metrics.ema(raw, 0.6).tolist())
     assert list(fig.data[smooth[0]].y) == pytest.approx(six)
     assert fig.layout.hovermode == "x unified" and fig.layout.uirevision == "keep"
     assert fig.layout.xaxis.title.text == "step" and "KL · train/kl_penalty" in [a.text for a in fig.layout.annotations]

@@ -14,8 +14,9 @@ import pytest
 import nbtools
 from nbtools.config import from_dict, load, to_dict
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.launch import build, build_prepare, lint, nemo_rl, recipes, runtime_env, verl
+from nbtools.launch import build, build_prepare, lint, recipes, runtime_env
 from nbtools.launch.lint import ray_compatibility
+from nbtools.trainers import nemo_rl, verl
 
 ROOT = Path(__file__).resolve().parent.parent
 NEMO_RL_V050 = ROOT / "tests" / "assets" / "nemo-rl" / "v0.5.0"  # NeMo-RL's own config files (see its SOURCE.md)

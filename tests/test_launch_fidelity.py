@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import nbtools
-from nbtools.launch import lint, verl
+from nbtools.launch import lint
+from nbtools.trainers import verl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +180,7 @@ def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monk
 def test_lint_warns_on_added_keys_the_release_does_not_have():
     # The release's key table = every key of its GRPO configs (tests/assets/nemo-rl/<tag>, copied at the tag, packed
     # into nbtools/data/nemo_rl_keys_<tag>.json): checkpointing.save_optimizer first appears after v0.5.0.
-    from nbtools.launch import _tree, nemo_rl
+    from nbtools.trainers import _tree, nemo_rl
 
     assert "checkpointing.save_optimizer" not in _tree.version_keys("v0.5.0")
     assert "checkpointing.save_optimizer" in _tree.version_keys("v0.7.0")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nbtools.launch import _tree
+from nbtools.trainers import _tree
 
 ROOT = Path(__file__).resolve().parent.parent
 NEMO_RL = ROOT / "tests" / "assets" / "nemo-rl"

@@ -19,9 +19,9 @@ import pytest
 
 import nbtools
 from nbtools.config import NEMO_RL_VERSIONS
-from nbtools.launch import nemo_rl
 from nbtools.rewards import nemo_rl_env
 from nbtools.rewards._ship import ENV_NAME_KEY
+from nbtools.trainers import nemo_rl
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -107,10 +107,10 @@ def test_nbtools_tables_agree_with_the_release_facts(version):
 
 @pytest.mark.parametrize("version", sorted(nemo_rl_releases.RELEASES))
 def test_per_release_artifacts_agree_with_the_release_facts(version):
-    from nbtools.config._tables import NEMO_RL_ARTIFACTS
+    from nbtools.trainers.releases import NEMO_RL
 
-    row, ours = nemo_rl_releases.facts(version), NEMO_RL_ARTIFACTS[version]
-    assert (ours["val_dumps"], ours["baseline_reward"], ours["data_validation"]) == (
+    row, ours = nemo_rl_releases.facts(version), NEMO_RL[version]
+    assert (ours.val_dumps, ours.baseline_reward, ours.data_validation) == (
         row["writes_val_dumps"], row["logs_baseline_reward"], row["data_sections"])
 
 

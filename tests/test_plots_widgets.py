@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from nbtools import plots, trajectories, widgets
+from nbtools import metrics, plots, trajectories, widgets
 from nbtools.errors import NotFoundError
 
 matplotlib.use("Agg")
@@ -29,11 +29,11 @@ def _frame(run: str, n: int = 20, tags=("train/reward", "train/mean_gen_tokens_p
 
 
 def test_ema_matches_tensorboard_debiased_smoothing():
-    assert plots.ema([0, 1, 1, 1], 0.5).round(3).tolist() == [0.0, 0.667, 0.857, 0.933]
-    out = plots.ema([1.0, np.nan, 3.0], 0.0)
+    assert metrics.ema([0, 1, 1, 1], 0.5).round(3).tolist() == [0.0, 0.667, 0.857, 0.933]
+    out = metrics.ema([1.0, np.nan, 3.0], 0.0)
     assert out[0] == 1.0 and np.isnan(out[1]) and out[2] == 3.0
     with pytest.raises(ValueError, match="smoothing"):
-        plots.ema([1.0], 1.0)
+        metrics.ema([1.0], 1.0)
 
 
 def test_training_curves_overlay_baseline_and_png(tmp_path):

@@ -21,8 +21,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import nbtools
-from nbtools.launch import _tree, nemo_rl
 from nbtools.rewards import nemo_rl_env
+from nbtools.trainers import _tree, nemo_rl
 
 ROOT = Path(__file__).resolve().parent.parent
 DOUBLE = Path(__file__).resolve().parent / "nemo_rl_registry_double" / "nemo_rl"

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nbtools.launch._tree import DATA_FILE, load_yaml_tree  # noqa: E402
+from nbtools.trainers._tree import DATA_FILE, load_yaml_tree  # noqa: E402
 
 # v0.5.0/, v0.7.0/: NeMo-RL's examples/configs at each tag, each folder with a SOURCE.md naming its commit
 DEFAULT_SOURCE = ROOT / "tests" / "assets" / "nemo-rl"

@@ -18,12 +18,20 @@ import importlib
 from typing import Any
 
 from nbtools.backends._protocol import Backend
-from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
+from nbtools.backends._types import (
+    ClusterHandle,
+    ClusterResources,
+    ClusterState,
+    ClusterStatus,
+    Preview,
+    Teardown,
+)
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 
 __all__ = [
-    "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "get", "names",
-    "backend_class", "checks", "gke_view",
+    "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "get", "names",
+    "backend_class", "checks", "rules", "describe", "gke_view",
 ]
 
 # The only place that maps a backend's name to its implementation (imported on first use).
@@ -49,7 +57,7 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def get(cfg: Any, **options: Any) -> Backend:
+def get(cfg: Experiment, **options: Any) -> Backend:
     """The backend of this experiment (``cfg.backend``), ready to use; building it does no I/O.
 
     Args:
@@ -64,12 +72,24 @@ def get(cfg: Any, **options: Any) -> Backend:
     return backend_class(cfg.backend)(cfg, **options)
 
 
-def checks(cfg: Any) -> list[str]:
+def checks(cfg: Experiment) -> list[str]:
     """The configuration problems this experiment's backend cares about (part of ``config.load``'s report)."""
     return [text for _, text in backend_class(cfg.backend).check(cfg)]
 
 
-def gke_view(cfg: Any) -> Any:
+def rules(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+    """:func:`checks` with the keys each reads (``config.load`` skips a rule whose keys failed their type check)."""
+    if cfg.backend not in REGISTRY:
+        return []  # the config's own type check reports the name
+    return [(("backend", *deps), text) for deps, text in backend_class(cfg.backend).check(cfg)]
+
+
+def describe(cfg: Experiment) -> list[tuple[str, str]]:
+    """Rows that say where this experiment runs (the experiment's table)."""
+    return get(cfg).describe()
+
+
+def gke_view(cfg: Experiment) -> Any:
     """The experiment as the ``gke`` backend would run it: itself when it is a gke experiment, else a copy with
     ``backend: gke`` and placeholders for what only a GKE user knows (project, bucket).
 

@@ -44,6 +44,7 @@ from nbtools.backends._proc import (
     auth_headers,
 )
 from nbtools.backends._types import ClusterHandle
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError, DependencyError, NbtoolsError, NotReadyError
 
 __all__ = ["up", "down", "stop_head", "stop_all_under", "head_record", "temp_dir_for", "StopResult", "PID_FILE"]
@@ -100,7 +101,7 @@ def head_record(runs_dir: str | os.PathLike) -> dict[str, Any] | None:
 # -- start / attach ----------------------------------------------------------------------------------------
 
 
-def up(cfg, *, timeout: float = 120, extra_args: Sequence[str] = (), progress: bool = True) -> ClusterHandle:
+def up(cfg: Experiment, *, timeout: float = 120, extra_args: Sequence[str] = (), progress: bool = True) -> ClusterHandle:
     """Start the local Ray head, or re-attach to the one this runs dir already has (never a second one).
 
     Args:
@@ -160,7 +161,7 @@ def up(cfg, *, timeout: float = 120, extra_args: Sequence[str] = (), progress: b
     return _start(cfg, pf, timeout=timeout, extra_args=extra_args, progress=progress)
 
 
-def _start(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress: bool) -> ClusterHandle:
+def _start(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[str], progress: bool) -> ClusterHandle:
     """Spawn the head and wait for it; when Ray's own fixed 30 s start-up waits expire on a busy machine (the head
     exits with "timed out during startup"), start it again while the deadline leaves room (at most 3 tries)."""
     deadline = time.monotonic() + timeout
@@ -179,7 +180,7 @@ def _start(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress
     raise err
 
 
-def _spawn(cfg, pf: Path, *, timeout: float, extra_args: Sequence[str], progress: bool) -> ClusterHandle:
+def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[str], progress: bool) -> ClusterHandle:
     temp, note = temp_dir_for(cfg.runs_dir)
     pf.parent.mkdir(parents=True, exist_ok=True)
     temp.mkdir(parents=True, exist_ok=True)
@@ -312,7 +313,7 @@ def _handle(rec: dict, pf: Path, *, reattached: bool) -> ClusterHandle:
 # -- stop --------------------------------------------------------------------------------------------------
 
 
-def down(cfg, *, timeout: float = 30) -> StopResult:
+def down(cfg: Experiment, *, timeout: float = 30) -> StopResult:
     """Stop the head recorded under ``cfg.runs_dir`` (only if we started it), by pid; verify it is gone.
 
     Example:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
@@ -20,7 +20,8 @@ class Backend(Protocol):
     Attributes:
         name: the registry name (``local`` / ``gke`` / ``ray``).
         cfg: the experiment it was built from.
-        trainer: what ``launch`` runs there: ``rehearsal`` (the local miniature GRPO), ``nemo-rl`` or ``verl``.
+        runs_rehearsal: True where jobs run the CPU rehearsal in place of ``trainer.kind`` (local; see
+            ``nbtools.trainers.get``).
         secrets_from: where a job's secrets come from: ``kubernetes`` (Secrets the pods read), ``this-machine``
             (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
         provisions: whether ``provision_plan()`` is applied on this backend (gke), so its steps (e.g. copying verl to
@@ -29,7 +30,7 @@ class Backend(Protocol):
 
     name: str
     cfg: Experiment
-    trainer: str
+    runs_rehearsal: bool
     secrets_from: str
     provisions: bool
 
@@ -100,6 +101,6 @@ class Backend(Protocol):
         provisioned); ``delete_bucket`` names the bucket to delete with its contents."""
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Configuration problems specific to this backend: (the keys each reads, the message naming key, value
         and fix); ``config.load`` reports them with everything else."""

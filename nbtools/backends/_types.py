@@ -6,6 +6,7 @@ State API, which works the same for a local head, a port-forwarded KubeRay head 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pandas as pd
 from nbtools import _paths
 from nbtools._escape import html as _h
 
-__all__ = ["ClusterHandle", "ClusterResources", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
+__all__ = ["ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 
@@ -187,28 +188,43 @@ class Teardown:
         return f"<b>{_h(self.backend)}</b>: {_h(self.message)}" + self.actions.to_html(index=False)
 
 
+class ClusterState(str, enum.Enum):
+    """What ``status()`` found; a ``str`` whose value is the word JSON output and older comparisons use."""
+
+    RUNNING = "running"  # the Jobs API answers
+    STARTING = "starting"  # exists, not answering yet
+    STOPPED = "stopped"  # nothing of ours runs
+    UNREACHABLE = "unreachable"  # cannot tell: the Kubernetes API or the address does not answer
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @_paths.tidy_reprs
 @dataclass
 class ClusterStatus:
     """Whether the experiment's cluster runs and its Jobs API answers; nothing is started to find out.
 
-    ``state``: ``running`` (answers), ``starting`` (exists, not answering yet), ``stopped`` (nothing of ours
-    runs) or ``unreachable`` (cannot tell: e.g. the Kubernetes API or the address does not answer).
+    ``state``: a :class:`ClusterState` (``running``, ``starting``, ``stopped`` or ``unreachable``).
     """
 
     backend: str
-    state: str
+    state: ClusterState
     dashboard_url: str
     detail: str = ""
     started_by_us: bool = False
     pods: pd.DataFrame | None = None
 
+    def __post_init__(self):
+        self.state = ClusterState(self.state)
+
     @property
     def running(self) -> bool:
-        return self.state == "running"
+        return self.state is ClusterState.RUNNING
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in ("backend", "state", "dashboard_url", "detail", "started_by_us")}
+        out["state"] = self.state.value
         out["pods"] = None if self.pods is None else self.pods.to_dict(orient="records")
         return out
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import pandas as pd
 
@@ -24,11 +23,13 @@ from nbtools import kube, manifests
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError, NotFoundError, NotReadyError
 from nbtools.storage import RunStorage
 
@@ -46,16 +47,13 @@ class GkeBackend:
     name = "gke"
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
+    runs_rehearsal = False  # jobs run trainer.kind
 
-    def __init__(self, cfg: Any, *, kubeconfig: str | None = None, context: str | None = None):
+    def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg
         self.kubeconfig = kubeconfig
         self.context = context
         self._api = None
-
-    @property
-    def trainer(self) -> str:
-        return self.cfg.trainer.kind
 
     @property
     def python(self) -> str:
@@ -146,11 +144,11 @@ class GkeBackend:
 
     def pods(self) -> pd.DataFrame:
         """Head and worker pods of the experiment's RayCluster (pod, type, phase, ready, node)."""
-        from nbtools.kube._api import _is_ready
+        from nbtools.kube import is_ready
 
         rows = [
             {"pod": p.metadata.name, "type": (p.metadata.labels or {}).get("ray.io/node-type"), "phase": p.status.phase,
-             "ready": _is_ready(p), "node": p.spec.node_name}
+             "ready": is_ready(p), "node": p.spec.node_name}
             for p in kube.list_pods(self.api(), self.cfg.cluster.namespace, self._selector())
         ]
         return pd.DataFrame(rows, columns=["pod", "type", "phase", "ready", "node"])
@@ -241,13 +239,13 @@ class GkeBackend:
         try:
             pods = self.pods()
         except Exception as e:  # noqa: BLE001 - no kubeconfig, API down
-            return ClusterStatus(self.name, "unreachable", self.dashboard_url, f"Kubernetes API: {str(e).splitlines()[0]}")
+            return ClusterStatus(self.name, ClusterState.UNREACHABLE, self.dashboard_url, f"Kubernetes API: {str(e).splitlines()[0]}")
         if pods.empty:
-            return ClusterStatus(self.name, "stopped", self.dashboard_url,
+            return ClusterStatus(self.name, ClusterState.STOPPED, self.dashboard_url,
                                  f"no pod of RayCluster {self.cfg.cluster.name} in {self.cfg.cluster.namespace}", pods=pods)
         fwd = kube.forward.attach(self._pid_file)
         ready = bool(pods["ready"].all())
-        state = "running" if ready and fwd is not None else "starting"
+        state = ClusterState.RUNNING if ready and fwd is not None else ClusterState.STARTING
         detail = f"{int(pods['ready'].sum())}/{len(pods)} pods ready; port-forward {'pid ' + str(fwd.pid) if fwd else 'not running'}"
         return ClusterStatus(self.name, state, self.dashboard_url, detail, started_by_us=True, pods=pods)
 
@@ -335,7 +333,7 @@ class GkeBackend:
         return gke.destroy_plan(self.cfg, delete_bucket=delete_bucket)
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """What GKE needs named: the project, a zone in the region, the bucket (or Lustre instance), a valid name."""
         import re
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -25,11 +24,13 @@ from nbtools.backends._proc import _alive
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError
 from nbtools.storage import RunStorage
 
@@ -50,9 +51,9 @@ class LocalBackend:
     name = "local"
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
-    trainer = "rehearsal"
+    runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Experiment):
         self.cfg = cfg
 
     @property
@@ -111,11 +112,11 @@ class LocalBackend:
     def status(self) -> ClusterStatus:
         rec = _head.head_record(self.cfg.runs_dir)
         if rec is None or _alive(rec) is None:
-            return ClusterStatus(self.name, "stopped", self.dashboard_url, f"no live Ray head recorded under {self.cfg.runs_dir}")
+            return ClusterStatus(self.name, ClusterState.STOPPED, self.dashboard_url, f"no live Ray head recorded under {self.cfg.runs_dir}")
         from nbtools.backends._proc import _dashboard_version
 
         answers = _dashboard_version(rec["dashboard_url"]) is not None
-        return ClusterStatus(self.name, "running" if answers else "starting", rec["dashboard_url"],
+        return ClusterStatus(self.name, ClusterState.RUNNING if answers else ClusterState.STARTING, rec["dashboard_url"],
                              f"Ray head pid {rec['pid']} ({rec.get('status', '?')})", started_by_us=True)
 
     def resources(self, *, timeout: float = 10) -> ClusterResources:
@@ -167,37 +168,9 @@ class LocalBackend:
         return gke.Plan.empty("destroy", "local backend: nothing was provisioned")
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
-        """The rehearsal's own rules: its model shape, its ranks, and the metrics it logs (checked before the job
-        starts, not at its first checkpoint)."""
-        import difflib
-
-        from nbtools.config._rules import REHEARSAL_METRICS
-
-        p: list[tuple[tuple[str, ...], str]] = []
-        r, c = cfg.rehearsal, cfg.checkpointing
-        if not 0.0 <= r.lr_min_ratio <= 1.0:
-            p.append((("rehearsal.lr_min_ratio",), f"rehearsal.lr_min_ratio: {r.lr_min_ratio} must be within [0, 1] (the "
-                      "cosine's floor as a fraction of grpo.learning_rate); fix: e.g. 0.1"))
-        if r.num_heads and r.hidden_size % r.num_heads:
-            p.append((("rehearsal.hidden_size", "rehearsal.num_heads"),
-                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads"))
-        n = cfg.grpo.num_prompts_per_step
-        if r.ranks >= 1 and n >= 1 and n % r.ranks:
-            up = -(-n // r.ranks) * r.ranks
-            p.append((("grpo.num_prompts_per_step", "rehearsal.ranks"),
-                      f"grpo.num_prompts_per_step: {n} is not divisible by rehearsal.ranks {r.ranks} (each rank rolls out "
-                      f"the same number of prompts); the job would stop at start-up; fix: e.g. `num_prompts_per_step: {up}`"))
-        mn = c.metric_name
-        if mn is not None and c.enabled and mn.partition(":")[0] in REHEARSAL_METRICS:
-            kind, _, name = mn.partition(":")
-            if name not in REHEARSAL_METRICS[kind]:
-                close = difflib.get_close_matches(name, REHEARSAL_METRICS[kind], n=1)
-                p.append((("checkpointing.metric_name", "checkpointing.enabled"),
-                          f"checkpointing.metric_name: {mn[:80]!r} is not a {kind} metric the local rehearsal logs "
-                          f"(it logs {', '.join(f'{kind}:{m}' for m in REHEARSAL_METRICS[kind])}); the first checkpoint "
-                          f"save would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`"))
-        return p
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+        """Nothing of this backend's own (the rehearsal it runs checks its rules: ``nbtools.trainers``)."""
+        return []
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.cfg.name!r}, dashboard={self.dashboard_url})"

@@ -11,18 +11,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from nbtools.backends._types import (
     ClusterHandle,
     ClusterResources,
+    ClusterState,
     ClusterStatus,
     Preview,
     Teardown,
     fetch_resources,
 )
+from nbtools.config import Experiment
 from nbtools.errors import ConflictError, NotReadyError
 from nbtools.storage import RunStorage
 
@@ -35,13 +35,10 @@ class RayBackend:
     name = "ray"
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
     provisions = False  # someone else's cluster: nothing is provisioned
+    runs_rehearsal = False  # jobs run trainer.kind
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: Experiment):
         self.cfg = cfg
-
-    @property
-    def trainer(self) -> str:
-        return self.cfg.trainer.kind
 
     @property
     def python(self) -> str:
@@ -98,7 +95,7 @@ class RayBackend:
         from nbtools.backends._proc import _dashboard_version
 
         answers = _dashboard_version(self.dashboard_url) is not None
-        return ClusterStatus(self.name, "running" if answers else "unreachable", self.dashboard_url,
+        return ClusterStatus(self.name, ClusterState.RUNNING if answers else ClusterState.UNREACHABLE, self.dashboard_url,
                              "the dashboard answers" if answers else "no Ray dashboard answers there")
 
     def resources(self, *, timeout: float = 10) -> ClusterResources:
@@ -146,7 +143,7 @@ class RayBackend:
         return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
 
     @classmethod
-    def check(cls, cfg: Any) -> list[tuple[tuple[str, ...], str]]:
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """The one thing the ``ray`` backend needs: the dashboard address (its format is checked for every backend)."""
         if not cfg.ray.address:
             return [(("ray.address",), "ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` "

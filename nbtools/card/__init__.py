@@ -28,7 +28,7 @@ from nbtools import _paths, storage
 from nbtools._escape import md, md_code
 from nbtools.card import _guard, _io
 from nbtools.card._experiment import experiment_yaml
-from nbtools.card._facts import KNOWN_LICENSES, fingerprint, gather
+from nbtools.card._facts import KNOWN_LICENSES, fingerprint, gather, merged_from
 from nbtools.card._render import (
     CONFIG,
     CURVES,
@@ -44,7 +44,7 @@ from nbtools.card._render import (
 )
 from nbtools.errors import ConfigError, ConflictError, NotFoundError
 
-__all__ = ["Card", "write", "update_evaluation", "read", "KNOWN_LICENSES", "README", "CONFIG", "CURVES"]
+__all__ = ["Card", "write", "update_evaluation", "read", "merged_from", "KNOWN_LICENSES", "README", "CONFIG", "CURVES"]
 
 README = "README.md"
 _SECTION = re.compile(re.escape(EVAL_START) + r".*?" + re.escape(EVAL_END), re.DOTALL)

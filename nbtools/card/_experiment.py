@@ -24,9 +24,9 @@ _LOCAL_ONLY = ("local", "rehearsal")
 
 def unused_sections(cfg: Any) -> tuple[str, ...]:
     """The config sections this run's backend did not read."""
-    from nbtools import backends
+    from nbtools import trainers
 
-    if backends.get(cfg).trainer == "rehearsal":
+    if trainers.get(cfg).miniature:
         return _GKE_ONLY
     return _LOCAL_ONLY + (("gcp", "cluster", "storage") if cfg.backend == "ray" else ())
 

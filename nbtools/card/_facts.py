@@ -88,6 +88,7 @@ class Setup:
     rewards_source: str
     example: tuple[str, int]  # a prompt for the loading snippet, and its max_new_tokens
     rehearsal: bool = False  # trained by nbtools' local miniature GRPO (no image, no GPUs)
+    tag: str = "nbtools-rehearsal"  # the trainer's tag in the card's metadata
 
 
 @dataclass(frozen=True)
@@ -164,16 +165,15 @@ def _yaml(path: Path | None) -> dict[str, Any]:
 
 
 def _setup(cfg: Any) -> Setup:
-    from nbtools import backends
+    from nbtools import trainers
 
-    local = backends.get(cfg).trainer == "rehearsal"
+    t = trainers.get(cfg)
+    local = t.miniature
     c = cfg.cluster
+    trainer, version = t.label, t.version(cfg)
     if local:
-        trainer, version = "nbtools rehearsal (NeMo-RL artifact layout)", _nbtools_version()
         image, cluster, gpus = "none (this machine's Python)", f"local: {cfg.rehearsal.ranks} CPU ranks (FSDP2, gloo)", None
     else:
-        trainer = "NeMo-RL" if cfg.trainer.kind == "nemo-rl" else "verl"
-        version = cfg.images.nemo_rl_version if cfg.trainer.kind == "nemo-rl" else "(from the image)"
         image, gpus = cfg.images.resolved_image, c.total_gpus
         cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type} ({c.machine_type}), backend `{cfg.backend}`"
         if not cfg.trainer.colocated:
@@ -186,33 +186,14 @@ def _setup(cfg: Any) -> Setup:
     example = (("max 3 0 6", cfg.rehearsal.max_new_tokens) if local else
                ("What is 12 * 13? Put the final answer in \\boxed{}.", g.max_new_tokens or 1024))
     return Setup(cfg.name, cfg.config_hash(), cfg.backend, trainer, version, image, cluster, gpus, cfg.model.name,
-                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, example, local)
-
-
-def _nbtools_version() -> str:
-    import nbtools
-
-    return f"nbtools {nbtools.__version__}"
+                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, example, local, t.hub_tag())
 
 
 def _rewards(cfg: Any) -> tuple[list[dict[str, Any]], str]:
     """(name, weight, normalized, kwargs) per reward, and where the list came from."""
-    from nbtools import backends
+    from nbtools import trainers
 
-    if backends.get(cfg).trainer == "rehearsal":
-        spec, source = [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
-    elif cfg.trainer.kind == "verl":
-        spec, source = [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], "verl"
-    else:
-        from nbtools.launch import nemo_rl
-
-        env = ((nemo_rl.recipe_tree(cfg) or {}).get("env") or {}).get("math") or {}
-        impl = env.get("math_verify_impl", "hf_math_verify")
-        for o in cfg.trainer.overrides:
-            if o.lstrip("+").startswith("env.math.math_verify_impl="):
-                impl = o.split("=", 1)[1]
-        spec = env.get("reward_functions") or [{"name": f"math_verify ({impl}): 1 if the answer is right", "weight": 1.0}]
-        source = "NeMo-RL math environment (env.math)"
+    spec, source = trainers.get(cfg).rewards(cfg)
     total = sum(float(x.get("weight", 0)) for x in spec) or 1.0
     return [{"name": str(x.get("name")), "weight": float(x.get("weight", 0)),
              "normalized": float(x.get("weight", 0)) / total, "kwargs": dict(x.get("kwargs") or {})} for x in spec], source

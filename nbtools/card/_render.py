@@ -140,12 +140,11 @@ def metadata(facts: Facts, results: list[Any] | None, name: str):
     from huggingface_hub import ModelCardData
 
     s = facts.setup
-    trainer_tag = {"NeMo-RL": "nemo-rl", "verl": "verl"}.get(s.trainer, "nbtools-rehearsal")
     datasets = [d[0] for d in (hub_dataset(s.dataset), hub_dataset(s.validation)) if d]
     return ModelCardData(
         base_model=s.base_model if is_hub_id(s.base_model) else None, library_name="transformers",
         pipeline_tag="text-generation", license=facts.license, datasets=datasets or None,
-        tags=["grpo", "reinforcement-learning", trainer_tag, "nbtools"], metrics=["accuracy"] if results else None,
+        tags=["grpo", "reinforcement-learning", s.tag, "nbtools"], metrics=["accuracy"] if results else None,
         model_name=name if results else None, eval_results=results or None)
 
 

@@ -1,4 +1,4 @@
-"""Choose, verify and merge NeMo-RL checkpoints into HuggingFace models (streaming, verified, atomic).
+"""Choose, verify and merge NeMo-RL (and verl FSDP) checkpoints into HuggingFace models (streaming, verified, atomic).
 
 Example:
     >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
@@ -20,7 +20,7 @@ from nbtools.checkpoints._listing import (
     overview,
     read_training_info,
 )
-from nbtools.checkpoints._merge import MergeResult, merge
+from nbtools.checkpoints._merge import merge
 from nbtools.checkpoints._remote import (
     copy_to_local_disk_command,
     megatron_convert_entrypoint,
@@ -28,7 +28,10 @@ from nbtools.checkpoints._remote import (
     merge_in_cluster,
     submit_merge,
 )
+from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
+from nbtools.checkpoints._verl import best_verl, latest_verl, list_verl_checkpoints
+from nbtools.checkpoints._verl_merge import merge_verl
 
 __all__ = [
     "LAYOUTS",
@@ -51,4 +54,8 @@ __all__ = [
     "submit_merge",
     "megatron_convert_entrypoint",
     "copy_to_local_disk_command",
+    "list_verl_checkpoints",
+    "latest_verl",
+    "best_verl",
+    "merge_verl",
 ]

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                                   checksum=args.checksum)
             state = "reused (already merged and verified)" if r.reused else f"merged in {r.seconds:.1f} s"
             print(f"{state}: {r.tensors} tensors, {r.bytes / 1e9:.3f} GB, layout {r.layout} -> {r.out}")
-            from nbtools.jobs._carry import print_result
+            from nbtools.jobs.carry import print_result
 
             print_result({"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds,
                           "layout": r.layout, "verified": r.verified, "reused": r.reused, "checksums": r.checksums,

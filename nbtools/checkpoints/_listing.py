@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools import storage
-from nbtools._layout import STEP_RE, step_dirs
+from nbtools._layout import STEP_RE, step_dirs, weights_dir
+from nbtools.checkpoints import _verl
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
@@ -31,7 +32,7 @@ __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_
 STATUS_FILE = "latest_checkpoint_status.json"  # NeMo-RL main: {last_checkpoint_step, last_successful_ckpt_save_completion}
 _TMP_RE = re.compile(r"^tmp_step_(\d+)$")
 
-LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
+LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron", _verl.VERL_LAYOUT)
 
 def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     if storage.is_remote(checkpoint_dir):
@@ -94,6 +95,11 @@ def _none_yet(checkpoint_dir: str | Path) -> NotFoundError:
                          fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
 
 
+def _is_verl_run(checkpoint_dir) -> bool:
+    """A verl ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) that holds no NeMo-RL ``step_N``."""
+    return _verl.is_verl_dir(checkpoint_dir)
+
+
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
 _DAMAGED = "the checkpoint is damaged or incomplete; pick another step (or re-copy this one from where training wrote it)"
 
@@ -148,16 +154,6 @@ def read_training_info(step_dir: str | Path) -> dict:
     return info
 
 
-def weights_dir(step_dir: str | Path) -> Path:
-    """``step_N/policy/weights`` (also accepts that directory itself, or its ``model/`` subdirectory)."""
-    p = Path(step_dir).expanduser()
-    if (p / "policy" / "weights").is_dir():
-        return p / "policy" / "weights"
-    if p.name == "model" and p.parent.name == "weights":
-        return p.parent
-    return p
-
-
 def detect_layout(step_dir: str | Path) -> str:
     """Which of NeMo-RL's weight layouts a checkpoint uses (see nemo-rl-facts §4).
 
@@ -176,6 +172,8 @@ def detect_layout(step_dir: str | Path) -> str:
     """
     if storage.is_remote(step_dir):
         return _remote_layout(str(step_dir).rstrip("/"))
+    if _verl.is_verl_step(step_dir):
+        return _verl.VERL_LAYOUT
     w = weights_dir(step_dir)
     if (w / ".metadata").is_file():
         return "dtensor_v1"
@@ -237,6 +235,8 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
     Example:
         >>> nbtools.checkpoints.list_checkpoints(cfg.checkpoint_dir)[["step", "layout", "val:accuracy"]]
     """
+    if _is_verl_run(checkpoint_dir):
+        return _verl.list_verl_checkpoints(checkpoint_dir)
     rows = []
     for step, path in _steps(checkpoint_dir):
         try:
@@ -288,6 +288,8 @@ def latest(checkpoint_dir: str | Path) -> Path:
         >>> nbtools.checkpoints.latest(cfg.checkpoint_dir)
         PosixPath('.../checkpoints/step_600')
     """
+    if _is_verl_run(checkpoint_dir):
+        return _verl.latest_verl(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)
@@ -306,6 +308,12 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
         >>> nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
         PosixPath('.../checkpoints/step_400')
     """
+    if _is_verl_run(checkpoint_dir):
+        if metric is not None:
+            warnings.warn(f"verl keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "
+                          f"returning the latest; use nbtools.checkpoints.best_verl(dir, metric, metrics=frame)",
+                          stacklevel=2)
+        return _verl.latest_verl(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)

@@ -10,16 +10,14 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from nbtools import _paths
-from nbtools._escape import html as _h
+from nbtools.checkpoints._files import _check_written, _fsync_small_files, _size, _tqdm, parse_size
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
-from nbtools.checkpoints._sources import read_safetensors_header, read_sources
+from nbtools.checkpoints._remote import megatron_convert_entrypoint
+from nbtools.checkpoints._result import MergeResult
+from nbtools.checkpoints._sources import read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
     MANIFEST,
@@ -32,57 +30,7 @@ from nbtools.checkpoints._verify import (
 from nbtools.checkpoints._writer import plan_files, write_files
 from nbtools.errors import CheckpointError, ConflictError
 
-__all__ = ["merge", "MergeResult", "parse_size"]
-
-
-@_paths.tidy_reprs
-@dataclass
-class MergeResult:
-    """What :func:`merge` produced (or found already merged, ``reused=True``)."""
-
-    out: Path
-    tensors: int
-    bytes: int
-    seconds: float
-    layout: str
-    verified: bool
-    checksums: dict[str, str]
-    source: Path | None = None
-    reused: bool = False
-    notes: list[str] = field(default_factory=list)
-    url: str | None = None  # where this machine reads ``out`` (a gs:// URL when the merge ran in the cluster)
-    algorithm: str = "xxh3_128"  # of ``checksums``
-
-    def table(self) -> pd.DataFrame:
-        """One row per output file with its size and checksum (column named by the algorithm)."""
-        return pd.DataFrame([{"file": k, "bytes": (self.out / k).stat().st_size, self.algorithm: v}
-                             for k, v in sorted(self.checksums.items())])
-
-    def _repr_html_(self) -> str:
-        state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
-        notes = "".join(f"<li>{_h(n)}</li>" for n in self.notes)
-        return (f"<b>{_h(self.out)}</b> — {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout <code>{_h(self.layout)}"
-                f"</code>, {state}, verified: {'✓' if self.verified else '✗'}<ul>{notes}</ul>")
-
-
-def _size(n: int) -> str:
-    """Bytes in the largest decimal unit that keeps a digit before the point (``12.3 MB``, never ``0.00 GB``)."""
-    for unit, mult in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
-        if n >= mult:
-            return f"{n / mult:.3g} {unit}" if n < 100 * mult else f"{n / mult:.0f} {unit}"
-    return f"{n} bytes"
-
-
-def parse_size(size: int | str) -> int:
-    """``"5GB"`` / ``"500MB"`` / ``2**30`` -> bytes (decimal units, like transformers' max_shard_size)."""
-    if isinstance(size, int):
-        return size
-    s = size.strip().upper()
-    for unit, mult in (("GIB", 2**30), ("MIB", 2**20), ("KIB", 2**10), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3),
-                       ("B", 1)):
-        if s.endswith(unit):
-            return int(float(s[: -len(unit)]) * mult)
-    return int(s)
+__all__ = ["merge", "parse_size"]
 
 
 def _fingerprint(step: Path) -> str:
@@ -160,16 +108,11 @@ def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult 
                         fix="pass overwrite=True to replace it, or choose another out_dir")
 
 
-def _tqdm(total: int, desc: str, enabled: bool):
-    from nbtools._progress import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, disable=not enabled)
-
-
 def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
           progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
           checksum: str = "auto", durable: bool = True) -> MergeResult:
-    """Merge a NeMo-RL checkpoint into a HuggingFace model directory, verified, without holding the model in RAM.
+    """Merge a NeMo-RL (or verl ``global_step_N``) checkpoint into a HuggingFace model directory, verified, without
+    holding the model in RAM.
 
     Reads chunk offsets from the checkpoint's own metadata (FSDP2 dim-0, TP dim-1, uneven, single rank),
     writes ``model-0000K-of-0000N.safetensors`` + index + config/generation config + tokenizer into a hidden
@@ -203,6 +146,14 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir)
         >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     """
+    from nbtools.checkpoints._verl import is_verl_step
+
+    if is_verl_step(step_dir):  # verl's global_step_N/actor: its own reader, the same writer and checks
+        from nbtools.checkpoints._verl_merge import merge_verl
+
+        return merge_verl(step_dir, out_dir, config=config, overwrite=overwrite, progress=progress,
+                          max_shard_size=max_shard_size, workers=workers, band_mb=band_mb, checksum=checksum,
+                          durable=durable)
     if checksum == "auto":
         from nbtools.checkpoints._verify import default_checksum
 
@@ -217,8 +168,6 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
                               fix="use a finished step_N (nbtools.checkpoints.latest / best)")
     layout = detect_layout(step)
     if layout == "megatron":
-        from nbtools.checkpoints._remote import megatron_convert_entrypoint
-
         raise CheckpointError(f"{step} holds a Megatron (torch_dist) checkpoint, which nbtools does not merge",
                               fix="run NeMo-RL's converter (as a Ray job on the cluster): "
                                   + megatron_convert_entrypoint(step, out))
@@ -294,29 +243,3 @@ def _write_sidecars(tmp: Path, step: Path, files, cfg, gen) -> None:
         for p in tok.iterdir():
             if p.is_file() and not (tmp / p.name).exists():
                 shutil.copyfile(p, tmp / p.name)
-
-
-def _fsync_small_files(tmp: Path, done: set[str]) -> None:
-    """fsync the sidecar files (the weights were synced as they were written) and the directory itself."""
-    for p in tmp.iterdir():
-        if p.name not in done:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _check_written(tmp: Path, files) -> None:
-    """Headers read back from disk must describe exactly the planned tensors at the planned sizes."""
-    for f in files:
-        header, start = read_safetensors_header(tmp / f.name)
-        header.pop("__metadata__", None)
-        want = {t.name: list(t.shape) for t in f.tensors}
-        if {k: v["shape"] for k, v in header.items()} != want or (tmp / f.name).stat().st_size != start + f.data_bytes:
-            raise CheckpointError(f"{f.name} did not read back as written", fix="check the disk, then merge again")

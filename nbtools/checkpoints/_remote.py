@@ -12,6 +12,8 @@ import shlex
 from pathlib import Path, PurePosixPath
 
 from nbtools import _paths
+from nbtools._layout import finetuned_model_path
+from nbtools.config import Experiment
 
 __all__ = ["merge_entrypoint", "submit_merge", "merge_in_cluster", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
 
@@ -40,7 +42,7 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
         >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/x/checkpoints/step_30", "/data/x/merged_hf",
         ...                                        submission_id="x-merge-step-30-1a2b3c4d")
     """
-    from nbtools.jobs._carry import submit_module
+    from nbtools.jobs.carry import submit_module
 
     args = ["merge", str(step_dir), str(out_dir), "--no-progress"]
     if config:
@@ -51,7 +53,7 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
                          env_vars=env_vars, metadata={"nbtools.step_dir": str(step_dir)[:200]})
 
 
-def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
+def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
                      timeout: float = 3600, progress: bool = True):
     """Merge a checkpoint of this run into a verified HuggingFace model, where the checkpoint lives.
 
@@ -71,9 +73,8 @@ def merge_in_cluster(cfg, step: str | None = None, *, out: str | None = None, ov
     """
     from nbtools import backends, storage
     from nbtools.checkpoints._listing import best
-    from nbtools.checkpoints._merge import MergeResult
-    from nbtools.evals.job import finetuned_model_path
-    from nbtools.jobs._carry import helper_id, result_of
+    from nbtools.checkpoints._result import MergeResult
+    from nbtools.jobs.carry import helper_id, result_of
 
     b = backends.get(cfg)
     if step is None:

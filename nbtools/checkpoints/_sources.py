@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from nbtools._layout import weights_dir
 from nbtools.checkpoints._unpickle import ForbiddenGlobal, load_dcp_metadata, load_tensor_record
 from nbtools.errors import CheckpointError
 
@@ -289,8 +290,6 @@ def _read_safetensors(files: list[Path], sharded: bool) -> dict[str, SourceTenso
 
 def read_sources(step_dir: Path, layout: str) -> dict[str, SourceTensor]:
     """Every tensor of the checkpoint with its chunks, in save order; missing/truncated files raise here."""
-    from nbtools.checkpoints._listing import weights_dir
-
     w = weights_dir(step_dir)
     if layout == "dtensor_v1":
         out = _read_dcp(w, "model.")

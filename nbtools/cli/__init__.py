@@ -18,63 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+
+from nbtools.cli._out import Out, _jsonable
 
 __all__ = ["main", "build_parser", "Out"]
-
-
-@dataclass
-class Out:
-    """What a subcommand produced: the JSON document, its human text, and the exit status."""
-
-    data: Any
-    text: str | None = None  # printed without --json (default: the JSON, indented)
-    code: int = 0
-    error: str | None = None  # printed on stderr when code != 0
-    exact: bool = False  # --json: print ``data`` as it is even when code != 0 (a documented shape, e.g. `health`)
-
-
-def _jsonable(obj: Any) -> Any:
-    """Plain JSON values for numpy/pandas/paths/dataclasses/enums (NaN and NaT → null, ±inf → "Infinity")."""
-    import dataclasses
-    import enum
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set)):
-        return [_jsonable(v) for v in obj]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
-    if isinstance(obj, enum.Enum):
-        return _jsonable(obj.value)
-    if isinstance(obj, Path):
-        return str(obj)
-    if type(obj).__name__ in ("NaTType", "DataFrame"):
-        return None if type(obj).__name__ == "NaTType" else _records(obj)
-    if hasattr(obj, "isoformat"):
-        return obj.isoformat()
-    if hasattr(obj, "item") and callable(obj.item):
-        with contextlib.suppress(ValueError, TypeError):
-            obj = obj.item()
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, float) and math.isinf(obj):  # JSON has no Infinity: keep it as text, not as a missing value
-        return "Infinity" if obj > 0 else "-Infinity"
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    return str(obj)
-
-
-def _records(df) -> list[dict]:
-    return _jsonable(df.to_dict(orient="records"))
-
-
-# ---------------------------------------------------------------------------------------------- parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the file's backend")
     p.add_argument("--id", help="submission id (default: the experiment's own, name + config hash)")
     p.add_argument("--timeout", type=float, default=60, help="stop: seconds to wait until it ended")
+    from nbtools.cli._prepare import add_prepare
+
+    add_prepare(add)
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
     p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a log_dir (its latest exp_NNN)")
     p.add_argument("--step", type=int, help="also print this step's rows")

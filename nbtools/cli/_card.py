@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtools.cli import Out
+from nbtools.cli._out import Out
 
 __all__ = ["register_card", "cmd_card"]
 
@@ -33,11 +33,11 @@ def register_card(sub) -> None:
 
 
 def _model_dir(target: Path) -> Path:
-    from nbtools.card import _io
+    from nbtools import storage
     from nbtools.errors import NotFoundError
 
     for d in (target, target / "merged_hf"):
-        if _io.exists(d / "config.json"):
+        if storage.exists(d / "config.json"):
             return d
     raise NotFoundError(f"expected a merged HuggingFace model (config.json) in {target} or {target / 'merged_hf'}",
                         fix="pass the merged model directory (notebook 06 / `nbtools merge` writes <run_dir>/merged_hf)")
@@ -46,17 +46,19 @@ def _model_dir(target: Path) -> Path:
 def _experiment(a, model_dir: Path):
     import yaml
 
-    from nbtools import config
-    from nbtools.card import CONFIG, _io
-    from nbtools.card._facts import merged_from
+    from nbtools import config, storage
+    from nbtools.card import CONFIG, merged_from
     from nbtools.errors import NotFoundError
+
+    def text(path: Path) -> str | None:
+        return storage.read_text(path) if storage.exists(path) else None
 
     if a.experiment:
         return config.load(a.experiment, backend=a.backend)
-    data = yaml.safe_load(_io.read_text(model_dir / CONFIG) or "null")
+    data = yaml.safe_load(text(model_dir / CONFIG) or "null")
     source = merged_from(model_dir)
     if not data and source:
-        data = (yaml.safe_load(_io.read_text(Path(source) / "config.yaml") or "null") or {}).get("nbtools")
+        data = (yaml.safe_load(text(Path(source) / "config.yaml") or "null") or {}).get("nbtools")
     if not isinstance(data, dict):
         raise NotFoundError(f"no experiment found for {model_dir} (no {CONFIG} beside it, no nbtools section in its "
                             "checkpoint's config.yaml)", fix="pass --experiment EXPERIMENT.yaml")
@@ -64,12 +66,11 @@ def _experiment(a, model_dir: Path):
 
 
 def cmd_card(a) -> Out:
-    from nbtools import card
-    from nbtools.card import _io
+    from nbtools import card, storage
 
     model_dir = _model_dir(Path(a.target))
     cfg = _experiment(a, model_dir)
-    saved = [] if a.no_eval else _io.glob(model_dir.parent / "eval", "comparison_*.json")
+    saved = [] if a.no_eval else storage.glob(model_dir.parent / "eval", "comparison_*.json")
     c = card.write(cfg, model_dir, comparisons=saved or None, dataset=a.dataset)
     data = {"readme": c.path, "metadata": c.metadata, "files": list(c.files), "evaluations": c.evaluations,
             "upload_call": c.upload_call, "notes": list(c.notes)}

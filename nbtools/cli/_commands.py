@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nbtools.cli import Out, _jsonable, _records
 from nbtools.cli._errors import cli_words
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out, _jsonable, _records
 
 __all__ = [
     "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories", "cmd_metrics",
@@ -20,30 +21,10 @@ __all__ = [
 ]
 
 
-def _load_cfg(a):
-    """The experiment: YAML + ``--backend`` + ``key=value`` overrides (values parsed as YAML, like NeMo-RL)."""
-    from nbtools import config
-    from nbtools.config._yaml import load_yaml
-    from nbtools.errors import ConfigError
-
-    overrides, problems = {}, []
-    for ov in a.overrides:  # main() already refused anything that is not KEY=VALUE (exit 2)
-        key, _, value = ov.partition("=")
-        try:
-            overrides[key.strip()] = load_yaml(value)
-        except ConfigError as e:  # the value is never echoed: it may be a secret
-            why = e.problems[0].split("; fix:")[0].removeprefix("not valid YAML: ").replace("the file ", "it ")
-            problems.append(f"{key.strip()}=…: the value cannot be read as YAML ({why}); fix: write a plain value, "
-                            f"or quote it as a string: {key.strip()}='…'")
-    if problems:
-        raise ConfigError(problems)
-    return config.load(a.experiment, backend=a.backend, overrides=overrides)
-
-
 def cmd_plan(a) -> Out:
     from nbtools import backends
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     cluster = backends.get(cfg)
     if a.delete_bucket and not a.destroy:
         from nbtools.errors import ConfigError
@@ -63,7 +44,7 @@ def cmd_plan(a) -> Out:
 def cmd_manifests(a) -> Out:
     from nbtools import backends, manifests
 
-    cfg = backends.gke_view(_load_cfg(a))  # a non-gke experiment: the objects it would need on GKE
+    cfg = backends.gke_view(load_cfg(a))  # a non-gke experiment: the objects it would need on GKE
     objs, text = manifests.all_objects(cfg), manifests.render(cfg)
     kinds = [{"kind": o["kind"], "name": o["metadata"]["name"]} for o in objs]
     if not a.out:
@@ -84,7 +65,7 @@ def _res(handle) -> dict:
 def cmd_up(a) -> Out:
     from nbtools import backends
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     cluster = backends.get(cfg)
     if not a.apply:
         p = cluster.preview("up")
@@ -99,7 +80,7 @@ def cmd_up(a) -> Out:
 def cmd_down(a) -> Out:
     from nbtools import backends
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     cluster = backends.get(cfg)
     if not a.apply:
         p = cluster.preview("down")
@@ -111,7 +92,7 @@ def cmd_down(a) -> Out:
 def cmd_launch(a) -> Out:
     from nbtools import launch
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     if a.lint_only:
         spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
         findings = [{**f, "message": cli_words(f["message"]), "fix": cli_words(f["fix"])} for f in _jsonable(report.findings)]
@@ -136,7 +117,7 @@ def cmd_launch(a) -> Out:
 def cmd_jobs(a) -> Out:
     from nbtools import jobs
 
-    cfg = _load_cfg(a)
+    cfg = load_cfg(a)
     if a.action == "list":
         df = jobs.list_jobs(cfg.dashboard_url)
         return Out({"dashboard_url": cfg.dashboard_url, "jobs": _records(df)},
@@ -189,11 +170,14 @@ def cmd_metrics(a) -> Out:
                                 "console log")
     if df.empty:
         print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
+    from nbtools import trainers
+
     problems = list(df.attrs.get("problems") or [])
     if problems:
         print(f"note: {len(problems)} damaged stretch(es) were skipped; the JSON lists them under 'problems'",
               file=sys.stderr)
-    return Out({"source": "verl" if verl else "tensorboard", "rows": _records(df), "problems": problems},
+    return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df),
+                "problems": problems},
                df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
 
 

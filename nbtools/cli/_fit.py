@@ -11,7 +11,8 @@ Example:
 
 from __future__ import annotations
 
-from nbtools.cli import Out
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out
 
 __all__ = ["register_fit", "cmd_fit"]
 
@@ -47,9 +48,8 @@ def cmd_fit(a) -> Out:
         raise ConfigError("nothing to check; fix: pass EXPERIMENT.yaml, or --model CONFIG_OR_HUB_ID with --gpu, "
                           "--micro-batch and --seq-len")
     if a.experiment:
-        from nbtools.cli._commands import _load_cfg
 
-        report = fit.check(_load_cfg(a), gpu=a.gpu)
+        report = fit.check(load_cfg(a), gpu=a.gpu)
         if a.phase and report.verdict != "not-applicable":
             report = fit.evaluate(report.inputs.with_(phase=a.phase))
     else:

@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from nbtools.cli import Out
+from nbtools.cli._out import Out
 
 __all__ = ["register_health", "cmd_health"]
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbtools.cli import Out, _jsonable
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out, _jsonable
+from nbtools.config import Experiment
 
 __all__ = ["register_diagnose", "add_launch_flags", "cmd_diagnose", "supervised_launch"]
 
@@ -71,14 +73,10 @@ def cmd_diagnose(a) -> Out:
         text = p.read_text(errors="replace")
         d = launch.diagnose_log(text, status=a.status)
         if a.experiment:
-            from nbtools.cli._commands import _load_cfg
-
-            cfg = _load_cfg(a)
+            cfg = load_cfg(a)
     elif a.submission_id:
-        from nbtools.cli._commands import _load_cfg
-
         a.experiment = a.experiment or _default_experiment()
-        cfg = _load_cfg(a)
+        cfg = load_cfg(a)
         d = launch.diagnose(cfg, a.submission_id)
         text = d.evidence
     else:
@@ -95,7 +93,7 @@ def cmd_diagnose(a) -> Out:
     return Out(doc, shown, code=0 if ok else 1, error=None if ok else f"{d.cause}: a retry does not fix it; fix: {fix}")
 
 
-def supervised_launch(a, cfg) -> Out | None:
+def supervised_launch(a, cfg: Experiment) -> Out | None:
     """``--retry`` / ``--supervise`` of ``nbtools launch``; None when neither was given."""
     from nbtools import launch
 

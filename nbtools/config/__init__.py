@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from nbtools.config._rules import REHEARSAL_METRICS, _semantic_checks
+from nbtools.config._contrib import CONTRIBUTIONS, contribute
+from nbtools.config._rules import SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
     NEMO_RL_VERSIONS,
@@ -74,8 +75,10 @@ __all__ = [
     "to_dict",
     "dump",
     "ConfigError",
-    "REHEARSAL_METRICS",
+    "SECRET_ENV_VARS",
+    "contribute",
     "token_kind",
+    "load_yaml",
     "redact",
 ]
 
@@ -174,6 +177,9 @@ def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
     if problems:
         raise ConfigError([scrub_secrets(p, secrets) for p in problems], source=source)
     return obj
+
+
+CONTRIBUTIONS.validate = from_dict  # Experiment.replace validates again with the loader
 
 
 def dump(cfg: Experiment, path: str | os.PathLike | None = None) -> str:

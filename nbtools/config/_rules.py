@@ -8,23 +8,12 @@ from __future__ import annotations
 
 import re
 
+from nbtools.config._contrib import CONTRIBUTIONS
 from nbtools.config._sections import _ENV_NAME, _K8S_NAME, GPU_TYPES, Experiment
 from nbtools.config._tables import gke_version_too_old
 from nbtools.config._tokens import redact, token_kind
 from nbtools.config._validate import Problems, _part, _show
 
-# What the local rehearsal logs (nbtools.rehearsal.trainer): checkpointing.metric_name must name one of them.
-REHEARSAL_METRICS: dict[str, tuple[str, ...]] = {
-    "val": ("accuracy", "avg_length"),
-    "train": (
-        "loss", "grad_norm", "reward", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "approx_entropy",
-        "token_mult_prob_error", "gen_kl_error", "lr", "global_valid_seqs", "global_valid_toks", "num_valid_samples",
-        "mean_prompt_length", "total_num_tokens", "mean_total_tokens_per_sample", "mean_gen_tokens_per_sample",
-        "max_gen_tokens_per_sample", "natural_termination_rate", "truncation_rate", "total_turns",
-        "avg_turns_per_sample", "max_turns_per_sample", "advantages/mean", "advantages/max", "advantages/min",
-        "advantages/sum", "baseline_reward/pct_0", "baseline_reward/pct_1", "baseline_reward/pct_mixed",
-    ),
-}
 SECRET_ENV_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")  # never in trainer.env_vars
 
 
@@ -53,10 +42,9 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
         v = getattr(cfg.ray, key)
         if not 1 <= v <= 65535:
             add((f"ray.{key}",), f"ray.{key}: {v} is not a TCP port; allowed: 1..65535; fix: e.g. 8265 for the dashboard, 6379 for the head")
-    from nbtools import backends  # what only one backend needs is its own rule (the registry picks it)
-
-    for deps, text in backends.backend_class(cfg.backend).check(cfg):
-        add(("backend", *deps), text)
+    for rules in CONTRIBUTIONS.rules.values():  # what only one backend / trainer needs is its registry's rule
+        for deps, text in rules(cfg):
+            add(deps, text)
     if cfg.storage.bucket and cfg.storage.bucket.startswith("gs://"):
         add(("storage.bucket",), f"storage.bucket: {cfg.storage.bucket!r} includes the gs:// scheme; fix: `bucket: {cfg.storage.bucket[5:]}`")
     if not cfg.storage.mount_path.startswith("/"):
@@ -95,7 +83,7 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
 
 
 def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
-    """Pins and values the trainers and the cluster need (issue #14): MTU, NCCL installer and verl refs, rewards."""
+    """Pins and values the trainers and the cluster need (issue #14): MTU, NCCL installer ref, rewards."""
     c, t = cfg.cluster, cfg.trainer
     if not 1300 <= c.gvnic_mtu <= 8896:
         add(("cluster.gvnic_mtu",), f"cluster.gvnic_mtu: {c.gvnic_mtu} is outside what a VPC accepts; allowed: 1300..8896 "
@@ -106,10 +94,6 @@ def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
             f"cluster.nccl_installer_ref: {ref!r} does not pin the installer (a branch moves under you); fix: a commit "
             "or tag of GoogleCloudPlatform/container-engine-accelerators, e.g. the default "
             "`2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae`")
-    if t.kind == "verl" and (t.verl_ref in ("main", "master", "HEAD", "") or not re.match(r"^[A-Za-z0-9._/-]+$", t.verl_ref)):
-        add(("trainer.kind", "trainer.verl_ref"),
-            f"trainer.verl_ref: {t.verl_ref!r} does not pin verl (a branch moves under you); fix: a release "
-            f"tag of {t.verl_repo}, e.g. `verl_ref: v0.7.0`")
     for i, spec in enumerate(t.reward_functions):
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
             add(("trainer.reward_functions",), f"trainer.reward_functions[{i}]: {spec!r} is not a reward spec; fix: "
@@ -118,10 +102,6 @@ def _infra_and_trainer_checks(cfg: Experiment, add) -> None:
         add(("trainer.reward_module", "trainer.reward_functions"),
             "trainer.reward_module: set without trainer.reward_functions, so nothing would use it; fix: list the mix, "
             "e.g. `reward_functions: [{name: my_reward, weight: 1.0}]`")
-    if t.reward_functions and t.kind != "nemo-rl":
-        add(("trainer.reward_functions", "trainer.kind"),
-            "trainer.reward_functions: only NeMo-RL runs score through the nbtools reward environment; fix: remove it "
-            "for verl (verl's custom_reward_function.path/name go in trainer.overrides)")
 
 
 def _checkpoint_checks(cfg: Experiment, add) -> None:

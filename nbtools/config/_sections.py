@@ -13,7 +13,9 @@ from typing import Any, Literal
 
 from nbtools import _paths
 from nbtools._escape import html as _h
+from nbtools.config._contrib import CONTRIBUTIONS
 from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.config
+    DEFAULT_TRAINER,
     GPU_DRIVER_VERSIONS,
     GPU_TYPES,
     NCCL_INSTALLER_REF,
@@ -21,6 +23,7 @@ from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.con
     VERL_REF,
     VERL_REPO,
 )
+from nbtools.errors import NbtoolsError
 
 Backend = Literal["local", "gke", "ray"]
 
@@ -145,7 +148,7 @@ class ImagesConfig:
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    kind: Literal["nemo-rl", "verl"] = "nemo-rl"
+    kind: str = DEFAULT_TRAINER  # a trainer nbtools.trainers registers (config.load names the allowed ones)
     recipe: str | None = None  # NeMo-RL config yaml relative to /opt/nemo-rl (or verl: unused)
     colocated: bool = True  # generation shares the training GPUs
     generation_nodes: int | None = None  # non-colocated: nodes given to vLLM
@@ -349,9 +352,11 @@ class Experiment:
         return _paths.Url(self._backend().storage.url(cluster_path))
 
     def _backend(self):
-        from nbtools import backends  # values that depend on where the cluster runs come from its backend
-
-        return backends.get(self)
+        """The backend that derives where things are (contributed by ``nbtools.backends``; see ``_contrib``)."""
+        if CONTRIBUTIONS.place is None:
+            raise NbtoolsError("no backend registry is wired into nbtools.config, so a run's places are unknown",
+                               fix="import the nbtools package (`import nbtools`), which wires it in")
+        return CONTRIBUTIONS.place(self)
 
     def config_hash(self, length: int = 10) -> str:
         """Stable hash of everything that defines the run (not the backend-independent source path)."""
@@ -368,18 +373,13 @@ class Experiment:
         data = to_dict(self)
         for key, value in changes.items():
             _set_dotted(data, key, value)
-        from nbtools.config import from_dict  # the loader validates again
-
-        return from_dict(data, source=self.source)
+        return CONTRIBUTIONS.validate(data, source=self.source)  # the loader (config.from_dict) validates again
 
     def _repr_markdown_(self) -> str:
-        backend = self._backend()
-        trainer = backend.trainer
         rows = [
             ("name", self.name),
             ("backend", self.backend),
-            *backend.describe(),
-            ("trainer", f"{trainer} ({self.images.nemo_rl_version})" if trainer == "nemo-rl" else trainer),
+            *(row for rows in CONTRIBUTIONS.rows.values() for row in rows(self)),
             ("model", self.model.name),
             ("dataset", self.data.dataset),
             ("GRPO", f"{self.grpo.num_prompts_per_step} prompts x {self.grpo.num_generations_per_prompt} generations, {self.grpo.max_num_steps} steps"),

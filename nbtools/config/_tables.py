@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GPU_TYPES", "NEMO_RL_VERSIONS", "NEMO_RL_ARTIFACTS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
+__all__ = ["DEFAULT_TRAINER", "GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
 # GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node, the oldest GKE version for it:
 # Google's tutorial "Fine-tune ... with NeMo RL on GKE" (tutorial 001), GKE_VERSION: "For NVIDIA B200 (180 GB) GPUs,
@@ -42,40 +42,25 @@ def gke_version_too_old(version: str, gpu_type: str) -> str | None:
         return None
     return need if have < floor[:len(have)] or (len(have) == len(floor) and have < floor) else None
 
-# NeMo-RL release -> pinned Ray (uv.lock), entry point, container image. ``reward_entrypoint`` is the script that
-# looks the environment up by name (``create_env``), used when the experiment sets a reward mix: v0.5.0's
-# examples/run_grpo_math.py builds MathEnvironment itself and never reads data.env_name, its examples/run_grpo.py
-# calls create_env(env_name=data_config["env_name"], ...) (NVIDIA-NeMo/RL v0.5.0, both files).
+
+# What `trainer.kind` holds when the file says nothing (nbtools.trainers registers the names a file may use).
+DEFAULT_TRAINER = "nemo-rl"
+
+# NeMo-RL release -> pinned Ray (uv.lock), container image, torch (the cluster's image); the trainer's own facts per
+# release (entry point, reward entry point, artifacts) are in nbtools/trainers/releases.py
 NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     "v0.5.0": {
         "ray": "2.49.2",
-        "entrypoint": "examples/run_grpo_math.py",
-        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
         "torch": "2.9.0",
     },
     "v0.7.0": {
         "ray": "2.55.1",
-        "entrypoint": "examples/run_grpo.py",
-        "reward_entrypoint": "examples/run_grpo.py",
         "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
         "torch": "2.11.0",
     },
 }
 
-
-# What each NeMo-RL release writes and reads beyond the checkpoints, and who in nbtools reads it:
-#   val_dumps: <log_dir>/exp_NNN/val_data_step{N}.jsonl (nbtools.trajectories, notebook 05's validation view); v0.5.0's
-#     nemo_rl/algorithms/grpo.py calls log_batched_dict_as_jsonl only for train_data_step{N}.jsonl, v0.7.0's also for
-#     val_data_step{step}.jsonl (grpo.py, validate);
-#   baseline_reward: train/baseline_reward/pct_0|pct_1|pct_mixed (nbtools.metrics' "no_signal"): v0.7.0 grpo.py only;
-#   data_validation: a data.validation section (nbtools' data.validation): v0.7.0's data config has data.train /
-#     data.validation / data.default (examples/configs/grpo_math_1B.yaml); v0.5.0's is flat (dataset_name, and
-#     val_data_path for a ResponseDataset), so a data.validation override would be dropped.
-NEMO_RL_ARTIFACTS: dict[str, dict[str, bool]] = {
-    "v0.5.0": {"val_dumps": False, "baseline_reward": False, "data_validation": False},
-    "v0.7.0": {"val_dumps": True, "baseline_reward": True, "data_validation": True},
-}
 
 # `gcloud container node-pools create --accelerator=...,gpu-driver-version=` values (gcloud 528 --help); omitting the
 # key means `disabled`: no NVIDIA driver on the node and no GPU for any pod.

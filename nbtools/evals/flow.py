@@ -15,9 +15,10 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from nbtools import _paths
+from nbtools import _paths, trainers
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.job import collect, eval_jobs, finetuned_model_path
 from nbtools.evals.result import EvalResult
@@ -28,18 +29,12 @@ __all__ = ["evaluate", "models", "local_models", "eval_dir"]
 Which = Literal["baseline", "fine-tuned"]
 
 
-def eval_dir(cfg: Any) -> Path:
+def eval_dir(cfg: Experiment) -> Path:
     """``<run_dir>/eval``, where notebook 07 keeps every result on this machine."""
     return Path(cfg.run_dir) / "eval"
 
 
-def _trainer(cfg: Any) -> str:
-    from nbtools import backends
-
-    return backends.get(cfg).trainer
-
-
-def models(cfg: Any) -> dict[str, str]:
+def models(cfg: Experiment) -> dict[str, str]:
     """The two models as the cluster's jobs see them: the baseline and notebook 06's merge.
 
     The rehearsal's baseline is its warm-started policy (``<run_dir>/baseline_hf``); a NeMo-RL run's is
@@ -49,16 +44,10 @@ def models(cfg: Any) -> dict[str, str]:
         >>> nbtools.evals.models(cfg)
         {'baseline': 'google/gemma-3-1b-it', 'fine-tuned': '/data/nemo-rl/gemma3-1b-b200/merged_hf'}
     """
-    if _trainer(cfg) == "rehearsal":
-        from nbtools.rehearsal import task
-
-        base = str(task.baseline_dir(cfg))
-    else:
-        base = cfg.model.name
-    return {"baseline": _paths.Url(base), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
+    return {"baseline": _paths.Url(trainers.get(cfg).baseline_model(cfg)), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
 
 
-def local_models(cfg: Any) -> dict[str, Path]:
+def local_models(cfg: Experiment) -> dict[str, Path]:
     """The two models of a local rehearsal as HF directories on this machine (checked to exist).
 
     Raises:
@@ -74,7 +63,7 @@ def local_models(cfg: Any) -> dict[str, Path]:
 
 
 def evaluate(
-    cfg: Any,
+    cfg: Experiment,
     which: Which,
     *,
     n: int = 1,
@@ -111,8 +100,8 @@ def evaluate(
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
     out = eval_dir(cfg) / f"{which.replace('-', '')}_{mode}"
-    trainer = _trainer(cfg)
-    if trainer == "rehearsal":
+    trainer = trainers.get(cfg)
+    if trainer.eval_plan == "held-out-local":
         from nbtools.rehearsal import task
 
         return evaluate_local(
@@ -120,8 +109,8 @@ def evaluate(
             temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
             batch_size=batch_size, out_dir=out, progress_desc=f"{which} ({mode})",
         )
-    if trainer != "nemo-rl":
-        raise ConfigError(f"trainer.kind: evaluation jobs use NeMo-RL's run_eval.py; this run's trainer is {trainer!r}; "
+    if trainer.eval_plan != "run-eval-job":
+        raise ConfigError(f"trainer.kind: evaluation jobs use NeMo-RL's run_eval.py; this run's trainer is {trainer.name!r}; "
                           "fix: evaluate the merged model with NeMo-RL's image (a nemo-rl experiment on the same cluster)")
     kw = {"max_model_len": max_model_len} if max_model_len else {}
     jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)

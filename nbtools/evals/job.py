@@ -25,6 +25,8 @@ from typing import Any
 import pandas as pd
 
 from nbtools._escape import html as _h
+from nbtools._layout import finetuned_model_path
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
@@ -176,7 +178,7 @@ def _slug(text: str) -> str:
 
 
 def build_eval_job(
-    cfg: Any,
+    cfg: Experiment,
     model_name: str,
     *,
     label: str | None = None,
@@ -226,7 +228,7 @@ def build_eval_job(
     label = label or _slug(posixpath.basename(model_name.rstrip("/")))
     if save_path is None:
         save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"{_slug(dataset)}_{_slug(label)}")
-    from nbtools.checkpoints._remote import copy_to_local_disk_command
+    from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
 
     mount = str(cfg.storage.mount_path or "").rstrip("/")
     on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
@@ -273,12 +275,6 @@ def generation_length(cfg: Any) -> int:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v > 0 else int(cfg.model.max_total_sequence_length)
 
 
-def finetuned_model_path(cfg: Any) -> str:
-    """Where notebook 06 puts the merged model, as the cluster sees it: ``merged_hf`` beside ``checkpoint_dir``
-    (``<run_dir>/merged_hf`` locally; on the shared mount on a cluster)."""
-    return posixpath.join(posixpath.dirname(str(cfg.checkpoint_dir).rstrip("/")), "merged_hf")
-
-
 class EvalJobs(list):
     """A list of EvalJob that displays every job's exact command in a notebook."""
 
@@ -286,7 +282,7 @@ class EvalJobs(list):
         return "<hr>".join(j._repr_html_() for j in self)
 
 
-def eval_jobs(cfg: Any, *, dataset: str = "math500", num_tests_per_prompt: int = 1,
+def eval_jobs(cfg: Experiment, *, dataset: str = "math500", num_tests_per_prompt: int = 1,
               temperature: float | None = None, **kwargs: Any) -> EvalJobs:
     """The baseline (`cfg.model.name`) and fine-tuned (merged) jobs, built the same way.
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools.config import Experiment
 from nbtools.explorer._query import FILTERS, LIGHT_COLUMNS, SORTS, ExplorerData, Page, Query
 from nbtools.explorer._record import (
     RecordView,
@@ -26,14 +27,15 @@ from nbtools.explorer._record import (
     tag_segments,
     token_table,
 )
+from nbtools.explorer._render import inline_styles, segments_html
 from nbtools.explorer._widget import TrajectoryExplorer
 from nbtools.trajectories import Run
 
 __all__ = ["explore", "TrajectoryExplorer", "ExplorerData", "Query", "Page", "RecordView", "Segment", "FILTERS",
-           "SORTS", "LIGHT_COLUMNS", "record_view", "reward_breakdown", "tag_segments", "token_table"]
+           "SORTS", "LIGHT_COLUMNS", "record_view", "reward_breakdown", "tag_segments", "token_table", "inline_styles", "segments_html"]
 
 
-def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Any = None, rewards: Any = None,
+def explore(source: Run | pd.DataFrame, *, step: int | None = None, cfg: Experiment | None = None, rewards: Any = None,
             ground_truth: Callable[[str], Any] | None = None, page_size: int = 16,
             export_dir: str | os.PathLike | None = None, tokenizer: Any = None) -> TrajectoryExplorer:
     """The explorer over a run (or a trajectory DataFrame) at ``step`` (default: the latest).

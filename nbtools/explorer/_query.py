@@ -123,6 +123,8 @@ class ExplorerData:
     """
 
     def __init__(self, source: Run | pd.DataFrame):
+        if not isinstance(source, Run | pd.DataFrame) and hasattr(source, "read"):  # a VerlRun: its whole table
+            source = source.read()
         self.run = source if isinstance(source, Run) else None
         self._df = None if self.run is not None else source.reset_index(drop=True)
         self._light: dict[object, tuple[object, pd.DataFrame]] = {}

@@ -79,13 +79,12 @@ def _training_gpus(cfg: Experiment, colocated: bool, gen_nodes: Any, gen_gpus: A
 
 
 def _nemo_rl(cfg: Experiment, gpu: GpuSpec) -> tuple[dict[str, Any], list[str]]:
-    from nbtools.launch import _tree, nemo_rl
-    from nbtools.launch._rules_nemo_rl import _resolved
+    from nbtools.trainers import config_tree, nemo_rl
 
-    tree = nemo_rl.recipe_tree(cfg) or _tree.config_tree(cfg.images.nemo_rl_version, nemo_rl.DEFAULT_RECIPE) or {}
+    tree = nemo_rl.recipe_tree(cfg) or config_tree(cfg.images.nemo_rl_version, nemo_rl.DEFAULT_RECIPE) or {}
 
     def r(key: str, default: Any = None) -> Any:
-        v = _resolved(cfg, tree, key)
+        v = nemo_rl.resolved(cfg, tree, key)
         return default if v is None or v == "null" else v
 
     notes = []
@@ -124,7 +123,7 @@ def _nemo_rl(cfg: Experiment, gpu: GpuSpec) -> tuple[dict[str, Any], list[str]]:
 
 
 def _verl(cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
-    from nbtools.launch.nemo_rl import parse_override
+    from nbtools.trainers.nemo_rl import parse_override
 
     o: dict[str, str] = {}
     for text in cfg.trainer.overrides:
@@ -195,9 +194,9 @@ def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> FitReport:
     Example:
         >>> nbtools.fit.check(cfg)        # in notebook 03, before the launch cell
     """
-    from nbtools import backends
+    from nbtools import trainers
 
-    if backends.get(cfg).trainer == "rehearsal":
+    if trainers.get(cfg).miniature:
         return _not_applicable(cfg)
     inputs, notes = inputs_from_experiment(cfg, gpu=gpu)
     report = evaluate(inputs)

@@ -20,9 +20,11 @@ import pandas as pd
 
 from nbtools import _paths
 from nbtools._escape import html as _h
+from nbtools.config import Experiment
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
-from nbtools.gke._plan import Plan, PlanIncompleteError, Step, StepFailedError
+from nbtools.gke._plan import Plan, PlanIncompleteError, StepFailedError
+from nbtools.gke._step import Step
 from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name, nccl_installer_url, wi_member
 
 __all__ = [
@@ -32,15 +34,15 @@ __all__ = [
 ]
 
 
-def _state_dir(cfg):
+def _state_dir(cfg: Experiment):
     return cfg.run_dir / "gke"
 
 
-def _variables(cfg) -> dict[str, tuple[str, ...]]:
+def _variables(cfg: Experiment) -> dict[str, tuple[str, ...]]:
     return {} if cfg.gcp.project_number or cfg.gcp.service_account else {"PROJECT_NUMBER": PROJECT_NUMBER_LOOKUP(cfg.gcp.project)}
 
 
-def _ready(cfg) -> None:
+def _ready(cfg: Experiment) -> None:
     from nbtools.errors import ConfigError
 
     if not cfg.gcp.project:
@@ -50,7 +52,7 @@ def _ready(cfg) -> None:
         )
 
 
-def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
+def plan(cfg: Experiment, *, applicable: bool = True, note: str = "") -> Plan:
     """The provisioning plan for ``cfg`` (APIs, VPCs, cluster, GPU pool, NCCL, networks, bucket, identity, secrets).
 
     ``applicable=False`` builds it for reference only (the local backend shows what GKE would need).
@@ -65,7 +67,7 @@ def plan(cfg, *, applicable: bool = True, note: str = "") -> Plan:
                 applicable=applicable, note=note)
 
 
-def destroy_plan(cfg, *, delete_bucket: str | None = None) -> Plan:
+def destroy_plan(cfg: Experiment, *, delete_bucket: str | None = None) -> Plan:
     """The teardown: RayCluster, GPU pool and cluster first, then networks and IAM, the bucket last.
 
     A failed step does not stop the others (only the steps that need it are skipped: a subnet waits for the nodes

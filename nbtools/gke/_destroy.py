@@ -10,7 +10,8 @@ filter, which prints nothing when a resource is gone and fails (proving nothing)
 
 from __future__ import annotations
 
-from nbtools.gke._plan import Step
+from nbtools.config import Experiment
+from nbtools.gke._step import Step
 from nbtools.gke._steps import context_name, wi_member
 
 __all__ = ["destroy_steps"]
@@ -20,7 +21,7 @@ def _gone(name: str, what: str, command: tuple[str, ...], check: tuple[str, ...]
     return Step(name, what, command, check=check, absent=True, **kw)
 
 
-def destroy_steps(cfg, provision: list[Step], *, delete_bucket: bool = False) -> list[Step]:
+def destroy_steps(cfg: Experiment, provision: list[Step], *, delete_bucket: bool = False) -> list[Step]:
     """The destroy plan's steps for ``cfg``; ``provision`` is the provisioning plan (its in-cluster step names)."""
     g, c, s = cfg.gcp, cfg.cluster, cfg.storage
     P, loc, region, ctx = f"--project={g.project}", f"--location={g.region}", f"--region={g.region}", context_name(cfg)

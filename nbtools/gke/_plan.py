@@ -1,14 +1,11 @@
-"""Plan and Step: ordered, idempotent provisioning steps (check -> command), shown, scripted or applied."""
+"""Plan: ordered, idempotent provisioning steps (``_step.Step``: check -> command), shown, scripted or applied."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import os
-import re
-import shlex
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,12 +14,10 @@ import pandas as pd
 from nbtools import _paths
 from nbtools._escape import html as _h
 from nbtools.errors import NbtoolsError, NotFoundError
+from nbtools.gke._script import render
+from nbtools.gke._step import VARIABLE, Step, _join
 
-__all__ = ["Step", "Plan", "StepFailedError", "PlanIncompleteError", "VARIABLE"]
-
-# ${NAME} inside an argument: a value looked up once at apply time (e.g. the project number).
-VARIABLE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
-
+__all__ = ["Plan", "StepFailedError", "PlanIncompleteError"]
 
 class StepFailedError(NbtoolsError, RuntimeError):
     """A plan step's command exited non-zero; the plan stopped there and resumes from it on the next apply."""
@@ -47,55 +42,6 @@ class PlanIncompleteError(NbtoolsError, RuntimeError):
         lines += [f"  - still there: {r.step} ({r.what}): {r.state}" for r in remaining.itertuples()]
         super().__init__(f"{len(failed)} step(s) did not complete; {len(remaining)} resource(s) not confirmed gone:\n"
                          + "\n".join(lines), fix=fix)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One provisioning action: the exact command, a check that says "already done", and its undo.
-
-    ``check`` passes when it exits 0 and prints something that contains every ``expect`` line and, when ``states``
-    is given, is exactly one of them (a node pool that is ``ERROR`` is not done). A destroy step (``absent``) is done
-    when its check exits 0 and does NOT print the resource; a check that fails (auth, network) proves nothing, so the
-    command runs. ``stdin`` is shown and fed to the command; ``make_stdin`` (if set) builds the real input at apply
-    time, so secret values never enter the plan, its display, its script or its state file.
-    """
-
-    name: str
-    what: str
-    command: tuple[str, ...]
-    check: tuple[str, ...] | None = None
-    undo: tuple[str, ...] | None = None
-    expect: tuple[str, ...] = ()
-    states: tuple[str, ...] = ()  # the check's output must be exactly one of these (e.g. RUNNING, RECONCILING)
-    stdin: str | None = None
-    make_stdin: Callable[[], str] | None = field(default=None, compare=False, repr=False)
-    script: str | None = None  # bash for to_script() when the argv form cannot express it (a secret from env)
-    absent: bool = False  # destroy steps: done when the check finds nothing
-    after: tuple[str, ...] = ()  # keep-going plans: skip this step when one of these steps failed
-    within: str | None = None  # destroy: this resource is gone when that step's resource is gone
-    refresh: bool = False  # run even when the check passes (re-apply a Secret from the environment)
-    keep_if_refused: bool = False  # destroy: a refusal keeps the resource on purpose (a bucket that holds objects)
-    hint: str | None = None  # the fix when the check finds the resource in a state outside ``states``
-    invalidates: tuple[str, ...] = ()  # provision steps whose recorded "done" this step makes stale
-
-    @property
-    def command_str(self) -> str:
-        return _join(self.command) + (" <<'EOF'\n" + self.stdin.rstrip("\n") + "\nEOF" if self.stdin else "")
-
-
-def _quote(arg: str) -> str:
-    if not VARIABLE.search(arg):
-        return shlex.quote(arg)
-    # keep ${VAR} expandable in the script: double quotes, every other $ " \ ` escaped
-    parts = VARIABLE.split(arg)  # literal, name, literal, name, ...
-    out = []
-    for i, part in enumerate(parts):
-        out.append("${" + part + "}" if i % 2 else re.sub(r'([$"\\`])', r"\\\1", part))
-    return '"' + "".join(out) + '"'
-
-
-def _join(argv: tuple[str, ...] | None) -> str:
-    return " ".join(_quote(a) for a in argv) if argv else ""
 
 
 def _now() -> str:
@@ -205,8 +151,6 @@ class Plan:
         A keep-going plan's script goes on past a failed step (skipping the steps that need it) and ends with the
         list of what is still there; it exits non-zero when anything failed or remains.
         """
-        from nbtools.gke._script import render
-
         return render(self)
 
     def argvs(self) -> list[tuple[str, ...]]:

@@ -7,7 +7,12 @@ exiting non-zero when something failed or remains, so a refused bucket delete ca
 
 from __future__ import annotations
 
-from nbtools.gke._plan import Plan, Step, _join, _quote
+from typing import TYPE_CHECKING
+
+from nbtools.gke._step import Step, _join, _quote
+
+if TYPE_CHECKING:
+    from nbtools.gke._plan import Plan
 
 __all__ = ["render"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 import shlex
 
-from nbtools import manifests
-from nbtools.config._tables import GPU_TYPES
-from nbtools.gke._plan import Step, _join
-from nbtools.manifests._infra import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
+from nbtools import manifests, trainers
+from nbtools.config import GPU_TYPES, Experiment
+from nbtools.gke._step import Step, _join
+from nbtools.manifests import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
 __all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
            "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
@@ -19,12 +19,12 @@ def PROJECT_NUMBER_LOOKUP(project: str) -> tuple[str, ...]:  # noqa: N802 - read
     return ("gcloud", "projects", "describe", project, "--format=value(projectNumber)")
 
 
-def context_name(cfg) -> str:
+def context_name(cfg: Experiment) -> str:
     """The kubeconfig context `gcloud container clusters get-credentials` writes for this cluster."""
     return f"gke_{cfg.gcp.project}_{cfg.gcp.region}_{cfg.cluster.name}"
 
 
-def wi_member(cfg) -> str:
+def wi_member(cfg: Experiment) -> str:
     """IAM member of the pods: the GSA when configured, else the KSA's Workload Identity principal."""
     if cfg.gcp.service_account:
         return f"serviceAccount:{cfg.gcp.service_account}"
@@ -35,7 +35,7 @@ def wi_member(cfg) -> str:
     )
 
 
-def _kubectl_objects_steps(cfg, name: str, what: str, objs: list[dict], ctx: str) -> Step:
+def _kubectl_objects_steps(cfg: Experiment, name: str, what: str, objs: list[dict], ctx: str) -> Step:
     refs = [f"{_resource(o)}/{o['metadata']['name']}" for o in objs]
     ns = {o["metadata"].get("namespace") for o in objs} - {None}
     ns_flag = (f"--namespace={ns.pop()}",) if len(ns) == 1 else ()
@@ -66,7 +66,7 @@ def _resource(obj: dict) -> str:
     return _PLURALS[obj["kind"]]
 
 
-def build_steps(cfg) -> list[Step]:
+def build_steps(cfg: Experiment) -> list[Step]:
     """Every step of the provisioning plan for ``cfg`` (see ``nbtools.gke.plan``)."""
     g, c, s = cfg.gcp, cfg.cluster, cfg.storage
     P = f"--project={g.project}"
@@ -244,12 +244,12 @@ def build_steps(cfg) -> list[Step]:
     return steps
 
 
-def verl_code_dir(cfg) -> str:
+def verl_code_dir(cfg: Experiment) -> str:
     """Where verl's source sits on the pods (``trainer.code_dir``, default ``<mount>/verl``, tutorial 002's /data/verl)."""
     return cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
 
 
-def verl_source_steps(cfg) -> list[Step]:
+def verl_source_steps(cfg: Experiment) -> list[Step]:
     """Tutorial 002's "clone verl and upload it to the bucket", pinned: a release tag fetched here, synced to the bucket.
 
     Both ``verl.trainer.main_ppo`` and the gsm8k preparation ``cd`` into the code dir, and nothing else puts verl
@@ -260,7 +260,7 @@ def verl_source_steps(cfg) -> list[Step]:
     t, s = cfg.trainer, cfg.storage
     mount = s.mount_path.rstrip("/") + "/"
     code = verl_code_dir(cfg)
-    if t.kind != "verl" or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
+    if not trainers.trainer_class(t.kind).code_on_storage or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
         return []
     local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
     tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"
@@ -279,7 +279,7 @@ def verl_source_steps(cfg) -> list[Step]:
     ]
 
 
-def _nccl_installer(cfg, ctx: str) -> Step:
+def _nccl_installer(cfg: Experiment, ctx: str) -> Step:
     """Google's published gIB installer at the pinned ref, annotated with that ref so the check can see a re-pin."""
     c = cfg.cluster
     url, ns = nccl_installer_url(cfg), NCCL_INSTALLER_NAMESPACE[c.mode]
@@ -298,7 +298,7 @@ def _nccl_installer(cfg, ctx: str) -> Step:
     )
 
 
-def _secret_stdin(cfg, name: str):
+def _secret_stdin(cfg: Experiment, name: str):
     def build() -> str:
         obj = next(o for o in manifests.secrets(cfg, reveal=True) if o["metadata"]["name"] == name)
         return manifests.to_yaml(obj)

@@ -23,6 +23,7 @@ from nbtools.kube._api import (
     exec_pod,
     find_pod,
     get,
+    is_ready,
     kubeconfig_file,
     list_pods,
     pod_events,
@@ -32,5 +33,5 @@ from nbtools.kube._api import (
 __all__ = [
     "kubeconfig_file",
     "RESOURCES", "CompletedExec", "ReadyReport", "apply", "cluster_events", "connect", "delete", "exec_pod", "find_pod", "forward",
-    "get", "list_pods", "pod_events", "wait_ready",
+    "get", "is_ready", "list_pods", "pod_events", "wait_ready",
 ]

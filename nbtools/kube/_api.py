@@ -281,7 +281,7 @@ def cluster_events(api, namespace: str, name_prefix: str, limit: int = 50, *, si
     return [line for _, line in rows[-limit:]]
 
 
-def _is_ready(pod) -> bool:
+def is_ready(pod) -> bool:
     if (pod.status.phase or "") != "Running":
         return False
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
@@ -342,7 +342,7 @@ def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 90
     try:
         while True:
             pods = list_pods(api, ns, f"ray.io/cluster={name}")
-            ready = [p for p in pods if _is_ready(p)]
+            ready = [p for p in pods if is_ready(p)]
             bar.n = min(len(ready), want)
             bar.refresh()
             heads = [p for p in ready if (p.metadata.labels or {}).get("ray.io/node-type") == "head"]
@@ -356,7 +356,7 @@ def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 90
             delay = min(delay * 1.6, 5.0)
     finally:
         bar.close()
-    stuck = [p for p in pods if not _is_ready(p)]
+    stuck = [p for p in pods if not is_ready(p)]
     if not stuck:
         raise NotReadyError(
             f"RayCluster {ns}/{name}: {len(ready)}/{want} pods ready after {timeout:.0f}s; no other pods exist",

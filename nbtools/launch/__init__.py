@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtools import _paths
+from nbtools import _paths, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
-from nbtools.errors import LintError, NotFoundError
-from nbtools.launch import nemo_rl, recipes, runtime_env, verl
+from nbtools.errors import ConfigError, LintError, NotFoundError
+from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
 from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
@@ -41,8 +41,6 @@ __all__ = [
     "Finding",
     "LintReport",
     "existing_steps_in",
-    "nemo_rl",
-    "verl",
     "recipes",
     "runtime_env",
     "Diagnosis",
@@ -98,52 +96,21 @@ class LaunchSpec:
         )
 
 
-def _trainer(cfg: Experiment) -> str:
-    from nbtools import backends
-
-    return backends.get(cfg).trainer
-
-
 def _metadata(cfg: Experiment, *, role: str = "train") -> dict[str, str]:
-    trainer = _trainer(cfg)
+    trainer = trainers.get(cfg)
     md = {
         "nbtools.experiment": cfg.name,
         "nbtools.config_hash": cfg.config_hash(),
         "nbtools.backend": cfg.backend,
         "nbtools.role": role,
-        "nbtools.trainer": trainer,
+        "nbtools.trainer": trainer.name,
     }
-    if trainer != "rehearsal":
+    if not trainer.miniature:
         md["nbtools.image"] = cfg.images.resolved_image
-        if cfg.trainer.kind == "nemo-rl":
-            md["nbtools.nemo_rl_version"] = cfg.images.nemo_rl_version
+        md.update(trainer.metadata(cfg))
         md["nbtools.log_dir"] = cfg.log_dir
         md["nbtools.checkpoint_dir"] = cfg.checkpoint_dir
     return md
-
-
-def _recipe_files(cfg: Experiment) -> dict[str, bytes]:
-    """The uploaded recipe and the parents it names in ``defaults:`` that sit next to it (same relative layout)."""
-    local = nemo_rl.local_recipe(cfg)
-    if local is None:
-        return {}
-    import yaml
-
-    root = local.parent
-    files: dict[str, bytes] = {}
-    todo = [local]
-    while todo:
-        p = todo.pop()
-        rel = p.relative_to(root).as_posix()
-        if rel in files:
-            continue
-        files[rel] = p.read_bytes()
-        defaults = (yaml.safe_load(p.read_text()) or {}).get("defaults")
-        for d in [defaults] if isinstance(defaults, str) else (defaults or []):
-            q = (p.parent / d).resolve()
-            if q.is_file() and q.is_relative_to(root):
-                todo.append(q)
-    return {f"{nemo_rl.UPLOAD_DIR}/{k}": v for k, v in files.items()}
 
 
 def build(cfg: Experiment) -> LaunchSpec:
@@ -154,43 +121,25 @@ def build(cfg: Experiment) -> LaunchSpec:
         >>> spec.entrypoint.startswith("cd /opt/nemo-rl && python -u examples/run_grpo")
         True
     """
-    env = {"env_vars": runtime_env.env_vars(cfg)}
-    trainer = _trainer(cfg)
-    if trainer == "rehearsal":
-        from nbtools import rehearsal
-
-        entry = rehearsal.entrypoint(cfg)
-        return LaunchSpec(entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, entry)
-    if trainer == "nemo-rl":
-        lines, files = nemo_rl.command_lines(cfg), _recipe_files(cfg)
-        if cfg.trainer.reward_functions:  # nbtools (for the reward wrapper) + the user's reward module travel along
-            from nbtools.jobs._carry import carry_env
-            from nbtools.rewards import reward_py_modules
-
-            carried = carry_env()
-            env["py_modules"] = [*carried["py_modules"], *reward_py_modules(cfg)]
-            env["excludes"] = carried["excludes"]
-    else:
-        lines, files = verl.command_lines(cfg), {}
-    command = " ".join(lines)
-    secrets = runtime_env.secret_values(cfg)
-    entry = (runtime_env.secrets_prelude() if secrets else "") + command
+    job = trainers.get(cfg).job(cfg)
+    env = {"env_vars": runtime_env.env_vars(cfg), **job.runtime_env}
+    secrets = runtime_env.secret_values(cfg) if job.secrets else {}
+    entry = (runtime_env.secrets_prelude() if secrets else "") + job.command
     return LaunchSpec(
-        entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, command,
-        files=files, secret_names=tuple(sorted(secrets)), lines=tuple(lines),
+        entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, job.command,
+        files=job.files, secret_names=tuple(sorted(secrets)), lines=job.lines,
     )
 
 
 def build_prepare(cfg: Experiment) -> LaunchSpec:
     """verl's dataset -> parquet step as its own job (run once before training; writes to the shared mount)."""
-    if _trainer(cfg) != "verl":
-        from nbtools.errors import ConfigError
-
+    trainer = trainers.get(cfg)
+    command = trainer.prepare_command(cfg)
+    if command is None:
         raise ConfigError(
-            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {_trainer(cfg)!r} on "
+            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {trainer.name!r} on "
             f"{cfg.backend!r}; fix: use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')"
         )
-    command = verl.prepare_command(cfg)
     secrets = runtime_env.secret_values(cfg)
     entry = (runtime_env.secrets_prelude() if secrets else "") + command
     sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"

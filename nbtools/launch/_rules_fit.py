@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import Finding, LintReport
 
 __all__ = ["check_fit"]
 

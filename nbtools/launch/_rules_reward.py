@@ -17,7 +17,7 @@ from typing import Any
 from nbtools import health, rewards, storage
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import Finding, LintReport
 
 __all__ = ["check_reward_contract", "asked_format"]
 
@@ -31,10 +31,9 @@ def _rehearsal_task(cfg: Experiment) -> bool:
 def _recipe_prompt(cfg: Experiment) -> str | None:
     if not cfg.trainer.recipe:
         return None
-    from nbtools.launch import _tree, nemo_rl
+    from nbtools.trainers import nemo_rl
 
-    tree = nemo_rl.recipe_tree(cfg) or {}
-    return _tree.get_value(tree, "data.default.prompt_file") or _tree.get_value(tree, "data.prompt_file")
+    return nemo_rl.recipe_value(cfg, "data.default.prompt_file", "data.prompt_file")
 
 
 def asked_format(cfg: Experiment) -> health.ResponseFormat | None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from nbtools import _paths
 from nbtools._escape import html as _h
+from nbtools.config import Experiment
 from nbtools.errors import NotFoundError, NotReadyError
 from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
 from nbtools.launch._diagnose import Diagnosis
@@ -101,7 +102,7 @@ class _HealthWatch:
     Why: a run that learns nothing should stop billing within minutes, not when someone looks at the curves.
     """
 
-    def __init__(self, cfg, job, every: float, thresholds: dict | None):
+    def __init__(self, cfg: Experiment, job, every: float, thresholds: dict | None):
         self.cfg, self.job, self.every, self.thresholds = cfg, job, every, thresholds
         self.report = None
         self.error = ""
@@ -145,7 +146,7 @@ def _unhealthy(attempt: Attempt, report) -> Attempt:
     return attempt
 
 
-def supervise(cfg, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False,
+def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False,
               stop_when_unhealthy: bool = False, health_every: float = 60.0,
               health_thresholds: dict | None = None) -> SupervisedRun:
     """Submit (or re-attach to) the run, follow it, and resubmit from the newest ``step_N`` when a retry can help.

@@ -16,15 +16,13 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from nbtools import backends
+from nbtools import backends, trainers
 from nbtools._layout import step_dirs
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
-from nbtools.launch._findings import Finding, LintReport
 from nbtools.launch._rules_fit import check_fit
-from nbtools.launch._rules_nemo_rl import check_nemo_rl
 from nbtools.launch._rules_reward import check_reward_contract
-from nbtools.launch._rules_verl import CodePresent, check_verl
+from nbtools.trainers import CodePresent, Finding, LintReport
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
 
@@ -112,7 +110,8 @@ def lint(
     _checkpoints(cfg, r, existing_steps, resume)
     _secrets(cfg, r)
     check_reward_contract(cfg, r, severity=reward_contract)
-    if backends.get(cfg).trainer == "rehearsal":  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
+    trainer = trainers.get(cfg)
+    if trainer.miniature:  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
         return r
     _dirs(cfg, r)
     _gpus(cfg, r, cluster_gpus)
@@ -121,14 +120,10 @@ def lint(
         import ray
 
         client_ray_version = ray.__version__
-    pinned = f"NeMo-RL {cfg.images.nemo_rl_version}'s uv.lock" if cfg.trainer.kind == "nemo-rl" and not cfg.images.ray_version else "images.ray_version"
-    f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=pinned)
+    f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by(cfg))
     if f:
         r.findings.append(f)
-    if cfg.trainer.kind == "nemo-rl":
-        check_nemo_rl(cfg, r)
-    else:
-        check_verl(cfg, r, code_present)
+    trainer.lint(cfg, r, code_present=code_present)
     check_fit(cfg, r, ignore=ignore_fit)
     return r
 

@@ -21,8 +21,8 @@ import shlex
 import uuid
 import zipfile
 
-from nbtools.config import Experiment, Secret, redact, token_kind
-from nbtools.config._rules import SECRET_ENV_VARS
+from nbtools import backends, trainers
+from nbtools.config import SECRET_ENV_VARS, Experiment, Secret, redact, token_kind
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
 __all__ = [
@@ -87,23 +87,14 @@ def env_vars(cfg: Experiment) -> dict[str, str]:
         ConfigError: ``trainer.env_vars`` holds a secret (HF_TOKEN, WANDB_API_KEY) or a token-shaped value; config
             validation reports the same, this guards configs built without it.
     """
-    from nbtools import backends
-
     _refuse_secrets(cfg.trainer.env_vars)
-    backend = backends.get(cfg)
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backend.job_env()}
-    if backend.trainer != "rehearsal":
+    trainer = trainers.get(cfg)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backends.get(cfg).job_env()}
+    if not trainer.miniature:
         home = hf_home(cfg)
         if home:
             env["HF_HOME"] = home
-    if backend.trainer == "nemo-rl":
-        # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
-        env["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
-    elif backend.trainer == "verl":
-        code = cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
-        env["PYTHONPATH"] = code
-        if cfg.logging.tensorboard:
-            env["TENSORBOARD_DIR"] = f"{cfg.log_dir.rstrip('/')}/tensorboard"
+    env.update(trainer.job_env(cfg))
     env.update(cfg.trainer.env_vars)
     return env
 
@@ -129,8 +120,6 @@ def secret_values(cfg: Experiment) -> dict[str, Secret]:
     Returns env-var name in the job -> Secret; a configured secret whose env var is unset is simply absent
     (``lint`` reports it).
     """
-    from nbtools import backends
-
     return backends.get(cfg).job_secrets()
 
 

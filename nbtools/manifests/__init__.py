@@ -17,9 +17,12 @@ from typing import Any
 
 import yaml
 
+from nbtools.config import Experiment
 from nbtools.manifests._infra import (
     GCSFUSE_MOUNT_OPTIONS,
+    INSTALLER_REF_ANNOTATION,
     LABELS,
+    NCCL_INSTALLER_NAMESPACE,
     labels_for,
     nccl_installer_url,
     network_names,
@@ -34,16 +37,16 @@ from nbtools.manifests._ray import HEAD_PORTS, NIC_ANNOTATIONS, raycluster
 __all__ = [
     "raycluster", "all_objects", "workload_objects", "infra_objects", "to_yaml", "render", "write",
     "service_account", "secrets", "secret_specs", "storage_objects", "network_objects", "network_names",
-    "nccl_installer_url", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
+    "nccl_installer_url", "NCCL_INSTALLER_NAMESPACE", "INSTALLER_REF_ANNOTATION", "labels_for", "LABELS", "NIC_ANNOTATIONS", "HEAD_PORTS", "GCSFUSE_MOUNT_OPTIONS",
 ]
 
 
-def workload_objects(cfg) -> list[dict[str, Any]]:
+def workload_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """What the gke backend's ``up`` applies for one experiment: KSA, data PV/PVC, RayCluster (no Secrets)."""
     return [service_account(cfg), *storage_objects(cfg), raycluster(cfg)]
 
 
-def infra_objects(cfg) -> list[dict[str, Any]]:
+def infra_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """Cluster-wide objects the provisioning plan applies: the GKE network mapping.
 
     (The gIB NCCL installer is Google's published manifest, applied by URL at ``cluster.nccl_installer_ref``; see
@@ -52,7 +55,7 @@ def infra_objects(cfg) -> list[dict[str, Any]]:
     return network_objects(cfg)
 
 
-def all_objects(cfg) -> list[dict[str, Any]]:
+def all_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """Every object of the experiment except Secrets (whose values exist only at apply time).
 
     Example:
@@ -89,7 +92,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def render(cfg) -> str:
+def render(cfg: Experiment) -> str:
     """The committed ``manifests/<experiment>.yaml`` text: a header saying where it came from, then objects."""
     src = Path(cfg.source).name if cfg.source else "<config>"
     lines = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from nbtools.config import Experiment
 from nbtools.errors import NotFoundError
 
 __all__ = [
@@ -44,7 +45,7 @@ GCSFUSE_MOUNT_OPTIONS = [
 ]
 
 
-def nccl_installer_url(cfg) -> str:
+def nccl_installer_url(cfg: Experiment) -> str:
     """Google's published gIB NCCL installer manifest for the cluster's mode, at ``cluster.nccl_installer_ref``.
 
     Example:
@@ -54,27 +55,27 @@ def nccl_installer_url(cfg) -> str:
     return f"{_INSTALLER_RAW}/{cfg.cluster.nccl_installer_ref}/gpudirect-rdma/{NCCL_INSTALLER_FILE[cfg.cluster.mode]}"
 
 
-def labels_for(cfg) -> dict[str, str]:
+def labels_for(cfg: Experiment) -> dict[str, str]:
     """Labels on every object nbtools creates: teardown deletes only objects carrying them."""
     return {**LABELS, "nbtools/experiment": cfg.name}
 
 
-def _meta(cfg, name: str, *, namespaced: bool = True) -> dict[str, Any]:
+def _meta(cfg: Experiment, name: str, *, namespaced: bool = True) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": labels_for(cfg)}
     if namespaced:
         meta["namespace"] = cfg.cluster.namespace
     return meta
 
 
-def _pv_name(cfg) -> str:
+def _pv_name(cfg: Experiment) -> str:
     return f"{cfg.cluster.name}-{cfg.storage.kind}-pv"
 
 
-def _pvc_name(cfg) -> str:
+def _pvc_name(cfg: Experiment) -> str:
     return f"{cfg.cluster.name}-{cfg.storage.kind}-pvc"
 
 
-def data_volume(cfg) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def data_volume(cfg: Experiment) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(pod volume, container mount) of the shared data PVC, or (None, None) with ``storage.kind: none``."""
     if cfg.storage.kind == "none":
         return None, None
@@ -82,7 +83,7 @@ def data_volume(cfg) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     return vol, {"name": "data", "mountPath": cfg.storage.mount_path}
 
 
-def secret_specs(cfg) -> list[tuple[str, str, str, str]]:
+def secret_specs(cfg: Experiment) -> list[tuple[str, str, str, str]]:
     """(env var in the pod, Secret name, key, env var read at apply time) for each configured secret."""
     out = []
     defaults = {"hf_token": "HF_TOKEN", "wandb_api_key": "WANDB_API_KEY"}
@@ -93,7 +94,7 @@ def secret_specs(cfg) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def secret_env(cfg) -> list[dict[str, Any]]:
+def secret_env(cfg: Experiment) -> list[dict[str, Any]]:
     """Pod env entries that read each secret from its Kubernetes Secret (the value never enters a manifest)."""
     return [
         {"name": env, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
@@ -101,7 +102,7 @@ def secret_env(cfg) -> list[dict[str, Any]]:
     ]
 
 
-def secrets(cfg, *, reveal: bool = False) -> list[dict[str, Any]]:
+def secrets(cfg: Experiment, *, reveal: bool = False) -> list[dict[str, Any]]:
     """The Secrets the pods read. Without ``reveal`` the data is a placeholder ``<from $HF_TOKEN>``.
 
     With ``reveal=True`` (only inside an apply, never for display) the values come from the environment now.
@@ -127,7 +128,7 @@ def secrets(cfg, *, reveal: bool = False) -> list[dict[str, Any]]:
     return objs
 
 
-def service_account(cfg) -> dict[str, Any]:
+def service_account(cfg: Experiment) -> dict[str, Any]:
     """The KSA of the Ray pods; annotated with the GSA only when ``gcp.service_account`` is set."""
     meta = _meta(cfg, cfg.cluster.ksa)
     if cfg.gcp.service_account:
@@ -135,7 +136,7 @@ def service_account(cfg) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}
 
 
-def storage_objects(cfg) -> list[dict[str, Any]]:
+def storage_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """The shared /data volume: a gcsfuse PV/PVC on the bucket, or a Managed Lustre PV/PVC; [] for none."""
     s = cfg.storage
     if s.kind == "none":
@@ -190,7 +191,7 @@ def storage_objects(cfg) -> list[dict[str, Any]]:
     return [pv, pvc]
 
 
-def network_names(cfg) -> dict[str, tuple[str, str]]:
+def network_names(cfg: Experiment) -> dict[str, tuple[str, str]]:
     """GKE network name -> (VPC, subnet): gvnic-1 and rdma-0..7, matching the pods' NIC annotation."""
     p = cfg.cluster.networks
     nets = {"gvnic-1": (f"{p}-gvnic-net", f"{p}-gvnic-sub")}
@@ -198,7 +199,7 @@ def network_names(cfg) -> dict[str, tuple[str, str]]:
     return nets
 
 
-def network_objects(cfg) -> list[dict[str, Any]]:
+def network_objects(cfg: Experiment) -> list[dict[str, Any]]:
     """GKENetworkParamSet + Network per additional NIC (cluster-scoped, networking.gke.io/v1)."""
     objs: list[dict[str, Any]] = []
     for name, (vpc, subnet) in network_names(cfg).items():

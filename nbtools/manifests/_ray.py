@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+from nbtools.config import Experiment
 from nbtools.manifests._infra import LABELS, data_volume, labels_for, secret_env
 
 __all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS"]
@@ -50,7 +51,7 @@ def _pod_annotations(storage_kind: str, workers: bool) -> dict[str, str]:
     return ann
 
 
-def _worker_selector(cfg) -> dict[str, str]:
+def _worker_selector(cfg: Experiment) -> dict[str, str]:
     c = cfg.cluster
     sel = {"cloud.google.com/gke-accelerator": c.gpu_type}
     if c.mode == "standard":
@@ -66,7 +67,7 @@ def _worker_selector(cfg) -> dict[str, str]:
     return sel
 
 
-def raycluster(cfg) -> dict[str, Any]:
+def raycluster(cfg: Experiment) -> dict[str, Any]:
     """The RayCluster: one CPU head (dashboard, job driver) and one group of 8-GPU workers.
 
     KubeRay generates the ``ray start`` command itself (no container ``command`` here), so its ulimit and

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtools._layout import EXP_RE, exp_dirs
+from nbtools.config import Experiment
 
 __all__ = [
     "next_experiment_dir",
@@ -177,7 +178,7 @@ def val_records(prompts: list[str], responses: list[str], observations: list[str
     ]
 
 
-def nemo_rl_config(cfg, exp_dir: str | os.PathLike, *, world_size: int) -> dict[str, Any]:
+def nemo_rl_config(cfg: Experiment, exp_dir: str | os.PathLike, *, world_size: int) -> dict[str, Any]:
     """The resolved NeMo-RL-shaped master config saved as ``step_N/config.yaml`` (plus ``nbtools:`` provenance).
 
     ``policy.model_name`` points at the baseline HF directory, so ``AutoConfig.from_pretrained`` works on it the

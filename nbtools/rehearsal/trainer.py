@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.rehearsal import _grpo, artifacts, checkpoint
 from nbtools.rehearsal._sampling import Engine
@@ -88,7 +89,7 @@ def run_rank(rank: int, world: int, config: str, overrides: list[str], runs_dir:
 class _Run:
     """State of one rank's run; methods are the phases of NeMo-RL's grpo_train."""
 
-    def __init__(self, cfg, rank: int, world: int):
+    def __init__(self, cfg: Experiment, rank: int, world: int):
         from nbtools import rewards
 
         self.cfg, self.rank, self.world = cfg, rank, world

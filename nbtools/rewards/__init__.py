@@ -28,6 +28,7 @@ from nbtools.rewards._registry import RewardFn, available, get, register, unregi
 from nbtools.rewards._rescore import RescoreResult, assign_groups, rescore
 from nbtools.rewards._run import ground_truth, trained_with
 from nbtools.rewards._ship import (
+    ENTRY_MODULE,
     check_rewards,
     reward_env_config,
     reward_module_path,
@@ -37,6 +38,7 @@ from nbtools.rewards._ship import (
 from nbtools.rewards._text import extract_answer, last_boxed, split_think_answer, tag_span
 
 __all__ = [
+    "ENTRY_MODULE",
     "ground_truth",
     "trained_with",
     "RewardFn",

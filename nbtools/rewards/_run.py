@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nbtools import trainers
+from nbtools.config import Experiment
 from nbtools.errors import NotFoundError
 
 __all__ = ["trained_with", "ground_truth", "NEMO_RL_MATH_DEFAULT"]
@@ -17,14 +19,12 @@ __all__ = ["trained_with", "ground_truth", "NEMO_RL_MATH_DEFAULT"]
 NEMO_RL_MATH_DEFAULT: list[dict[str, Any]] = [{"name": "math_expr", "weight": 1.0}]
 
 
-def _rehearsal_task(cfg: Any) -> bool:
+def _rehearsal_task(cfg: Experiment) -> bool:
     """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
-    from nbtools import backends
-
-    return backends.get(cfg).trainer == "rehearsal" or cfg.data.dataset == cfg.rehearsal.task
+    return trainers.get(cfg).miniature or cfg.data.dataset == cfg.rehearsal.task
 
 
-def trained_with(cfg: Any) -> list[dict[str, Any]]:
+def trained_with(cfg: Experiment) -> list[dict[str, Any]]:
     """The run's ``reward_functions`` in NeMo-RL's YAML shape (``[{name, weight, kwargs}]``).
 
     Example:
@@ -37,7 +37,7 @@ def trained_with(cfg: Any) -> list[dict[str, Any]]:
     return [dict(x) for x in custom] if custom else [dict(x) for x in NEMO_RL_MATH_DEFAULT]
 
 
-def ground_truth(cfg: Any) -> Callable[[str], str]:
+def ground_truth(cfg: Experiment) -> Callable[[str], str]:
     """A ``prompt -> answer`` function for the run's training data.
 
     Raises:

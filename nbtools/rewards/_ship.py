@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.rewards.nemo_rl_env import ENV_NAME
 
@@ -31,7 +32,7 @@ ENTRY_MODULE = "nbtools.rewards.nemo_rl_env"
 ENV_NAME_KEY = {"v0.5.0": "data.env_name", "v0.7.0": "data.default.env_name"}
 
 
-def reward_module_path(cfg: Any) -> Path | None:
+def reward_module_path(cfg: Experiment) -> Path | None:
     """``trainer.reward_module`` resolved against the experiment file: a ``.py`` file or a package directory."""
     spec = cfg.trainer.reward_module
     if not spec:
@@ -59,7 +60,7 @@ def reward_module_name(path: Path) -> str:
     return path.stem if path.is_file() else path.name
 
 
-def reward_py_modules(cfg: Any) -> list[str]:
+def reward_py_modules(cfg: Experiment) -> list[str]:
     """The extra ``runtime_env["py_modules"]`` entry: the user's reward module as a package directory ([] when none).
 
     Ray's Jobs SDK uploads ``py_modules`` entries as directories (a single ``.py`` path is refused by
@@ -81,7 +82,7 @@ def reward_py_modules(cfg: Any) -> list[str]:
     return [str(pkg)]
 
 
-def reward_env_config(cfg: Any) -> dict[str, Any]:
+def reward_env_config(cfg: Experiment) -> dict[str, Any]:
     """``env.nbtools_reward``: the mix spec and the module to import before building it."""
     out: dict[str, Any] = {"reward_functions": [
         {"name": s["name"], "weight": s.get("weight", 1.0), "kwargs": dict(s.get("kwargs") or {})}
@@ -93,21 +94,21 @@ def reward_env_config(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def reward_overrides(cfg: Any) -> list[tuple[str, Any]]:
+def reward_overrides(cfg: Experiment) -> list[tuple[str, Any]]:
     """(key, value) pairs that route every sample's reward through the nbtools environment; [] without rewards."""
     if not cfg.trainer.reward_functions:
         return []
     return [(ENV_NAME_KEY[cfg.images.nemo_rl_version], ENV_NAME), (f"env.{ENV_NAME}", reward_env_config(cfg))]
 
 
-def check_rewards(cfg: Any):
+def check_rewards(cfg: Experiment):
     """Build the mix here, as the job will (importing the module registers its rewards): unknown names and bad kwargs
     fail now, not minutes into the job. Returns the :class:`RewardMix`.
 
     Example:
         >>> nbtools.rewards.check_rewards(cfg).table()
     """
-    from nbtools.rewards import combine
+    from nbtools.rewards._mix import combine
 
     p = reward_module_path(cfg)
     if p is not None:

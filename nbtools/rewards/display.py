@@ -96,8 +96,7 @@ def flipped_groups(result: RescoreResult, which: str = "gained a signal") -> lis
 def group_html(result: RescoreResult, group: int) -> str:
     """One group's samples, old vs new reward and advantage, responses left-aligned with their tags highlighted."""
 
-    from nbtools.explorer._record import tag_segments
-    from nbtools.explorer._render import inline_styles, segments_html
+    from nbtools.explorer import inline_styles, segments_html, tag_segments
 
     s = result.samples[result.samples["group"] == group]
     if s.empty:

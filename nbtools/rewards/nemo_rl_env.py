@@ -8,7 +8,7 @@ by ``ENV_REGISTRY[env_name]["actor_class_fqn"]`` (``nemo_rl/environments/utils.p
 the data config picks the name (``data.env_name`` in v0.5.0, ``data.default.env_name`` in v0.7.0) and ``env.<name>``
 is the actor's config. Not every script does: v0.5.0's ``examples/run_grpo_math.py`` builds ``MathEnvironment``
 itself and never reads ``data.env_name``, so on v0.5.0 a reward mix launches ``examples/run_grpo.py``, which calls
-``create_env`` (``nbtools.launch.nemo_rl.entry_script``; NVIDIA-NeMo/RL v0.5.0, both files). ``python -m nbtools.rewards.nemo_rl_env <entry script> <args>`` registers this module's
+``create_env`` (``nbtools.trainers.nemo_rl.entry_script``; NVIDIA-NeMo/RL v0.5.0, both files). ``python -m nbtools.rewards.nemo_rl_env <entry script> <args>`` registers this module's
 environment in both registries, then runs the entry script unchanged. The user's reward module and nbtools travel
 in the job's ``runtime_env`` ``py_modules``, which the environment actor inherits; importing the module runs its
 ``@nbtools.rewards.register`` decorators, so the mix is built from the same registry the local rehearsal uses.
@@ -62,7 +62,7 @@ class RewardMixEnv:
     """
 
     def __init__(self, cfg: dict[str, Any]):
-        from nbtools.rewards import combine
+        from nbtools.rewards._mix import combine
 
         module = cfg.get("module")
         if module:

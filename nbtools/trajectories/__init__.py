@@ -1,5 +1,8 @@
 """Read NeMo-RL trajectory dumps (``train_data_step{N}.jsonl``, ``val_data_step{N}.jsonl``) fast and safely.
 
+verl's ``{step}.jsonl`` dumps (``trainer.rollout_data_dir``) open as a :class:`VerlRun` with the same table
+columns (see ``_verl``); ``open_run`` on such a directory returns one.
+
 Why: a run writes GBs of per-sample records while it trains; people want one step, one record or the whole
 run as a table, at any moment, without ``kubectl exec … | jq`` and without a crash on the line being written.
 
@@ -47,8 +50,10 @@ from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
 from nbtools.trajectories._run import FILE_RE, Run
 from nbtools.trajectories._summary import group_table, step_summary, verdict
+from nbtools.trajectories._verl import VerlRun, is_verl_dump_dir, open_verl_run
 
-__all__ = ["open_run", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS"]
+__all__ = ["open_run", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS",
+           "open_verl_run", "VerlRun"]
 
 
 
@@ -86,6 +91,8 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
                                 "<log_dir>/exp_NNN when it starts (notebook 03)")
     if exp is None and EXP_RE.match(p.name):  # an exp dir: no listing, so opening is O(1) in the run size
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
+    if exp is None and is_verl_dump_dir(p) and not _has_dumps(p):  # verl's trainer.rollout_data_dir
+        return open_verl_run(p, think_tag=think_tag, answer_tag=answer_tag)
     exps = exp_dirs(p)
     if exp is not None:
         try:

@@ -8,9 +8,9 @@ import re
 from typing import Any
 
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
-from nbtools.config._tables import NEMO_RL_ARTIFACTS
-from nbtools.launch import _tree, nemo_rl
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import _tree, nemo_rl
+from nbtools.trainers._findings import Finding, LintReport
+from nbtools.trainers.releases import NEMO_RL
 
 __all__ = ["check_nemo_rl"]
 
@@ -166,30 +166,10 @@ def _consolidated(cfg: Experiment, r: LintReport) -> None:
         ))
 
 
-def _resolved(cfg: Experiment, tree: dict[str, Any], key: str) -> Any:
-    """A key's value in the job: the recipe's, with the command's overrides applied, interpolations followed."""
-    merged = _tree.merge(tree, {})
-    for o in nemo_rl.overrides(cfg, tree):
-        value = o.value
-        if isinstance(value, str):
-            try:
-                value = int(value)
-            except ValueError:
-                pass
-        cur = merged
-        parts = o.key.split(".")
-        for part in parts[:-1]:
-            if not isinstance(cur.get(part), dict):
-                cur[part] = {}
-            cur = cur[part]
-        cur[parts[-1]] = value
-    return _tree.get_value(merged, key)
-
-
 def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
     r.checked.append("sequence-lengths")
-    total = _resolved(cfg, tree, "policy.max_total_sequence_length")
-    model_len = _resolved(cfg, tree, "policy.generation.vllm_cfg.max_model_len")
+    total = nemo_rl.resolved(cfg, tree, "policy.max_total_sequence_length")
+    model_len = nemo_rl.resolved(cfg, tree, "policy.generation.vllm_cfg.max_model_len")
     if isinstance(total, int) and isinstance(model_len, int) and model_len < total:
         r.findings.append(Finding(
             "warning", "sequence-lengths", "trainer.vllm_cfg.max_model_len",
@@ -200,8 +180,8 @@ def _lengths(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
     # NeMo-RL: prompts longer than data.max_input_seq_length are masked out of training, generations stop at
     # policy.generation.max_new_tokens (and at vLLM's max_model_len for prompt + generation); both default to
     # ${policy.max_total_sequence_length} in grpo_math_1B.yaml, but recipes pin them (gemma3-1b: 512 and 512).
-    prompt = _resolved(cfg, tree, "data.max_input_seq_length")
-    new = _resolved(cfg, tree, "policy.generation.max_new_tokens")
+    prompt = nemo_rl.resolved(cfg, tree, "data.max_input_seq_length")
+    new = nemo_rl.resolved(cfg, tree, "policy.generation.max_new_tokens")
     if not all(isinstance(v, int) for v in (total, prompt, new)):
         return
     if prompt + new < total:
@@ -225,8 +205,8 @@ def _release_artifacts(cfg: Experiment, r: LintReport) -> None:
     """What the release does not have: a validation section (v0.5.0 would drop it) and the files nbtools reads."""
     r.checked.append("release-artifacts")
     version = cfg.images.nemo_rl_version
-    has = NEMO_RL_ARTIFACTS.get(version, {})
-    if cfg.data.validation and not has.get("data_validation", True):
+    has = NEMO_RL[version]
+    if cfg.data.validation and not has.data_validation:
         r.findings.append(Finding(
             "blocking", "release-artifacts", "data.validation",
             f"NeMo-RL {version}'s data config has no validation section: {cfg.data.validation!r} would be dropped "
@@ -237,7 +217,7 @@ def _release_artifacts(cfg: Experiment, r: LintReport) -> None:
         ))
     missing = [what for key, what in (("val_dumps", "no val_data_step*.jsonl (validation trajectories: notebook 05)"),
                                       ("baseline_reward", "no train/baseline_reward/* (metrics' no_signal column)"))
-               if not has.get(key, True)]
+               if not getattr(has, key)]
     if missing and cfg.grpo.val_period:
         r.findings.append(Finding(
             "warning", "release-artifacts", "images.nemo_rl_version",

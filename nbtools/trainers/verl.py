@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from nbtools.config import Experiment
-from nbtools.launch.nemo_rl import hydra_value, parse_override
+from nbtools.trainers.nemo_rl import hydra_value, parse_override
 
 __all__ = ["code_dir", "data_dir", "overrides", "effective", "command", "command_lines", "prepare_command", "KL_LOSS_TYPE"]
 

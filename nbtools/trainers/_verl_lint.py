@@ -9,17 +9,16 @@ preparation run ``cd <mount>/verl``: without the source there the job dies at it
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from nbtools import backends
 from nbtools.config import Experiment
-from nbtools.launch import verl
-from nbtools.launch._findings import Finding, LintReport
+from nbtools.trainers import verl
+from nbtools.trainers._findings import Finding, LintReport
+from nbtools.trainers._protocol import CodePresent
+from nbtools.trainers.verl_prepare import check_data, check_weights
 
-__all__ = ["check_verl", "CodePresent"]
-
-CodePresent = bool | Callable[[str], bool] | None
+__all__ = ["check_verl"]
 
 
 def _true(value: str | None) -> bool:
@@ -37,6 +36,8 @@ def check_verl(cfg: Experiment, r: LintReport, code_present: CodePresent = None)
     """Run the verl rules on ``cfg``, appending to ``r``."""
     _kl(cfg, r)
     _source(cfg, r, code_present)
+    check_data(cfg, r)  # the parquet files the command names (blocking only when known to be absent)
+    check_weights(cfg, r)  # the model in the shared HF cache (a warning when known not staged)
 
 
 def _kl(cfg: Experiment, r: LintReport) -> None:

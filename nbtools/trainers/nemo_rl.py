@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtools.config import NEMO_RL_VERSIONS, Experiment
-from nbtools.launch import _tree
-from nbtools.rewards._ship import ENTRY_MODULE, reward_overrides
+import yaml
+
+from nbtools.config import Experiment
+from nbtools.rewards import ENTRY_MODULE, reward_overrides
+from nbtools.trainers import _tree
+from nbtools.trainers.releases import NEMO_RL
 
 __all__ = [
     "Override",
@@ -93,13 +96,15 @@ def parse_override(text: str) -> tuple[str, str, str | None]:
 
 
 def entry_script(cfg: Experiment) -> str:
-    """``examples/run_grpo_math.py`` up to v0.5.x, ``examples/run_grpo.py`` from v0.6 on, and with a reward mix.
+    """The release's GRPO script (``trainers.releases.NEMO_RL``); with a reward mix, the one that honours it.
 
     With ``trainer.reward_functions`` the script must build its environment by name: v0.5.0's ``run_grpo_math.py``
     hard-codes the math environment and would train on the math reward without a word.
     """
-    row = NEMO_RL_VERSIONS[cfg.images.nemo_rl_version]
-    return row["reward_entrypoint"] if reward_overrides(cfg) else row["entrypoint"]
+    release = NEMO_RL[cfg.images.nemo_rl_version]
+    if reward_overrides(cfg) and release.reward_entrypoint:
+        return release.reward_entrypoint
+    return release.entrypoint
 
 
 def local_recipe(cfg: Experiment) -> Path | None:
@@ -123,6 +128,28 @@ def recipe_path(cfg: Experiment) -> str:
     return (cfg.trainer.recipe or DEFAULT_RECIPE).removeprefix("./")
 
 
+def recipe_files(cfg: Experiment) -> dict[str, bytes]:
+    """The uploaded recipe and the parents it names in ``defaults:`` that sit next to it (same relative layout)."""
+    local = local_recipe(cfg)
+    if local is None:
+        return {}
+    root = local.parent
+    files: dict[str, bytes] = {}
+    todo = [local]
+    while todo:
+        p = todo.pop()
+        rel = p.relative_to(root).as_posix()
+        if rel in files:
+            continue
+        files[rel] = p.read_bytes()
+        defaults = (yaml.safe_load(p.read_text()) or {}).get("defaults")
+        for d in [defaults] if isinstance(defaults, str) else (defaults or []):
+            q = (p.parent / d).resolve()
+            if q.is_file() and q.is_relative_to(root):
+                todo.append(q)
+    return {f"{UPLOAD_DIR}/{k}": v for k, v in files.items()}
+
+
 def recipe_tree(cfg: Experiment) -> dict[str, Any] | None:
     """The resolved config tree the job will start from (known recipe or uploaded file); None when unknown."""
     local = local_recipe(cfg)
@@ -132,6 +159,16 @@ def recipe_tree(cfg: Experiment) -> dict[str, Any] | None:
         except (OSError, ValueError):
             return None
     return _tree.config_tree(cfg.images.nemo_rl_version, cfg.trainer.recipe or DEFAULT_RECIPE)
+
+
+def recipe_value(cfg: Experiment, *keys: str) -> Any:
+    """The first of ``keys`` (dotted) the job's recipe sets; None when none is set or the recipe is unknown here."""
+    tree = recipe_tree(cfg) or {}
+    for key in keys:
+        value = _tree.get_value(tree, key)
+        if value is not None:
+            return value
+    return None
 
 
 def _leaves(prefix: str, value: Any) -> list[tuple[str, Any]]:
@@ -321,3 +358,23 @@ def command(cfg: Experiment, *, overrides_list: list[Override] | None = None) ->
         'cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml ...'
     """
     return " ".join(command_lines(cfg, overrides_list=overrides_list))
+
+
+def resolved(cfg: Experiment, tree: dict[str, Any], key: str) -> Any:
+    """A key's value in the job: the recipe's, with the command's overrides applied, interpolations followed."""
+    merged = _tree.merge(tree, {})
+    for o in overrides(cfg, tree):
+        value = o.value
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                pass
+        cur = merged
+        parts = o.key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(cur.get(part), dict):
+                cur[part] = {}
+            cur = cur[part]
+        cur[parts[-1]] = value
+    return _tree.get_value(merged, key)

@@ -1,0 +1,446 @@
+"""verl FSDP checkpoints (``<default_local_dir>/global_step_N/actor/``): list, choose, and locate every shard chunk.
+
+verl v0.7.0 (``verl/utils/checkpoint/fsdp_checkpoint_manager.py``, ``verl/trainer/ppo/ray_trainer.py``) writes, per
+save, ``global_step_N/actor/model_world_size_{W}_rank_{R}.pt`` (each rank ``torch.save``s its FSDP
+``model.state_dict()``: DTensors on a 1-D ``("fsdp",)`` mesh), ``optim_…``/``extra_state_…`` files, ``huggingface/``
+(config, tokenizer) and ``fsdp_config.json``; after every rank finished, ``latest_checkpointed_iteration.txt`` in
+``default_local_dir`` holds N. A ``global_step_N`` above that number is still being written (or died writing).
+
+The rank files are pickles: they are read with an allow-list unpickler in which every DTensor class becomes an
+inert record (nothing from the file is imported or called), so only each local tensor's place in the zip, its
+shape and the DTensor's global shape and placement are taken; the merge then streams the raw bytes. verl's own
+merger (``verl/model_merger/fsdp_model_merger.py``) concatenates the ranks' local tensors in rank order along the
+``Shard`` dim (plain tensors along dim 0) and keeps one copy of a ``Replicate`` tensor: the same rule here.
+
+Example:
+    >>> nbtools.checkpoints.list_verl_checkpoints("checkpoints/verl_grpo_gsm8k/qwen2_5_32b")[["step", "latest"]]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import re
+import struct
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from nbtools import storage
+from nbtools.checkpoints._sources import Chunk, SourceTensor
+from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
+from nbtools.errors import CheckpointError, NotFoundError
+
+__all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_step", "verl_actor_dir", "verl_steps",
+           "list_verl_checkpoints", "latest_verl", "best_verl", "read_verl_sources", "read_verl_world_size"]
+
+VERL_LAYOUT = "verl_fsdp"
+VERL_STEP_RE = re.compile(r"^global_step_(\d+)$")
+TRACKER = "latest_checkpointed_iteration.txt"
+_RANK_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+_RESYNC = ("re-copy the complete global_step_N/actor directory from where verl wrote it "
+           "(trainer.default_local_dir), or pick another step")
+
+
+def _ls(url: str | Path) -> dict[str, storage.Entry]:
+    try:
+        return {e.name: e for e in storage.ls(url)}
+    except (NotFoundError, NotADirectoryError):
+        return {}
+
+
+def _out(url: str) -> str | Path:
+    return url if storage.is_remote(url) else Path(url)
+
+
+def verl_steps(run_dir: str | Path) -> list[tuple[int, str | Path]]:
+    """``(N, path)`` of every ``global_step_N`` directory, lowest first ([] when there is none); a URL for a bucket."""
+    d = str(run_dir).rstrip("/") if storage.is_remote(run_dir) else str(Path(run_dir).expanduser())
+    return sorted((int(m.group(1)), _out(e.url)) for e in _ls(d).values()
+                  if e.is_dir and (m := VERL_STEP_RE.match(e.name)))
+
+
+def is_verl_dir(run_dir: str | Path) -> bool:
+    """A verl ``trainer.default_local_dir`` (local or ``gs://``): the tracker file or a ``global_step_N`` directory,
+    and no NeMo-RL ``step_N``."""
+    from nbtools._layout import STEP_RE
+
+    names = _ls(str(run_dir).rstrip("/") if storage.is_remote(run_dir) else Path(run_dir).expanduser())
+    if any(STEP_RE.match(n) for n, e in names.items() if e.is_dir):
+        return False
+    return TRACKER in names or any(VERL_STEP_RE.match(n) for n, e in names.items() if e.is_dir)
+
+
+def verl_actor_dir(step_dir: str | Path) -> Path:
+    """``global_step_N/actor`` (also accepts the ``actor`` directory itself)."""
+    p = Path(step_dir).expanduser()
+    return p if p.name == "actor" and not (p / "actor").is_dir() else p / "actor"
+
+
+def is_verl_step(step_dir: str | Path) -> bool:
+    """A local verl checkpoint: ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
+    if storage.is_remote(step_dir):
+        return False
+    a = verl_actor_dir(step_dir)
+    return a.is_dir() and ((a / "fsdp_config.json").is_file() or any(_RANK_RE.match(p.name) for p in a.iterdir()))
+
+
+def _tracked(run_dir: str) -> tuple[int | None, str | None]:
+    """(N from the tracker file, problem)."""
+    try:
+        text = storage.read_bytes(storage.join(run_dir, TRACKER)).decode(errors="replace").strip()
+    except (NotFoundError, FileNotFoundError):
+        return None, None
+    if not text.isdigit():
+        return None, f"{TRACKER} holds {text[:40]!r}, not a step number"
+    return int(text), None
+
+
+def _world_size(actor: str, names: dict) -> tuple[int, int | None]:
+    if "fsdp_config.json" in names:
+        try:
+            d = json.loads(storage.read_bytes(storage.join(actor, "fsdp_config.json")))
+            ws = d["world_size"]
+            if isinstance(ws, int) and not isinstance(ws, bool) and ws > 0:
+                return ws, d.get("FSDP_version")
+        except (ValueError, KeyError, TypeError, NotFoundError):
+            pass
+        raise CheckpointError(f"{storage.join(actor, 'fsdp_config.json')} is not the JSON object verl writes "
+                              f"({{'FSDP_version': …, 'world_size': W}})", fix=_RESYNC)
+    sizes = {int(m.group(1)) for n in names if (m := _RANK_RE.match(n))}
+    if len(sizes) != 1:
+        raise CheckpointError(f"{actor} has no fsdp_config.json and rank files of world sizes {sorted(sizes)}",
+                              fix=_RESYNC)
+    return sizes.pop(), None
+
+
+def read_verl_world_size(actor: Path) -> tuple[int, int | None]:
+    """(world size, FSDP version) from ``fsdp_config.json``, else from the rank files' names."""
+    return _world_size(str(actor), _ls(actor))
+
+
+def _step_problem(step: str, n: int, tracked: int | None) -> tuple[int | None, int | None, str | None]:
+    """(world size, FSDP version, problem) of one step; problem None when every file verl writes is there."""
+    actor = storage.join(step, "actor")
+    names = _ls(actor)
+    if not names:
+        return None, None, "no actor/ directory (verl writes the policy under global_step_N/actor)"
+    try:
+        ws, version = _world_size(actor, names)
+    except CheckpointError as e:
+        return None, None, str(e)
+    missing = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws) if f"model_world_size_{ws}_rank_{r}.pt" not in names]
+    if missing:
+        return ws, version, f"{len(missing)} of {ws} rank files missing ({', '.join(missing[:3])})"
+    if "config.json" not in _ls(storage.join(actor, "huggingface")):
+        return ws, version, "huggingface/config.json is missing (verl's rank 0 writes it with the tokenizer)"
+    if tracked is not None and n > tracked:
+        return ws, version, f"newer than {TRACKER} ({tracked}): still being written, or the save died"
+    return ws, version, None
+
+
+def list_verl_checkpoints(run_dir: str | Path) -> pd.DataFrame:
+    """Every ``global_step_N`` of a verl run (a local dir or ``gs://…``), oldest first: step, path, layout, problem,
+    world_size, fsdp_version, latest.
+
+    ``latest`` marks the step named by ``latest_checkpointed_iteration.txt`` (what verl resumes from); a step
+    with missing files, or newer than that file, carries the reason in ``problem`` (None when complete). Only
+    listings and the small JSON/text files are read, never the weights.
+
+    Example:
+        >>> nbtools.checkpoints.list_verl_checkpoints(run_dir)[["step", "world_size", "latest", "problem"]]
+    """
+    d = str(run_dir).rstrip("/") if storage.is_remote(run_dir) else str(Path(run_dir).expanduser())
+    if storage.info(d) is None:
+        raise NotFoundError(f"checkpoint dir {d!r} does not exist",
+                            fix="check trainer.default_local_dir, or wait until verl saved (trainer.save_freq)")
+    tracked, tracker_problem = _tracked(d)
+    rows = []
+    for step, path in verl_steps(d):
+        ws, version, problem = _step_problem(str(path), step, tracked)
+        rows.append({"step": step, "path": str(path), "layout": VERL_LAYOUT, "problem": problem or tracker_problem,
+                     "world_size": ws, "fsdp_version": version, "latest": step == tracked})
+    cols = ["step", "path", "layout", "problem", "world_size", "fsdp_version", "latest"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def latest_verl(run_dir: str | Path) -> str | Path:
+    """The step ``latest_checkpointed_iteration.txt`` names, else the highest complete ``global_step_N``.
+
+    Example:
+        >>> nbtools.checkpoints.latest_verl(run_dir)
+        PosixPath('.../global_step_200')
+    """
+    df = list_verl_checkpoints(run_dir)
+    ok = df[df["problem"].isna()]
+    if ok.empty:
+        seen = "; ".join(f"global_step_{s}: {p}" for s, p in zip(df["step"], df["problem"], strict=True)) or "none"
+        raise NotFoundError(f"no complete verl checkpoint in {run_dir} (saw {seen})",
+                            fix="wait for the first save (trainer.save_freq) or check trainer.default_local_dir")
+    tagged = ok[ok["latest"]]
+    return _out((tagged if not tagged.empty else ok).iloc[-1]["path"])
+
+
+def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFrame | None = None,
+              higher_is_better: bool = True) -> str | Path:
+    """The complete checkpoint with the best ``metric`` at its step, read from a tidy metrics frame.
+
+    verl keeps no metric beside its checkpoints, so the value comes from ``metrics`` (``nbtools.metrics``' frame:
+    tag, step, value), e.g. ``val-core/openai/gsm8k/acc/mean@1`` logged at the save step. Ties go to the higher
+    step, a step without the metric ranks last; ``metric=None`` means :func:`latest_verl`.
+
+    Example:
+        >>> df = nbtools.metrics.read_verl_log(log)
+        >>> nbtools.checkpoints.best_verl(run_dir, "val-core/openai/gsm8k/acc/mean@1", metrics=df)
+    """
+    if metric is None:
+        return latest_verl(run_dir)
+    if metrics is None or not {"tag", "step", "value"} <= set(metrics.columns):
+        raise CheckpointError(f"verl stores no metrics with its checkpoints, so {metric!r} needs a metrics frame",
+                              fix="pass metrics=nbtools.metrics.read_verl_log(LOG) or read_tensorboard(TENSORBOARD_DIR)")
+    df = list_verl_checkpoints(run_dir)
+    ok = df[df["problem"].isna()]
+    if ok.empty:
+        return latest_verl(run_dir)  # raises with the reasons
+    vals = metrics[metrics["tag"] == metric].groupby("step")["value"].last()
+    if vals.empty:
+        raise CheckpointError(f"metric {metric!r} is not in the metrics frame (tags: {sorted(set(metrics['tag']))[:8]})",
+                              fix="pick a tag the run logged, e.g. one starting with val-core/")
+    worst = -math.inf
+    ranked = []
+    for step, path in zip(ok["step"], ok["path"], strict=True):
+        v = vals.get(step)
+        v = float(v) if v is not None and not math.isnan(float(v)) else None
+        ranked.append(((v if higher_is_better else -v) if v is not None else worst, int(step), path))
+    return _out(max(ranked)[2])
+
+
+# --- rank files: inert unpickling ------------------------------------------------------------------------------
+
+class _Inert:
+    """Stands for a class named in the pickle (DTensor, DeviceMesh, Shard, …): keeps args and state, runs nothing."""
+
+    qualname = "?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.__dict__["args"] = args
+        obj.__dict__["state"] = {}
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2:  # (dict state, slots state)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        self.__dict__["state"] = state if isinstance(state, dict) else {"value": state}
+
+
+_INERT_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor", "torch.distributed.device_mesh",
+                  "torch.distributed._mesh_layout")
+_inert_classes: dict[str, type] = {}
+
+
+def _inert(module: str, name: str) -> type:
+    q = f"{module}.{name}"
+    if q not in _inert_classes:
+        _inert_classes[q] = type(name, (_Inert,), {"qualname": q})
+    return _inert_classes[q]
+
+
+def _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad=False):
+    return {"wrapper": getattr(cls, "qualname", str(cls)), "dtype": dtype, "size": tuple(size)}
+
+
+def _rebuild_from_type_v2(func, new_type, args, state):
+    obj = func(*args)
+    if isinstance(state, tuple) and len(state) == 2:  # (dict state, slots state), as Tensor.__reduce_ex__ writes
+        state = {**(state[0] or {}), **(state[1] or {})}
+    if isinstance(obj, dict):
+        obj = {**obj, "state": state if isinstance(state, dict) else {}}
+    return obj
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, *rest):
+    return {"storage": storage, "offset": offset, "size": tuple(size), "stride": tuple(stride)}
+
+
+def _reconstructor(cls, base, state):  # copyreg._reconstructor, used by classes pickled with protocol < 2
+    return cls() if isinstance(cls, type) and issubclass(cls, _Inert) else _raise(cls)
+
+
+def _raise(what):
+    raise pickle.UnpicklingError(f"unexpected {what!r}")
+
+
+class _RankUnpickler(SafeUnpickler):
+    def find_class(self, module: str, name: str):
+        if module.startswith(_INERT_MODULES) and name.lstrip("_")[:1].isupper():
+            return _inert(module, name)
+        return super().find_class(module, name)
+
+
+def _allowed() -> dict[tuple[str, str], object]:
+    from collections import OrderedDict
+
+    from torch.serialization import _get_layout
+
+    return {("collections", "OrderedDict"): OrderedDict, ("torch", "Size"): torch.Size,
+            ("torch", "device"): torch.device, ("torch.serialization", "_get_layout"): _get_layout,
+            ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+            ("torch._utils", "_rebuild_wrapper_subclass"): _rebuild_wrapper_subclass,
+            ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+            ("copyreg", "_reconstructor"): _reconstructor, ("builtins", "object"): object}
+
+
+def _zip_member_start(fh, info: zipfile.ZipInfo) -> int:
+    fh.seek(info.header_offset)
+    head = fh.read(30)
+    if head[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile(f"no local header for {info.filename}")
+    nlen, xlen = struct.unpack("<HH", head[26:30])
+    return info.header_offset + 30 + nlen + xlen
+
+
+def _load_rank(path: Path) -> tuple[dict, dict[str, tuple[int, int]]]:
+    """(state dict of records, {storage key: (absolute data start, bytes)}) of one rank file; nothing is loaded."""
+    try:
+        with open(path, "rb") as fh:
+            z = zipfile.ZipFile(fh)
+            infos = {i.filename: i for i in z.infolist()}
+            pkl = next((n for n in infos if n.endswith("/data.pkl")), None)
+            if pkl is None:
+                raise zipfile.BadZipFile("no data.pkl (not a torch.save file)")
+            prefix = pkl[: -len("data.pkl")] + "data/"
+            sd = _RankUnpickler(z.open(pkl), _allowed(), storages=True,
+                                persistent=lambda pid: {"key": pid[2], "numel": pid[4], "type": pid[1]}).load()
+            data = {}
+            for n, i in infos.items():
+                if n.startswith(prefix):
+                    if i.compress_type != zipfile.ZIP_STORED:
+                        raise zipfile.BadZipFile(f"{n} is compressed (torch.save never compresses)")
+                    data[n[len(prefix):]] = (_zip_member_start(fh, i), i.file_size)
+    except ForbiddenGlobal as e:
+        raise CheckpointError(f"{path} asks to import {e.qualname}, which a verl model shard never contains; it was "
+                              f"not loaded (a pickle naming it could run code)",
+                              fix="do not use this checkpoint; " + _RESYNC) from None
+    except FileNotFoundError:
+        raise CheckpointError(f"shard file {path.name} is missing from {path.parent}", fix=_RESYNC) from None
+    except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, struct.error, KeyError, TypeError, ValueError,
+            AttributeError, IndexError) as e:
+        raise CheckpointError(f"{path} is not a readable torch.save file, truncated? ({type(e).__name__}: {e})",
+                              fix=_RESYNC) from None
+    if not isinstance(sd, dict):
+        raise CheckpointError(f"{path} holds a {type(sd).__name__}, not the state dict verl saves", fix=_RESYNC)
+    return sd, data
+
+
+def _local(path: Path, key: str, rec, data: dict[str, tuple[int, int]]) -> tuple[dict, torch.dtype, tuple, tuple | None]:
+    """(local tensor record, dtype, global shape, placements or None for a plain tensor) of one entry."""
+    if isinstance(rec, dict) and "wrapper" in rec:
+        state = rec.get("state") or {}
+        local, spec = state.get("_local_tensor"), state.get("_spec")
+        placements = getattr(spec, "state", {}).get("placements") if spec is not None else None
+        if not rec["wrapper"].endswith("DTensor") or not isinstance(local, dict) or placements is None:
+            raise CheckpointError(f"{path}: {key} is a {rec['wrapper']} that is not a DTensor with a local tensor",
+                                  fix="verl v0.7.0 saves DTensors (FSDP2, or FSDP1 with a device mesh); report this")
+        mesh = getattr(spec, "state", {}).get("mesh")
+        names = getattr(mesh, "state", {}).get("_mesh_dim_names") if mesh is not None else None
+        if len(placements) != 1:
+            raise CheckpointError(f"{path}: {key} is sharded over a {len(placements)}-D mesh {names}; nbtools merges "
+                                  f"1-D FSDP meshes (verl's default, fsdp_size=-1)",
+                                  fix="merge with verl's own model_merger, or save with a 1-D FSDP mesh")
+        return local, rec["dtype"], tuple(rec["size"]), tuple(placements)
+    if isinstance(rec, dict) and "storage" in rec:
+        return rec, None, None, None
+    raise CheckpointError(f"{path}: {key} holds a {type(rec).__name__}, not a tensor", fix=_RESYNC)
+
+
+_STORAGE_DTYPES = {"FloatStorage": torch.float32, "BFloat16Storage": torch.bfloat16, "HalfStorage": torch.float16,
+                   "DoubleStorage": torch.float64, "LongStorage": torch.int64, "IntStorage": torch.int32,
+                   "ByteStorage": torch.uint8, "BoolStorage": torch.bool, "CharStorage": torch.int8,
+                   "ShortStorage": torch.int16}
+
+
+def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(size):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
+    """Every weight of a verl checkpoint with its per-rank chunks (raw byte spans in the rank files), in save order.
+
+    Raises:
+        CheckpointError: a rank file missing, truncated or crafted; placements this merge does not handle.
+    """
+    actor = verl_actor_dir(step_dir)
+    ws, _ = read_verl_world_size(actor)
+    out: dict[str, SourceTensor] = {}
+    offsets: dict[str, int] = {}
+    for rank in range(ws):
+        path = actor / f"model_world_size_{ws}_rank_{rank}.pt"
+        sd, data = _load_rank(path)
+        if rank and set(sd) != set(out):
+            diff = sorted(set(sd) ^ set(out))[:3]
+            raise CheckpointError(f"{path.name} holds other keys than rank 0 ({diff})", fix=_RESYNC)
+        for key, rec in sd.items():
+            local, dtype, full, placements = _local(path, key, rec, data)
+            storage = local["storage"]
+            sdtype = _STORAGE_DTYPES.get(storage.get("type") if isinstance(storage, dict) else None)
+            dtype = dtype or sdtype
+            if dtype is None or (sdtype is not None and sdtype != dtype):
+                raise CheckpointError(f"{path}: {key} has storage {storage.get('type')} for dtype {dtype}", fix=_RESYNC)
+            size = tuple(local["size"])
+            if placements is None:  # a plain tensor: verl's merger concatenates the ranks' tensors along dim 0
+                dim, replicate = 0, False
+            else:
+                p = placements[0]
+                kind = type(p).__name__
+                if kind == "Replicate":
+                    dim, replicate = 0, True
+                elif kind == "Shard":
+                    dim, replicate = p.state.get("dim", 0), False
+                else:
+                    raise CheckpointError(f"{path}: {key} has placement {kind}, which verl's merger does not merge "
+                                          f"either", fix="save the checkpoint again with FSDP (Shard(0) placements)")
+                if dim != 0 and not replicate:
+                    raise CheckpointError(f"{path}: {key} is sharded on dim {dim}; this merge streams dim-0 shards",
+                                          fix="merge with verl's own model_merger")
+            st = out.get(key)
+            if st is None:
+                shape = full if full is not None else size
+                st = out[key] = SourceTensor(key, dtype, shape)
+                offsets[key] = 0
+            elif st.dtype != dtype:
+                raise CheckpointError(f"{key}: {path.name} stores {dtype}, rank 0 {st.dtype}", fix=_RESYNC)
+            if placements is None:
+                st.shape = (offsets[key] + (size[0] if size else 1), *size[1:])
+            if replicate and rank:
+                continue
+            start, nbytes = data.get(str(storage["key"]), (None, 0))
+            n = math.prod(size) * dtype.itemsize
+            first = int(local["offset"]) * dtype.itemsize
+            if start is None or first + n > nbytes:
+                raise CheckpointError(f"{path}: {key}'s data ({n} bytes at {first}) is missing or cut short "
+                                      f"(storage holds {nbytes})", fix=_RESYNC)
+            if tuple(local["stride"]) != _contiguous(size) and n:
+                raise CheckpointError(f"{path}: {key} is saved non-contiguous (stride {local['stride']})",
+                                      fix="report this layout; verl's FSDP shards are contiguous")
+            off = offsets[key]
+            if n:
+                chunk_off = (off, *([0] * (len(size) - 1))) if size else ()
+                st.chunks.append(Chunk(chunk_off, size, path, start + first, n))
+            offsets[key] = off + (size[0] if size else 1)
+    for st in out.values():
+        covered = sum(math.prod(c.sizes) for c in st.chunks)
+        if covered != math.prod(st.shape):
+            raise CheckpointError(f"{st.name}: the {ws} rank files hold {covered} of {math.prod(st.shape)} elements of "
+                                  f"shape {list(st.shape)}", fix=_RESYNC)
+    return out

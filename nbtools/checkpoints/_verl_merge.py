@@ -1,0 +1,198 @@
+"""merge_verl(): a verl ``global_step_N/actor`` -> a verified HuggingFace directory, streamed, written atomically.
+
+The same pipeline as the NeMo-RL merge (:mod:`nbtools.checkpoints._merge`): chunk byte spans (here from the rank
+files, :func:`nbtools.checkpoints._verl.read_verl_sources`) are planned into balanced safetensors files, copied
+without holding the model in memory, checked finite, hashed, read back, and renamed into place only when complete.
+
+One deliberate difference from verl's own ``model_merger`` (v0.7.0, ``verl/model_merger/fsdp_model_merger.py``):
+it casts every tensor to bfloat16; this merge keeps the dtype training saved (float32 for verl's FSDP actor), so
+nothing is rounded twice. ``torch_dtype="bfloat16"`` in the merged ``config.json`` is left to the user's loader.
+Cast the result to bfloat16 and it equals verl's output tensor for tensor (tests/test_checkpoints_verl.py).
+
+Example:
+    >>> step = nbtools.checkpoints.latest_verl("checkpoints/verl_grpo/qwen32b")
+    >>> nbtools.checkpoints.merge(step, "merged_hf")   # dispatches here for a verl checkpoint
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from nbtools.checkpoints._files import _check_written, _fsync_small_files, _tqdm, parse_size
+from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
+from nbtools.checkpoints._result import MergeResult
+from nbtools.checkpoints._verify import (
+    CHECKSUMS,
+    MANIFEST,
+    SUMS,
+    check_against_config,
+    default_checksum,
+    expected_tensors,
+    file_digest,
+    verify,
+)
+from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, read_verl_sources, verl_actor_dir
+from nbtools.checkpoints._writer import plan_files, write_files
+from nbtools.errors import CheckpointError, ConflictError
+
+__all__ = ["merge_verl"]
+
+_SKIP = ("optim_world_size_", "extra_state_world_size_")
+
+
+def _fingerprint(actor: Path) -> str:
+    items = sorted((str(p.relative_to(actor)), p.stat().st_size, p.stat().st_mtime_ns) for p in actor.rglob("*")
+                   if p.is_file() and not p.name.startswith(_SKIP))
+    return hashlib.sha256(json.dumps(items).encode()).hexdigest()
+
+
+def _config(actor: Path, config):
+    from transformers import AutoConfig, GenerationConfig, PretrainedConfig
+
+    hf = actor / "huggingface"
+    try:
+        if isinstance(config, PretrainedConfig):
+            cfg, src = config, "config= object"
+        elif config is not None:
+            p = Path(config).expanduser()
+            cfg, src = AutoConfig.from_pretrained(str(p if p.is_dir() else p.parent)), str(p)
+        elif (hf / "config.json").is_file():
+            cfg, src = AutoConfig.from_pretrained(str(hf)), str(hf / "config.json")
+        else:
+            raise CheckpointError(f"no config.json in {hf} (verl's rank 0 writes it with every checkpoint)",
+                                  fix="pass config= (the base model's directory or config.json)")
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - parse errors all mean the same to the user
+        raise CheckpointError(f"cannot load the model config ({type(e).__name__}: {e})",
+                              fix="pass config= with the base model's directory or config.json") from None
+    gen = None
+    if (hf / "generation_config.json").is_file():
+        gen = GenerationConfig.from_pretrained(str(hf))
+    else:
+        try:
+            gen = GenerationConfig.from_model_config(cfg)
+        except Exception:  # noqa: BLE001 - optional file
+            gen = None
+    return cfg, gen, src
+
+
+def _existing(out: Path, step: Path, actor: Path, overwrite: bool, t0: float) -> MergeResult | None:
+    if not out.exists() or overwrite:
+        return None
+    try:
+        manifest = json.loads((out / MANIFEST).read_bytes()) if (out / MANIFEST).is_file() else {}
+        manifest = manifest if isinstance(manifest, dict) else {}
+    except (OSError, ValueError):
+        manifest = {}
+    if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == _fingerprint(actor):
+        if verify(out, checksums=manifest.get("durable") is False).ok:
+            files, alg = manifest["files"], manifest.get("algorithm", "sha256")
+            return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()),
+                               time.perf_counter() - t0, manifest["layout"], True, {k: v[alg] for k, v in files.items()},
+                               step, reused=True, algorithm=alg,
+                               notes=["output already merged from this checkpoint and verified; pass overwrite=True "
+                                      "to redo"])
+    what = f"a merge of {manifest.get('source')}" if manifest else "something else"
+    raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
+                        fix="pass overwrite=True to replace it, or choose another out_dir")
+
+
+def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
+               progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
+               checksum: str = "auto", durable: bool = True) -> MergeResult:
+    """Merge a verl FSDP checkpoint (``global_step_N`` or its ``actor/``) into a HuggingFace model directory.
+
+    Arguments and guarantees as :func:`nbtools.checkpoints.merge`; the config and tokenizer come from
+    ``actor/huggingface/`` (``config=`` overrides the config).
+
+    Raises:
+        CheckpointError: a rank file missing, truncated or crafted; config mismatch; NaN/Inf; full disk.
+        ConflictError: ``out_dir`` exists and is not this checkpoint's verified merge, or overlaps the checkpoint.
+    """
+    checksum = default_checksum() if checksum == "auto" else checksum
+    if checksum not in CHECKSUMS:
+        raise CheckpointError(f"checksum={checksum!r} is not supported", fix=f"use one of {list(CHECKSUMS)}")
+    t0 = time.perf_counter()
+    actor = verl_actor_dir(step_dir).resolve()
+    step = actor.parent
+    check_not_overlapping(step, Path(out_dir).expanduser())
+    out = Path(out_dir).expanduser().resolve()
+    tracker = step.parent / TRACKER
+    if tracker.is_file() and tracker.read_text().strip().isdigit() and step.name.startswith("global_step_"):
+        done = int(tracker.read_text().strip())
+        if int(step.name.removeprefix("global_step_") or 0) > done:
+            raise CheckpointError(f"{step.name} is newer than {TRACKER} ({done}): verl is still writing it, or the "
+                                  f"save died", fix="merge a finished step (nbtools.checkpoints.latest_verl)")
+    if (reused := _existing(out, step, actor, overwrite, t0)) is not None:
+        return reused
+    sources = read_verl_sources(actor)
+    cfg, gen, cfg_src = _config(actor, config)
+    notes = [f"config from {cfg_src}", "dtype kept as saved (verl's model_merger casts to bfloat16)"]
+    expected, tied = expected_tensors(cfg)
+    for target, src in tied.items():
+        if target in sources and src in sources:
+            del sources[target]
+            notes.append(f"dropped {target}: tied to {src} (tie_word_embeddings); transformers re-ties it on load")
+    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg, expected=expected)
+    if problems:
+        raise CheckpointError(f"{step} does not match its model config ({cfg_src}):\n    " + "\n    ".join(problems),
+                              fix="pass config= with the config of the model that was trained; if shapes are short, "
+                                  "a rank file is missing: re-copy the global_step_N directory")
+    floats = {t.dtype for t in sources.values() if t.dtype.is_floating_point}
+    if len(floats) == 1:
+        cfg.dtype = str(next(iter(floats))).removeprefix("torch.")
+    tensors = list(sources.values())
+    total = sum(t.nbytes for t in tensors)
+    files = plan_files(tensors, parse_size(max_shard_size), workers)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(out)
+    tmp = temp_dir(out)
+    tmp.mkdir()
+    try:
+        with _tqdm(total, f"merge {step.name}", progress) as bar:
+            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update,
+                        algorithm=checksum, durable=durable)
+        weight_map = {t.name: f.name for f in files for t in f.tensors}
+        index = {"metadata": {"total_size": sum(f.data_bytes for f in files)}, "weight_map": weight_map}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        cfg.save_pretrained(str(tmp))
+        if gen is not None:
+            gen.save_pretrained(str(tmp))
+        for p in sorted((actor / "huggingface").glob("*")):  # tokenizer / processor files verl saved beside config
+            if p.is_file() and not (tmp / p.name).exists() and not p.name.endswith((".safetensors", ".bin")) \
+                    and p.name != "model.safetensors.index.json":
+                shutil.copyfile(p, tmp / p.name)
+        _check_written(tmp, files)
+        checksums = {f.name: f.digest for f in files}
+        checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
+        manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": _fingerprint(actor),
+                    "layout": VERL_LAYOUT, "tensors": len(tensors), "durable": durable,
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if checksum == "sha256":
+            (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
+        if durable:
+            _fsync_small_files(tmp, {f.name for f in files})
+        install(tmp, out, overwrite, durable=durable)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            free = shutil.disk_usage(out.parent).free
+            raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
+                                  f"{total / 1e9:.2f} GB, {free / 1e9:.2f} GB free); nothing was left behind",
+                                  fix="free disk space or pass an out_dir on a disk with room") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    notes.append(f"{len(files)} safetensors file(s), {checksum} in {MANIFEST}")
+    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, VERL_LAYOUT, True, checksums, step,
+                       notes=notes, algorithm=checksum)

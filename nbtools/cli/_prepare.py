@@ -1,0 +1,42 @@
+"""``nbtools prepare EXPERIMENT.yaml``: show (or ``--submit``) the jobs that put a verl run's data and weights in place.
+
+Example:
+    $ nbtools prepare experiments/gke-b200-verl.yaml            # the two jobs and whether the parquet files exist
+    $ nbtools prepare experiments/gke-b200-verl.yaml --submit   # submit them (or re-attach: idempotent)
+"""
+
+from __future__ import annotations
+
+from nbtools.cli._load import load_cfg
+from nbtools.cli._out import Out, _jsonable
+
+__all__ = ["cmd_prepare", "add_prepare"]
+
+
+def add_prepare(add) -> None:
+    """Register the subcommand with the CLI's ``add`` helper."""
+    p = add("prepare", cmd_prepare, "the verl data (dataset -> parquet) and weights-staging jobs; a dry run unless "
+            "--submit", experiment=True)
+    p.add_argument("--submit", action="store_true", help="submit the jobs (re-attaches to ones already submitted)")
+
+
+def cmd_prepare(a) -> Out:
+    from nbtools.trainers import verl_prepare
+
+    cfg = load_cfg(a)
+    specs = verl_prepare.prepare_jobs(cfg)
+    present = verl_prepare.data_present(cfg)
+    jobs = [{"submission_id": s.submission_id, "role": s.metadata.get("nbtools.role"), "command": s.command}
+            for s in specs]
+    lines = [f"{j['role']}: {j['submission_id']}\n    {j['command']}" for j in jobs]
+    lines += [f"{f}: {'present' if ok else 'absent' if ok is False else 'not visible from here'}"
+              for f, ok in present.items()]
+    if a.submit:
+        submitted = verl_prepare.submit_prepare_jobs(cfg)
+        for j, job in zip(jobs, submitted, strict=True):
+            j["status"], j["reattached"] = _jsonable(job.status()), job.reattached
+        lines.append("submitted: " + ", ".join(f"{j['submission_id']} ({j['status']})" for j in jobs))
+    else:
+        lines.append("dry run: add --submit to run them (each is idempotent)")
+    return Out({"experiment": cfg.name, "jobs": jobs, "data_files": present, "submitted": bool(a.submit)},
+               "\n".join(lines))

@@ -1,0 +1,89 @@
+"""What every trainer implements (see ``nbtools.trainers``): the facts and verbs that differ by what runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from nbtools.config import Experiment
+    from nbtools.trainers._findings import LintReport
+
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent"]
+
+CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
+
+# How notebook 07 evaluates a run of this trainer: on this machine over the held-out split, as a job of NeMo-RL's
+# run_eval.py on the cluster, or not at all (the message names the fix).
+EvalPlan = Literal["held-out-local", "run-eval-job", "none"]
+
+
+@dataclass(frozen=True)
+class TrainerJob:
+    """The trainer's part of a Ray job: its command, files for the working_dir, and runtime_env additions."""
+
+    command: str  # the command alone, as pasted into a shell on the head
+    lines: tuple[str, ...] = ()  # the command split for display (head, then one override per line)
+    files: dict[str, bytes] = field(default_factory=dict)  # uploaded in the job's working_dir
+    runtime_env: dict[str, Any] = field(default_factory=dict)  # e.g. py_modules, excludes
+    secrets: bool = True  # whether this machine's secrets travel with the job (the CPU rehearsal needs none)
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What runs a GRPO job: its command, environment, rules, names and facts, for one release.
+
+    Attributes:
+        name: the ``trainer.kind`` it is registered under (the rehearsal, which the local backend runs, has its own).
+        release: the release it is (``v0.7.0``), or ``""`` where the release is nbtools' own.
+        label: how a model card or a table names it.
+        miniature: True for the CPU stand-in on this machine (no GPUs, images, pods or fit estimate).
+        eval_plan: how its runs are evaluated (:data:`EvalPlan`).
+        code_on_storage: its source runs from the shared storage (copied there by the provisioning plan).
+        metric_family: the key of its scalar names in ``trainers.METRIC_NAMES``.
+    """
+
+    name: str
+    release: str
+    label: str
+    miniature: bool
+    eval_plan: EvalPlan
+    code_on_storage: bool
+    metric_family: str
+
+    @classmethod
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+        """Configuration problems only this trainer has: (the keys each reads, the message naming key, value and fix);
+        ``config.load`` reports them with everything else."""
+
+    def job(self, cfg: Experiment) -> TrainerJob:
+        """The command (and files, runtime_env) of the training job."""
+
+    def prepare_command(self, cfg: Experiment) -> str | None:
+        """The command of a data-preparation job run before training, or None where the trainer needs none."""
+
+    def job_env(self, cfg: Experiment) -> dict[str, str]:
+        """Environment variables the trainer's job needs (never secrets)."""
+
+    def metadata(self, cfg: Experiment) -> dict[str, str]:
+        """Job metadata besides name/hash/backend/role (image, release, where it writes)."""
+
+    def lint(self, cfg: Experiment, report: LintReport, *, code_present: CodePresent = None) -> None:
+        """Add the trainer's own findings (its keys, versions, source) to ``report``."""
+
+    def ray_pinned_by(self, cfg: Experiment) -> str:
+        """What pins the cluster's Ray version (named in the ray-version finding)."""
+
+    def baseline_model(self, cfg: Experiment) -> str:
+        """The model a run starts from, as the cluster's jobs see it."""
+
+    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
+        """The reward functions the run scored with (NeMo-RL's ``[{name, weight, kwargs}]``) and where they came
+        from (for the model card)."""
+
+    def version(self, cfg: Experiment) -> str:
+        """The release as a card shows it."""
+
+    def hub_tag(self) -> str:
+        """The model card's tag for the trainer."""

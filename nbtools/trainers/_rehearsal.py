@@ -1,0 +1,105 @@
+"""The local backend's trainer: the miniature GRPO on this machine's CPU ranks (``nbtools.rehearsal``)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from nbtools.config import Experiment
+from nbtools.trainers._findings import LintReport
+from nbtools.trainers._protocol import TrainerJob
+
+__all__ = ["Rehearsal", "REHEARSAL_METRICS"]
+
+# What the local rehearsal logs (nbtools.rehearsal.trainer): checkpointing.metric_name must name one of them.
+REHEARSAL_METRICS: dict[str, tuple[str, ...]] = {
+    "val": ("accuracy", "avg_length"),
+    "train": (
+        "loss", "grad_norm", "reward", "kl_penalty", "probs_ratio", "probs_ratio_clamped", "approx_entropy",
+        "token_mult_prob_error", "gen_kl_error", "lr", "global_valid_seqs", "global_valid_toks", "num_valid_samples",
+        "mean_prompt_length", "total_num_tokens", "mean_total_tokens_per_sample", "mean_gen_tokens_per_sample",
+        "max_gen_tokens_per_sample", "natural_termination_rate", "truncation_rate", "total_turns",
+        "avg_turns_per_sample", "max_turns_per_sample", "advantages/mean", "advantages/max", "advantages/min",
+        "advantages/sum", "baseline_reward/pct_0", "baseline_reward/pct_1", "baseline_reward/pct_mixed",
+    ),
+}
+
+
+class Rehearsal:
+    """The CPU rehearsal: NeMo-RL's artifact layout from a tiny model, no GPUs, images or pods."""
+
+    name = "rehearsal"
+    release = ""
+    label = "nbtools rehearsal (NeMo-RL artifact layout)"
+    miniature = True
+    eval_plan = "held-out-local"
+    code_on_storage = False
+    metric_family = "nemo_rl"  # it logs NeMo-RL's scalar names
+
+    def __init__(self, cfg: Experiment):
+        self.cfg = cfg
+
+    @classmethod
+    def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+        """The rehearsal's own rules: its model shape, its ranks, and the metrics it logs (checked before the job
+        starts, not at its first checkpoint)."""
+        p: list[tuple[tuple[str, ...], str]] = []
+        r, c = cfg.rehearsal, cfg.checkpointing
+        if not 0.0 <= r.lr_min_ratio <= 1.0:
+            p.append((("rehearsal.lr_min_ratio",), f"rehearsal.lr_min_ratio: {r.lr_min_ratio} must be within [0, 1] (the "
+                      "cosine's floor as a fraction of grpo.learning_rate); fix: e.g. 0.1"))
+        if r.num_heads and r.hidden_size % r.num_heads:
+            p.append((("rehearsal.hidden_size", "rehearsal.num_heads"),
+                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads"))
+        n = cfg.grpo.num_prompts_per_step
+        if r.ranks >= 1 and n >= 1 and n % r.ranks:
+            up = -(-n // r.ranks) * r.ranks
+            p.append((("grpo.num_prompts_per_step", "rehearsal.ranks"),
+                      f"grpo.num_prompts_per_step: {n} is not divisible by rehearsal.ranks {r.ranks} (each rank rolls out "
+                      f"the same number of prompts); the job would stop at start-up; fix: e.g. `num_prompts_per_step: {up}`"))
+        mn = c.metric_name
+        if mn is not None and c.enabled and mn.partition(":")[0] in REHEARSAL_METRICS:
+            kind, _, name = mn.partition(":")
+            if name not in REHEARSAL_METRICS[kind]:
+                close = difflib.get_close_matches(name, REHEARSAL_METRICS[kind], n=1)
+                p.append((("checkpointing.metric_name", "checkpointing.enabled"),
+                          f"checkpointing.metric_name: {mn[:80]!r} is not a {kind} metric the local rehearsal logs "
+                          f"(it logs {', '.join(f'{kind}:{m}' for m in REHEARSAL_METRICS[kind])}); the first checkpoint "
+                          f"save would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`"))
+        return p
+
+    def job(self, cfg: Experiment) -> TrainerJob:
+        from nbtools import rehearsal
+
+        return TrainerJob(rehearsal.entrypoint(cfg), secrets=False)
+
+    def prepare_command(self, cfg: Experiment) -> str | None:
+        return None
+
+    def job_env(self, cfg: Experiment) -> dict[str, str]:
+        return {}
+
+    def metadata(self, cfg: Experiment) -> dict[str, str]:
+        return {}
+
+    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
+        """Nothing of a cluster to check: no GPUs, pods, images or NeMo-RL keys."""
+
+    def ray_pinned_by(self, cfg: Experiment) -> str:
+        return "this environment"
+
+    def baseline_model(self, cfg: Experiment) -> str:
+        from nbtools.rehearsal import task
+
+        return str(task.baseline_dir(cfg))
+
+    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
+        return [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
+
+    def version(self, cfg: Experiment) -> str:
+        import nbtools
+
+        return f"nbtools {nbtools.__version__}"
+
+    def hub_tag(self) -> str:
+        return "nbtools-rehearsal"

@@ -1,0 +1,218 @@
+"""Before a verl run: the parquet files its command names, and the model weights in the shared HF cache.
+
+Why: ``main_ppo`` reads ``data.train_files`` / ``data.val_files`` at start and dies (after minutes of Ray and vLLM
+start-up) when they are absent; and without staged weights every node downloads the model into the HF cache on the
+shared mount at once (tutorial 002 uploads it beforehand). Two idempotent Ray jobs do both once:
+
+- data: verl's own preprocessing script (``examples/data_preprocess/gsm8k.py`` in the verl checkout, v0.7.0:
+  ``--local_save_dir DIR`` writes ``train.parquet`` and ``test.parquet``) into a hidden ``.nbtools-prepare.partial``
+  dir beside the targets, then both files are moved into place; a job that finds both files does nothing, and one
+  killed midway leaves no file that looks complete;
+- weights: ``huggingface_hub.snapshot_download(model)`` with the job's ``HF_HOME`` (the shared cache the training job
+  reads), which skips files already there.
+
+:func:`check_data` is the lint rule: blocking when the files are known to be absent; :func:`check_weights` warns
+when the model is known not to be staged (the run still works, each node downloading it).
+
+Example:
+    >>> for spec in nbtools.launch.verl_prepare.prepare_jobs(cfg):
+    ...     print(spec.submission_id, spec.command)
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Callable
+
+from nbtools.config import Experiment
+from nbtools.errors import ConfigError
+
+__all__ = ["data_files", "data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs", "check_data",
+           "data_present", "weights_dir", "check_weights", "PARTIAL"]
+
+PARTIAL = ".nbtools-prepare.partial"
+
+
+def data_files(cfg: Experiment) -> list[str]:
+    """The parquet files the training command names (``data.train_files``, ``data.val_files``; overrides win)."""
+    from nbtools.launch import verl
+
+    eff = verl.effective(cfg)
+    out = []
+    for key in ("data.train_files", "data.val_files"):
+        value = eff.get(key, "")
+        out += [v.strip().strip("'\"") for v in value.strip("[]").split(",") if v.strip()]
+    return out
+
+
+def _targets(cfg: Experiment) -> tuple[str, str, str]:
+    """(dir, train file, test file) the preparation writes: those the command names, in one directory."""
+    files = data_files(cfg)
+    dirs = {posixpath.dirname(f) for f in files}
+    names = sorted(posixpath.basename(f) for f in files)
+    if len(files) != 2 or len(dirs) != 1 or names != ["test.parquet", "train.parquet"]:
+        raise ConfigError(
+            f"data: the command reads {files}, but verl's preprocessing writes DIR/train.parquet and DIR/test.parquet; "
+            "fix: drop the data.train_files / data.val_files overrides and set `data.data_dir: DIR`, or prepare those "
+            "files yourself")
+    d = dirs.pop()
+    return d, posixpath.join(d, "train.parquet"), posixpath.join(d, "test.parquet")
+
+
+def _spec(cfg: Experiment, command: str, sid: str, role: str, *, extra_env: dict | None = None):
+    from nbtools.launch import LaunchSpec, _metadata, runtime_env
+
+    secrets = runtime_env.secret_values(cfg)
+    entry = (runtime_env.secrets_prelude() if secrets else "") + command
+    env = {"env_vars": {**runtime_env.env_vars(cfg), **(extra_env or {})}}
+    return LaunchSpec(entry, sid, env, _metadata(cfg, role=role), cfg.backend, cfg.dashboard_url, command,
+                      secret_names=tuple(sorted(secrets)))
+
+
+def data_job(cfg: Experiment):
+    """The dataset -> parquet job (a ``LaunchSpec``): verl's script into a partial dir, then moved into place."""
+    from nbtools.launch import verl
+
+    verl.prepare_command(cfg)  # raises for a dataset without a known script
+    d, train, test = _targets(cfg)
+    python = cfg.trainer.python or "python3"
+    script = verl.PREPROCESS[cfg.data.dataset.lower()]
+    tmp = posixpath.join(d, PARTIAL)
+    q = shlex.quote
+    command = "; ".join([
+        "set -e",
+        f"if [ -s {q(train)} ] && [ -s {q(test)} ]; then echo 'nbtools prepare: {train} and {test} already exist; "
+        "nothing to do'; exit 0; fi",
+        f"rm -rf {q(tmp)}", f"mkdir -p {q(tmp)}",
+        f"cd {q(verl.code_dir(cfg))}",
+        f"{q(python)} {script} --local_save_dir {q(tmp)}",
+        f"test -s {q(tmp + '/train.parquet')}", f"test -s {q(tmp + '/test.parquet')}",
+        f"mv -f {q(tmp + '/test.parquet')} {q(test)}", f"mv -f {q(tmp + '/train.parquet')} {q(train)}",
+        f"rm -rf {q(tmp)}",
+        f"echo 'nbtools prepare: wrote {train} and {test}'",
+    ])
+    sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
+    return _spec(cfg, command, sid, "prepare")
+
+
+def _is_hub_id(name: str) -> bool:
+    return not name.startswith(("/", ".", "~", "gs://")) and name.count("/") == 1
+
+
+def weights_job(cfg: Experiment):
+    """The weights-staging job (a ``LaunchSpec``), or None when ``model.name`` is a path (nothing to download).
+
+    Raises:
+        ConfigError: the experiment has no shared storage, so there is no cache every node reads.
+    """
+    from nbtools.launch import runtime_env
+
+    name = cfg.model.name
+    if not _is_hub_id(name):
+        return None
+    home = runtime_env.hf_home(cfg)
+    if home is None:
+        raise ConfigError("storage.kind: none gives the nodes no shared HF cache to stage weights into; fix: use "
+                          "storage.kind: gcsfuse (or nfs), or let each node download the model itself")
+    python = cfg.trainer.python or "python3"
+    code = (f"from huggingface_hub import snapshot_download; "
+            f"print('nbtools prepare: weights in', snapshot_download(repo_id={name!r}))")
+    command = f"{shlex.quote(python)} -c {shlex.quote(code)}"
+    sid = f"{cfg.name}-stage-weights-{cfg.config_hash(8)}"
+    return _spec(cfg, command, sid, "stage-weights", extra_env={"HF_HOME": home})
+
+
+def prepare_jobs(cfg: Experiment) -> list:
+    """Both jobs (data, then weights when there is a hub model to stage), as LaunchSpecs to show or submit."""
+    if (cfg.trainer.kind or "") != "verl":
+        raise ConfigError(f"trainer.kind: {cfg.trainer.kind!r}; the preparation jobs are verl's (GSM8K -> parquet, "
+                          "weights into the shared HF cache); fix: use a verl experiment")
+    return [s for s in (data_job(cfg), weights_job(cfg)) if s is not None]
+
+
+def submit_prepare_jobs(cfg: Experiment) -> list:
+    """Submit (or re-attach to) every preparation job; returns the ``nbtools.jobs.Job`` list."""
+    from nbtools.launch import _send
+
+    return [_send(spec, cfg) for spec in prepare_jobs(cfg)]
+
+
+def data_present(cfg: Experiment, exists: Callable[[str], bool] | None = None) -> dict[str, bool | None]:
+    """{file: present} for each parquet file the command names; None where it cannot be seen from here.
+
+    Args:
+        exists: how to check one cluster path (default: where this machine reads it, ``cfg.url``: a local
+            path or the bucket behind the mount).
+    """
+    from nbtools import storage
+
+    out: dict[str, bool | None] = {}
+    for f in data_files(cfg):
+        if exists is not None:
+            out[f] = bool(exists(f))
+            continue
+        try:
+            url = cfg.url(f)
+            if not storage.is_remote(url) and not storage.local_path(url).parent.exists():
+                out[f] = None  # the mount is not on this machine: unknown, not absent
+                continue
+            out[f] = storage.info(url) is not None
+        except Exception:  # noqa: BLE001 - no credentials / no network: unknown
+            out[f] = None
+    return out
+
+
+def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) -> None:
+    """Lint rule ``verl-data``: blocking when a parquet file the command names is known to be absent."""
+    from nbtools.launch._findings import Finding
+
+    r.checked.append("verl-data")
+    missing = [f for f, ok in data_present(cfg, exists).items() if ok is False]
+    if missing:
+        r.findings.append(Finding(
+            "blocking", "verl-data", "data.data_dir",
+            f"{', '.join(missing)} not found: verl.trainer.main_ppo reads it at start and fails after the cluster "
+            "spent minutes starting Ray and vLLM",
+            "run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit` (or "
+            "nbtools.launch.verl_prepare.submit_prepare_jobs(cfg)), or point data.data_dir at the parquet files",
+        ))
+
+
+def weights_dir(cfg: Experiment) -> str | None:
+    """Where the staged model lives in the shared cache (``$HF_HOME/hub/models--ORG--NAME``; huggingface_hub's
+    layout), or None for a model given as a path or without shared storage."""
+    from nbtools.launch import runtime_env
+
+    home = runtime_env.hf_home(cfg)
+    if home is None or not _is_hub_id(cfg.model.name):
+        return None
+    return posixpath.join(home, "hub", "models--" + cfg.model.name.replace("/", "--"))
+
+
+def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) -> None:
+    """Lint rule ``verl-weights``: a warning when the model is known not to be in the shared HF cache."""
+    from nbtools import storage
+    from nbtools.launch._findings import Finding
+
+    r.checked.append("verl-weights")
+    d = weights_dir(cfg)
+    if d is None:
+        return
+    snapshots = posixpath.join(d, "snapshots")
+    if exists is not None:
+        present: bool | None = bool(exists(snapshots))
+    else:
+        try:
+            url = cfg.url(snapshots)
+            visible = storage.is_remote(url) or storage.local_path(url).parents[2].exists()
+            present = (storage.info(url) is not None) if visible else None
+        except Exception:  # noqa: BLE001 - no credentials / not under the mount: unknown
+            present = None
+    if present is False:
+        r.findings.append(Finding(
+            "warning", "verl-weights", "model.name",
+            f"{cfg.model.name} is not staged in {d}: every node downloads it when the job starts, into the shared "
+            "cache at the same time",
+            "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
+        ))
