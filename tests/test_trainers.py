@@ -90,6 +90,7 @@ ALLOWED = {
     "nbtools/fit/_experiment.py": "fit's memory model keys on a framework; its inputs move to the trainers next (fit)",
     "nbtools/fit/_estimate.py": "fit's memory model parameter `framework` (fit)",
     "nbtools/fit/_training.py": "fit's memory model parameter `framework` (fit)",
+    "nbtools/card/_experiment.py": "the config's own section names `local` and `rehearsal` (data)",
     "nbtools/fit/_postmortem.py": "the OOM post-mortem reads fit's `framework` to name the override keys (fit)",
 }
 

@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from nbtools import config
+from nbtools.launch import verl_prepare as jobs
 from nbtools.trainers import LintReport
 from nbtools.trainers import verl_prepare as vp
 
@@ -82,7 +83,7 @@ def _run(spec, tmp_path, **env) -> subprocess.CompletedProcess:
 
 def test_data_job_writes_verls_parquet_once(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    spec = vp.data_job(cfg)
+    spec = jobs.data_job(cfg)
     d = tmp_path / "gsm8k"
     assert vp.data_files(cfg) == [str(d / "train.parquet"), str(d / "test.parquet")]
     r = _run(spec, tmp_path)
@@ -100,14 +101,14 @@ def test_data_job_writes_verls_parquet_once(cfg, tmp_path, monkeypatch):
 def test_killed_job_leaves_nothing_that_looks_done_and_lint_blocks(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     d = tmp_path / "gsm8k"
-    r = _run(vp.data_job(cfg), tmp_path, FAIL_AFTER_TRAIN="1")
+    r = _run(jobs.data_job(cfg), tmp_path, FAIL_AFTER_TRAIN="1")
     assert r.returncode != 0 and not (d / "train.parquet").exists() and not (d / "test.parquet").exists()
     exists = lambda p: Path(p).exists()  # noqa: E731 - the cluster path is this machine's path here
     rep = LintReport()
     vp.check_data(cfg, rep, exists=exists)
     assert [(f.severity, f.rule) for f in rep.findings] == [("blocking", "verl-data")]
     assert "nbtools prepare" in rep.findings[0].fix and str(d / "train.parquet") in rep.findings[0].message
-    assert _run(vp.data_job(cfg), tmp_path).returncode == 0  # the next run starts clean and completes
+    assert _run(jobs.data_job(cfg), tmp_path).returncode == 0  # the next run starts clean and completes
     rep = LintReport()
     vp.check_data(cfg, rep, exists=exists)
     assert rep.findings == [] and rep.checked == ["verl-data"]
@@ -127,7 +128,7 @@ def test_weights_job_stages_into_the_shared_cache(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     (tmp_path / "site" / "huggingface_hub").mkdir(parents=True)
     (tmp_path / "site" / "huggingface_hub" / "__init__.py").write_text(HUB_DOUBLE)
-    spec = vp.weights_job(cfg)
+    spec = jobs.weights_job(cfg)
     assert spec.runtime_env["env_vars"]["HF_HOME"] == "/data/huggingface_cache" and spec.metadata["nbtools.role"] == "stage-weights"
     r = _run(spec, tmp_path, HUB_CALLS=str(tmp_path / "calls"), HF_HOME=str(tmp_path / "hf"))
     assert r.returncode == 0, r.stderr
@@ -135,7 +136,7 @@ def test_weights_job_stages_into_the_shared_cache(cfg, tmp_path, monkeypatch):
     assert call == {"repo_id": "Qwen/Qwen2.5-32B-Instruct", "HF_HOME": str(tmp_path / "hf")}
     assert "nbtools prepare: weights in" in r.stdout
     local = config.load(EXPERIMENT, overrides={"model.name": "/data/models/qwen"})
-    assert vp.weights_job(local) is None and [s.metadata["nbtools.role"] for s in vp.prepare_jobs(local)] == ["prepare"]
+    assert jobs.weights_job(local) is None and [s.metadata["nbtools.role"] for s in jobs.prepare_jobs(local)] == ["prepare"]
 
 
 def test_cli_dry_run(capfd):

@@ -347,12 +347,6 @@ _CITATIONS = {
              "in Open Language Models},\n  author  = {Shao, Zhihong and Wang, Peiyi and Zhu, Qihao and Xu, Runxin and "
              "Song, Junxiao and Bi, Xiao and Zhang, Haowei and Zhang, Mingchuan and Li, Y. K. and Wu, Y. and Guo, Daya},"
              "\n  journal = {arXiv preprint arXiv:2402.03300},\n  year    = {2024}\n}"),
-    "verl": ("verl", "@article{sheng2024hybridflow,\n  title   = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
-             "  author  = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and Zhang, "
-             "Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n  journal = {arXiv preprint arXiv:2409.19256},\n"
-             "  year    = {2024}\n}"),
-    "NeMo-RL": ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
-                "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}"),
 }
 
 
@@ -367,10 +361,12 @@ def _technical(facts: Facts, versions: Mapping[str, str]) -> str:
 
 
 def _citation(facts: Facts) -> str:
-    keys = ["grpo"] + [k for k in ("NeMo-RL", "verl") if k == facts.setup.trainer]
+    from nbtools import trainers
+
+    cites = [_CITATIONS["grpo"]] + ([trainers.CITATIONS[facts.setup.trainer]]
+                                    if facts.setup.trainer in trainers.CITATIONS else [])
     out = ["## Citation", "", "**BibTeX:**", ""]
-    for k in keys:
-        what, bib = _CITATIONS[k]
+    for what, bib in cites:
         out += [f"{what}:", "", "```bibtex", bib, "```", ""]
     return "\n".join(out)
 

@@ -21,11 +21,12 @@ def add_prepare(add) -> None:
 
 
 def cmd_prepare(a) -> Out:
-    from nbtools.trainers import verl_prepare
+    from nbtools.launch import verl_prepare
+    from nbtools.trainers.verl_prepare import data_present
 
     cfg = load_cfg(a)
     specs = verl_prepare.prepare_jobs(cfg)
-    present = verl_prepare.data_present(cfg)
+    present = data_present(cfg)
     jobs = [{"submission_id": s.submission_id, "role": s.metadata.get("nbtools.role"), "command": s.command}
             for s in specs]
     lines = [f"{j['role']}: {j['submission_id']}\n    {j['command']}" for j in jobs]

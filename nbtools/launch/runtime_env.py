@@ -24,6 +24,7 @@ import zipfile
 from nbtools import backends, trainers
 from nbtools.config import SECRET_ENV_VARS, Experiment, Secret, redact, token_kind
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
+from nbtools.trainers.verl_prepare import hf_home
 
 __all__ = [
     "SECRETS_FILE",
@@ -70,13 +71,6 @@ def gib_nccl_env(tuner_config: str) -> dict[str, str]:
         'gIB'
     """
     return {**_GIB_NCCL, "NCCL_TUNER_CONFIG_PATH": tuner_config}
-
-
-def hf_home(cfg: Experiment) -> str | None:
-    """HF_HOME on the shared mount (models download once per cluster), or None without shared storage."""
-    if cfg.storage.kind == "none":
-        return None
-    return f"{cfg.storage.mount_path.rstrip('/')}/huggingface_cache"
 
 
 def env_vars(cfg: Experiment) -> dict[str, str]:

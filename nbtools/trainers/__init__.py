@@ -27,7 +27,7 @@ from nbtools.trainers._tree import config_tree, known_configs
 from nbtools.trainers.releases import NEMO_RL, VERL
 
 __all__ = [
-    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "get",
+    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
 ]
 
@@ -81,6 +81,15 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
 METRIC_PREFIXES: dict[str, tuple[str, ...]] = {
     "nemo_rl": ("train", "validation", "timing", "performance"),
     "verl": ("critic", "actor", "timing_s", "response_length", "perf"),
+}
+# how a model card cites each trainer (by its label): (name, BibTeX)
+CITATIONS: dict[str, tuple[str, str]] = {
+    "verl": ("verl", "@article{sheng2024hybridflow,\n  title   = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
+             "  author  = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and Zhang, "
+             "Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n  journal = {arXiv preprint arXiv:2409.19256},\n"
+             "  year    = {2024}\n}"),
+    "NeMo-RL": ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
+                "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}"),
 }
 CONSOLE_LOG_FAMILY = "verl"  # the family whose runs print their scalars as console lines (metrics.read_verl_log)
 

@@ -22,21 +22,20 @@ Example:
 from __future__ import annotations
 
 import posixpath
-import shlex
 from collections.abc import Callable
 
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 
-__all__ = ["data_files", "data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs", "check_data",
-           "data_present", "weights_dir", "check_weights", "PARTIAL"]
+__all__ = ["data_files", "targets", "check_data", "data_present", "weights_dir", "check_weights", "hf_home", "is_hub_id",
+           "require_verl", "PARTIAL"]
 
 PARTIAL = ".nbtools-prepare.partial"
 
 
 def data_files(cfg: Experiment) -> list[str]:
     """The parquet files the training command names (``data.train_files``, ``data.val_files``; overrides win)."""
-    from nbtools.launch import verl
+    from nbtools.trainers import verl
 
     eff = verl.effective(cfg)
     out = []
@@ -46,7 +45,7 @@ def data_files(cfg: Experiment) -> list[str]:
     return out
 
 
-def _targets(cfg: Experiment) -> tuple[str, str, str]:
+def targets(cfg: Experiment) -> tuple[str, str, str]:
     """(dir, train file, test file) the preparation writes: those the command names, in one directory."""
     files = data_files(cfg)
     dirs = {posixpath.dirname(f) for f in files}
@@ -60,82 +59,8 @@ def _targets(cfg: Experiment) -> tuple[str, str, str]:
     return d, posixpath.join(d, "train.parquet"), posixpath.join(d, "test.parquet")
 
 
-def _spec(cfg: Experiment, command: str, sid: str, role: str, *, extra_env: dict | None = None):
-    from nbtools.launch import LaunchSpec, _metadata, runtime_env
-
-    secrets = runtime_env.secret_values(cfg)
-    entry = (runtime_env.secrets_prelude() if secrets else "") + command
-    env = {"env_vars": {**runtime_env.env_vars(cfg), **(extra_env or {})}}
-    return LaunchSpec(entry, sid, env, _metadata(cfg, role=role), cfg.backend, cfg.dashboard_url, command,
-                      secret_names=tuple(sorted(secrets)))
-
-
-def data_job(cfg: Experiment):
-    """The dataset -> parquet job (a ``LaunchSpec``): verl's script into a partial dir, then moved into place."""
-    from nbtools.launch import verl
-
-    verl.prepare_command(cfg)  # raises for a dataset without a known script
-    d, train, test = _targets(cfg)
-    python = cfg.trainer.python or "python3"
-    script = verl.PREPROCESS[cfg.data.dataset.lower()]
-    tmp = posixpath.join(d, PARTIAL)
-    q = shlex.quote
-    command = "; ".join([
-        "set -e",
-        f"if [ -s {q(train)} ] && [ -s {q(test)} ]; then echo 'nbtools prepare: {train} and {test} already exist; "
-        "nothing to do'; exit 0; fi",
-        f"rm -rf {q(tmp)}", f"mkdir -p {q(tmp)}",
-        f"cd {q(verl.code_dir(cfg))}",
-        f"{q(python)} {script} --local_save_dir {q(tmp)}",
-        f"test -s {q(tmp + '/train.parquet')}", f"test -s {q(tmp + '/test.parquet')}",
-        f"mv -f {q(tmp + '/test.parquet')} {q(test)}", f"mv -f {q(tmp + '/train.parquet')} {q(train)}",
-        f"rm -rf {q(tmp)}",
-        f"echo 'nbtools prepare: wrote {train} and {test}'",
-    ])
-    sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
-    return _spec(cfg, command, sid, "prepare")
-
-
-def _is_hub_id(name: str) -> bool:
+def is_hub_id(name: str) -> bool:
     return not name.startswith(("/", ".", "~", "gs://")) and name.count("/") == 1
-
-
-def weights_job(cfg: Experiment):
-    """The weights-staging job (a ``LaunchSpec``), or None when ``model.name`` is a path (nothing to download).
-
-    Raises:
-        ConfigError: the experiment has no shared storage, so there is no cache every node reads.
-    """
-    from nbtools.launch import runtime_env
-
-    name = cfg.model.name
-    if not _is_hub_id(name):
-        return None
-    home = runtime_env.hf_home(cfg)
-    if home is None:
-        raise ConfigError("storage.kind: none gives the nodes no shared HF cache to stage weights into; fix: use "
-                          "storage.kind: gcsfuse (or nfs), or let each node download the model itself")
-    python = cfg.trainer.python or "python3"
-    code = (f"from huggingface_hub import snapshot_download; "
-            f"print('nbtools prepare: weights in', snapshot_download(repo_id={name!r}))")
-    command = f"{shlex.quote(python)} -c {shlex.quote(code)}"
-    sid = f"{cfg.name}-stage-weights-{cfg.config_hash(8)}"
-    return _spec(cfg, command, sid, "stage-weights", extra_env={"HF_HOME": home})
-
-
-def prepare_jobs(cfg: Experiment) -> list:
-    """Both jobs (data, then weights when there is a hub model to stage), as LaunchSpecs to show or submit."""
-    if (cfg.trainer.kind or "") != "verl":
-        raise ConfigError(f"trainer.kind: {cfg.trainer.kind!r}; the preparation jobs are verl's (GSM8K -> parquet, "
-                          "weights into the shared HF cache); fix: use a verl experiment")
-    return [s for s in (data_job(cfg), weights_job(cfg)) if s is not None]
-
-
-def submit_prepare_jobs(cfg: Experiment) -> list:
-    """Submit (or re-attach to) every preparation job; returns the ``nbtools.jobs.Job`` list."""
-    from nbtools.launch import _send
-
-    return [_send(spec, cfg) for spec in prepare_jobs(cfg)]
 
 
 def data_present(cfg: Experiment, exists: Callable[[str], bool] | None = None) -> dict[str, bool | None]:
@@ -165,7 +90,7 @@ def data_present(cfg: Experiment, exists: Callable[[str], bool] | None = None) -
 
 def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) -> None:
     """Lint rule ``verl-data``: blocking when a parquet file the command names is known to be absent."""
-    from nbtools.launch._findings import Finding
+    from nbtools.trainers._findings import Finding
 
     r.checked.append("verl-data")
     missing = [f for f, ok in data_present(cfg, exists).items() if ok is False]
@@ -182,10 +107,8 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
 def weights_dir(cfg: Experiment) -> str | None:
     """Where the staged model lives in the shared cache (``$HF_HOME/hub/models--ORG--NAME``; huggingface_hub's
     layout), or None for a model given as a path or without shared storage."""
-    from nbtools.launch import runtime_env
-
-    home = runtime_env.hf_home(cfg)
-    if home is None or not _is_hub_id(cfg.model.name):
+    home = hf_home(cfg)
+    if home is None or not is_hub_id(cfg.model.name):
         return None
     return posixpath.join(home, "hub", "models--" + cfg.model.name.replace("/", "--"))
 
@@ -193,7 +116,7 @@ def weights_dir(cfg: Experiment) -> str | None:
 def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) -> None:
     """Lint rule ``verl-weights``: a warning when the model is known not to be in the shared HF cache."""
     from nbtools import storage
-    from nbtools.launch._findings import Finding
+    from nbtools.trainers._findings import Finding
 
     r.checked.append("verl-weights")
     d = weights_dir(cfg)
@@ -216,3 +139,17 @@ def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = Non
             "cache at the same time",
             "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
         ))
+
+
+def hf_home(cfg: Experiment) -> str | None:
+    """HF_HOME on the shared mount (models download once per cluster), or None without shared storage."""
+    if cfg.storage.kind == "none":
+        return None
+    return f"{cfg.storage.mount_path.rstrip('/')}/huggingface_cache"
+
+
+def require_verl(cfg: Experiment) -> None:
+    """The preparation jobs are verl's; any other trainer gets the error naming the fix."""
+    if (cfg.trainer.kind or "") != "verl":
+        raise ConfigError(f"trainer.kind: {cfg.trainer.kind!r}; the preparation jobs are verl's (GSM8K -> parquet, "
+                          "weights into the shared HF cache); fix: use a verl experiment")
