@@ -333,7 +333,8 @@ def test_non_colocated_gpu_suggestion_counts_the_vllm_nodes_and_never_repeats_a_
     """Issue #27: tutorial 001's Gemma-3-27B run (2 nodes, one of them vLLM's) was told to set worker_replicas=2."""
     from nbtools.launch import recipes
 
-    cfg = recipes.get("tutorial-001-gemma3-27b-it")
+    base = recipes.get("tutorial-001-gemma3-27b-it")  # the recipe now has 3 nodes (2 training + 1 vLLM)
+    cfg = recipes.get("tutorial-001-gemma3-27b-it", cluster={**dataclasses.asdict(base.cluster), "worker_replicas": 2})
     assert cfg.cluster.worker_replicas == 2
     r = fit.check(cfg)
     assert r.inputs.gpus == 8 and not r.inputs.colocated and r.inputs.generation_nodes == 1

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 import nbtools
-from nbtools.config import NEMO_RL_VERSIONS
 from nbtools.rewards import nemo_rl_env
 from nbtools.rewards._ship import ENV_NAME_KEY
 from nbtools.trainers import nemo_rl
+from nbtools.trainers.releases import NEMO_RL
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -96,7 +96,7 @@ def test_the_stand_ins_ignore_or_reject_what_the_release_would():
 @pytest.mark.parametrize("version", sorted(nemo_rl_releases.RELEASES))
 def test_nbtools_tables_agree_with_the_release_facts(version):
     row = nemo_rl_releases.facts(version)
-    assert NEMO_RL_VERSIONS[version]["entrypoint"] in row["scripts"]
+    assert NEMO_RL[version].entrypoint in row["scripts"]
     assert all(len(f["source"]) == 2 and f["source"][0] == version for f in row["scripts"].values())
     # the script nbtools launches a reward mix through reads the key nbtools sets
     cfg = nbtools.config.Experiment(name="x").replace(**{"images.nemo_rl_version": version,

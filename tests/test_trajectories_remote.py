@@ -179,4 +179,5 @@ def test_checkpoints_are_listed_and_ranked_in_a_bucket_without_reading_weights(g
     df = checkpoints.list_checkpoints(url)
     assert list(df.step) == [10, 20, 30] and set(df.layout) == {"v2_safetensors"} and df.problem.isna().all()
     assert checkpoints.best(url, "val:accuracy") == f"{url}/step_20" and checkpoints.latest(url) == f"{url}/step_30"
-    assert fetched and all(u.endswith("training_info.json") for u in fetched)  # never a weight file
+    # never a weight file: each step's training_info.json, and NeMo-RL main's status file at the root (absent here)
+    assert fetched and all(u.endswith(("training_info.json", "latest_checkpoint_status.json")) for u in fetched)
