@@ -1,14 +1,24 @@
-"""What the DCP and verl merges share: sizes, the progress bar, syncing and reading back what was written."""
+"""What the DCP and verl merges share: the pipeline from a checkpoint's tensors to an installed HF directory (check
+against the config, plan, stream, sidecars, read back, hash, manifest, atomic install), sizes and the progress bar."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import shutil
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
-from nbtools.checkpoints._sources import read_safetensors_header
+from nbtools.checkpoints._outdir import clean_stale, install, temp_dir
+from nbtools.checkpoints._result import MergeResult
+from nbtools.checkpoints._sources import SourceTensor, read_safetensors_header
+from nbtools.checkpoints._verify import MANIFEST, SUMS, check_against_config, expected_tensors, file_digest
+from nbtools.checkpoints._writer import plan_files, write_files
 from nbtools.errors import CheckpointError
 
-__all__ = ["parse_size"]
+__all__ = ["parse_size", "write_merged"]
 
 
 def _size(n: int) -> str:
@@ -61,3 +71,72 @@ def _check_written(tmp: Path, files) -> None:
         want = {t.name: list(t.shape) for t in f.tensors}
         if {k: v["shape"] for k, v in header.items()} != want or (tmp / f.name).stat().st_size != start + f.data_bytes:
             raise CheckpointError(f"{f.name} did not read back as written", fix="check the disk, then merge again")
+
+
+def write_merged(sources: dict[str, SourceTensor], cfg, gen, *, step: Path, out: Path, layout: str, fingerprint: str,
+                 extra_files: Iterable[Path], notes: list[str], overwrite: bool, progress: bool, max_shard_size,
+                 workers: int, band_mb: int, checksum: str, durable: bool, t0: float,
+                 missing_hint: str) -> MergeResult:
+    """Check ``sources`` against the model config, write them as balanced safetensors files with the index, config,
+    generation config and ``extra_files`` (tokenizer) into a hidden sibling of ``out``, read back, hash, and rename
+    into place only when every check passed; nothing is left behind on any failure."""
+    expected, tied = expected_tensors(cfg)  # the model on the meta device, built once (~0.5 s)
+    for target, src in tied.items():
+        if target in sources and src in sources:
+            del sources[target]
+            notes.append(f"dropped {target}: tied to {src} (tie_word_embeddings); transformers re-ties it on load")
+    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg, expected=expected)
+    if problems:
+        raise CheckpointError(f"{step} does not match its model config ({notes[0].removeprefix('config from ')}):\n    "
+                              + "\n    ".join(problems),
+                              fix="pass config= with the config of the model that was trained; if shapes are short, "
+                                  f"{missing_hint}")
+    floats = {t.dtype for t in sources.values() if t.dtype.is_floating_point}
+    if len(floats) == 1:
+        cfg.dtype = str(next(iter(floats))).removeprefix("torch.")
+    tensors = list(sources.values())
+    total = sum(t.nbytes for t in tensors)
+    files = plan_files(tensors, parse_size(max_shard_size), workers)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale(out)
+    tmp = temp_dir(out)
+    tmp.mkdir()  # mode 0777 & ~umask, like every file in it
+    try:
+        with _tqdm(total, f"merge {step.name}", progress) as bar:
+            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update,
+                        algorithm=checksum, durable=durable)
+        weight_map = {t.name: f.name for f in files for t in f.tensors}
+        index = {"metadata": {"total_size": sum(f.data_bytes for f in files)}, "weight_map": weight_map}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        cfg.save_pretrained(str(tmp))
+        if gen is not None:
+            gen.save_pretrained(str(tmp))
+        for p in extra_files:
+            if p.is_file() and not (tmp / p.name).exists():
+                shutil.copyfile(p, tmp / p.name)
+        _check_written(tmp, files)
+        checksums = {f.name: f.digest for f in files}
+        checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
+        manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": fingerprint, "layout": layout,
+                    "tensors": len(tensors), "durable": durable, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if checksum == "sha256":
+            (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
+        if durable:
+            _fsync_small_files(tmp, {f.name for f in files})
+        install(tmp, out, overwrite, durable=durable)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            free = shutil.disk_usage(out.parent).free
+            raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
+                                  f"{_size(total)}, {_size(free)} free); nothing was left behind",
+                                  fix="free disk space or pass an out_dir on a disk with room") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    notes.append(f"{len(files)} safetensors file(s), {checksum} in {MANIFEST}" + (f" and {SUMS}" if checksum == "sha256" else ""))
+    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, layout, True, checksums, step, notes=notes,
+                       algorithm=checksum)

@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 import copy
-import errno
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from nbtools.checkpoints._files import _check_written, _fsync_small_files, _size, _tqdm, parse_size
+from nbtools.checkpoints._files import parse_size, write_merged
 from nbtools.checkpoints._listing import detect_layout, weights_dir
-from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
+from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._remote import megatron_convert_entrypoint
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._sources import read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
     MANIFEST,
-    SUMS,
-    check_against_config,
-    expected_tensors,
-    file_digest,
     verify,
 )
-from nbtools.checkpoints._writer import plan_files, write_files
 from nbtools.errors import CheckpointError, ConflictError
 
 __all__ = ["merge", "parse_size"]
@@ -178,68 +171,9 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
     sources = read_sources(step, layout)
     cfg, gen, cfg_src = _resolve_config(step, config)
     notes = [f"config from {cfg_src}"]
-    expected, tied = expected_tensors(cfg)  # the model on the meta device, built once (~0.5 s)
-    for target, src in tied.items():
-        if target in sources and src in sources:
-            del sources[target]
-            notes.append(f"dropped {target}: tied to {src} (tie_word_embeddings); transformers re-ties it on load")
-    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg, expected=expected)
-    if problems:
-        raise CheckpointError(f"{step} does not match its model config ({cfg_src}):\n    " + "\n    ".join(problems),
-                              fix="pass config= with the config of the model that was trained; if shapes are short, "
-                                  "a shard file is missing: re-copy the step_N directory")
-    floats = {t.dtype for t in sources.values() if t.dtype.is_floating_point}
-    if len(floats) == 1:
-        cfg.dtype = str(next(iter(floats))).removeprefix("torch.")
-    tensors = list(sources.values())
-    total = sum(t.nbytes for t in tensors)
-    files = plan_files(tensors, parse_size(max_shard_size), workers)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out)
-    tmp = temp_dir(out)
-    tmp.mkdir()  # mode 0777 & ~umask, like every file in it
-    try:
-        with _tqdm(total, f"merge {step.name}", progress) as bar:
-            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update,
-                        algorithm=checksum, durable=durable)
-        _write_sidecars(tmp, step, files, cfg, gen)
-        _check_written(tmp, files)
-        checksums = {f.name: f.digest for f in files}
-        checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
-        manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": _fingerprint(step), "layout": layout,
-                    "tensors": len(tensors), "durable": durable, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if checksum == "sha256":
-            (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
-        if durable:
-            _fsync_small_files(tmp, {f.name for f in files})
-        install(tmp, out, overwrite, durable=durable)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            free = shutil.disk_usage(out.parent).free
-            raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
-                                  f"{_size(total)}, {_size(free)} free); nothing was left behind",
-                                  fix="free disk space or pass an out_dir on a disk with room") from None
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    notes.append(f"{len(files)} safetensors file(s), {checksum} in {MANIFEST}" + (f" and {SUMS}" if checksum == "sha256" else ""))
-    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, layout, True, checksums, step, notes=notes,
-                       algorithm=checksum)
-
-
-def _write_sidecars(tmp: Path, step: Path, files, cfg, gen) -> None:
-    weight_map = {t.name: f.name for f in files for t in f.tensors}
-    index = {"metadata": {"total_size": sum(f.data_bytes for f in files)}, "weight_map": weight_map}
-    (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    cfg.save_pretrained(str(tmp))
-    if gen is not None:
-        gen.save_pretrained(str(tmp))
     tok = step / "policy" / "tokenizer"
-    if tok.is_dir():
-        for p in tok.iterdir():
-            if p.is_file() and not (tmp / p.name).exists():
-                shutil.copyfile(p, tmp / p.name)
+    return write_merged(sources, cfg, gen, step=step, out=out, layout=layout, fingerprint=_fingerprint(step),
+                        extra_files=sorted(tok.iterdir()) if tok.is_dir() else [], notes=notes, overwrite=overwrite,
+                        progress=progress, max_shard_size=max_shard_size, workers=workers, band_mb=band_mb,
+                        checksum=checksum, durable=durable, t0=t0,
+                        missing_hint="a shard file is missing: re-copy the step_N directory")

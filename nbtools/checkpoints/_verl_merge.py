@@ -16,29 +16,22 @@ Example:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
-from nbtools.checkpoints._files import _check_written, _fsync_small_files, _tqdm, parse_size
-from nbtools.checkpoints._outdir import check_not_overlapping, clean_stale, install, temp_dir
+from nbtools.checkpoints._files import write_merged
+from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
     MANIFEST,
-    SUMS,
-    check_against_config,
     default_checksum,
-    expected_tensors,
-    file_digest,
     verify,
 )
 from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, read_verl_sources, verl_actor_dir
-from nbtools.checkpoints._writer import plan_files, write_files
 from nbtools.errors import CheckpointError, ConflictError
 
 __all__ = ["merge_verl"]
@@ -135,64 +128,9 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
     sources = read_verl_sources(actor)
     cfg, gen, cfg_src = _config(actor, config)
     notes = [f"config from {cfg_src}", "dtype kept as saved (verl's model_merger casts to bfloat16)"]
-    expected, tied = expected_tensors(cfg)
-    for target, src in tied.items():
-        if target in sources and src in sources:
-            del sources[target]
-            notes.append(f"dropped {target}: tied to {src} (tie_word_embeddings); transformers re-ties it on load")
-    problems = check_against_config({k: (v.shape, v.dtype) for k, v in sources.items()}, cfg, expected=expected)
-    if problems:
-        raise CheckpointError(f"{step} does not match its model config ({cfg_src}):\n    " + "\n    ".join(problems),
-                              fix="pass config= with the config of the model that was trained; if shapes are short, "
-                                  "a rank file is missing: re-copy the global_step_N directory")
-    floats = {t.dtype for t in sources.values() if t.dtype.is_floating_point}
-    if len(floats) == 1:
-        cfg.dtype = str(next(iter(floats))).removeprefix("torch.")
-    tensors = list(sources.values())
-    total = sum(t.nbytes for t in tensors)
-    files = plan_files(tensors, parse_size(max_shard_size), workers)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale(out)
-    tmp = temp_dir(out)
-    tmp.mkdir()
-    try:
-        with _tqdm(total, f"merge {step.name}", progress) as bar:
-            write_files(tmp, files, band_bytes=band_mb << 20, workers=workers, progress=bar.update,
-                        algorithm=checksum, durable=durable)
-        weight_map = {t.name: f.name for f in files for t in f.tensors}
-        index = {"metadata": {"total_size": sum(f.data_bytes for f in files)}, "weight_map": weight_map}
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        cfg.save_pretrained(str(tmp))
-        if gen is not None:
-            gen.save_pretrained(str(tmp))
-        for p in sorted((actor / "huggingface").glob("*")):  # tokenizer / processor files verl saved beside config
-            if p.is_file() and not (tmp / p.name).exists() and not p.name.endswith((".safetensors", ".bin")) \
-                    and p.name != "model.safetensors.index.json":
-                shutil.copyfile(p, tmp / p.name)
-        _check_written(tmp, files)
-        checksums = {f.name: f.digest for f in files}
-        checksums.update({p.name: file_digest(p, checksum) for p in sorted(tmp.iterdir()) if p.name not in checksums})
-        manifest = {"algorithm": checksum, "source": str(step), "source_fingerprint": _fingerprint(actor),
-                    "layout": VERL_LAYOUT, "tensors": len(tensors), "durable": durable,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "files": {k: {checksum: v, "bytes": (tmp / k).stat().st_size} for k, v in sorted(checksums.items())}}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        if checksum == "sha256":
-            (tmp / SUMS).write_text("".join(f"{v}  {k}\n" for k, v in sorted(checksums.items())))
-        if durable:
-            _fsync_small_files(tmp, {f.name for f in files})
-        install(tmp, out, overwrite, durable=durable)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            free = shutil.disk_usage(out.parent).free
-            raise CheckpointError(f"no space writing the merged model under {out.parent} ({e.strerror}; needs "
-                                  f"{total / 1e9:.2f} GB, {free / 1e9:.2f} GB free); nothing was left behind",
-                                  fix="free disk space or pass an out_dir on a disk with room") from None
-        raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    notes.append(f"{len(files)} safetensors file(s), {checksum} in {MANIFEST}")
-    return MergeResult(out, len(tensors), total, time.perf_counter() - t0, VERL_LAYOUT, True, checksums, step,
-                       notes=notes, algorithm=checksum)
+    extra = [p for p in sorted((actor / "huggingface").glob("*"))  # tokenizer / processor files verl saved
+             if not p.name.endswith((".safetensors", ".bin")) and p.name != "model.safetensors.index.json"]
+    return write_merged(sources, cfg, gen, step=step, out=out, layout=VERL_LAYOUT, fingerprint=_fingerprint(actor),
+                        extra_files=extra, notes=notes, overwrite=overwrite, progress=progress,
+                        max_shard_size=max_shard_size, workers=workers, band_mb=band_mb, checksum=checksum,
+                        durable=durable, t0=t0, missing_hint="a rank file is missing: re-copy the global_step_N directory")
