@@ -83,6 +83,11 @@ class Url(str):
 
     __slots__ = ()
 
+    @property
+    def name(self) -> str:
+        """The last component, as ``Path.name`` gives it (``step_30`` of ``gs://bucket/checkpoints/step_30``)."""
+        return self.rstrip("/").rsplit("/", 1)[-1]
+
     def __repr__(self) -> str:
         return shown(str.__repr__(self))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools import storage
+from nbtools import _paths, storage
 from nbtools._layout import STEP_RE, step_dirs, weights_dir
 from nbtools.checkpoints import _verl
 from nbtools.errors import CheckpointError, NotFoundError
@@ -41,7 +41,8 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
             raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
                                 fix="check checkpointing.checkpoint_dir (cfg.checkpoints_url), or wait until the run "
                                 "saved its first checkpoint")
-        return sorted((int(m.group(1)), e.url) for e in storage.ls(url) if e.is_dir and (m := STEP_RE.match(e.name)))
+        return sorted((int(m.group(1)), _paths.Url(e.url)) for e in storage.ls(url)
+                      if e.is_dir and (m := STEP_RE.match(e.name)))
     d = Path(checkpoint_dir).expanduser()
     if not d.is_dir():
         raise NotFoundError(

@@ -286,17 +286,24 @@ def postmortem(text: str, cfg: Any) -> OomPostmortem | None:
     Returns None when ``text`` holds no CUDA out-of-memory line. Without ``cfg`` (a log alone) the message's sizes
     are all there is: the result names no term (pass the experiment to get one).
     """
-    if cfg is None:
-        msg = parse_oom(text)
-        if msg is None:
-            return None
-        return OomPostmortem(msg, "unknown", "unknown", 0.0, "", None, None,
-                             ["no experiment given: pass --experiment EXPERIMENT.yaml (and the run's KEY=VALUE "
-                              "overrides) to name the phase, the term and the change that fits"])
+    from nbtools import trainers
+    from nbtools.errors import NbtoolsError
     from nbtools.fit._experiment import inputs_from_experiment
     from nbtools.fit._gpus import GPUS
 
-    inputs, notes = inputs_from_experiment(cfg)
+    def sizes_only(note: str) -> OomPostmortem | None:
+        msg = parse_oom(text)
+        return None if msg is None else OomPostmortem(msg, "unknown", "unknown", 0.0, "", None, None, [note])
+
+    if cfg is None:
+        return sizes_only("no experiment given: pass --experiment EXPERIMENT.yaml (and the run's KEY=VALUE "
+                          "overrides) to name the phase, the term and the change that fits")
+    if trainers.get(cfg).miniature:
+        return sizes_only("the CPU rehearsal runs on no GPU, so there is no GPU memory estimate to compare with")
+    try:
+        inputs, notes = inputs_from_experiment(cfg)
+    except NbtoolsError as e:  # e.g. the model's config.json cannot be read from here: the diagnosis still stands
+        return sizes_only(f"no memory estimate for this experiment ({e})")
     msg = parse_oom(text)
     if msg is not None and msg.capacity_gib and abs(msg.capacity_gib - inputs.gpu.gib) > 0.03 * inputs.gpu.gib:
         # the message knows the card the job really ran on (torch reports a little under the spec's figure)
