@@ -443,3 +443,48 @@ def test_overlapping_chunks_at_other_offsets_are_refused():
     st.chunks = [Chunk((0, 0), (4, 4), Path("a"), 0, 32), Chunk((2, 0), (4, 4), Path("b"), 0, 32)]
     with pytest.raises(CheckpointError, match=r"w: the chunks at \[0, 0\] \(a\) and \[2, 0\] \(b\) overlap"):
         _check_coverage(st)
+
+
+# -- #31 H1 and H2 on a checkpoint the rehearsal itself wrote ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rehearsal_step(tmp_path_factory) -> Path:
+    """``step_1`` of a real rehearsal run (the CPU GRPO notebook 03 launches), saved by its own two ranks."""
+    import subprocess
+
+    runs = tmp_path_factory.mktemp("rehearsal")
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "nbtools.rehearsal", "--config", str(root / "experiments" / "local.yaml"),
+                    "--runs-dir", str(runs), "grpo.max_num_steps=1", "checkpointing.save_period=1"],
+                   check=True, capture_output=True, timeout=600)
+    return runs / "local-rehearsal" / "checkpoints" / "step_1"
+
+
+@pytest.mark.slow
+def test_h1_and_h2_on_a_checkpoint_the_rehearsal_wrote(rehearsal_step, tmp_path):
+    import shutil
+
+    step = tmp_path / "ckpt" / "step_1"
+    shutil.copytree(rehearsal_step, step)
+    true = _tensors(ck.merge(step, tmp_path / "true", progress=False).out)
+    # H1: the weights live elsewhere behind a link; an overwrite into them is refused and loses nothing
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.move(step / "policy" / "weights", elsewhere / "weights")
+    (step / "policy" / "weights").symlink_to(elsewhere / "weights", target_is_directory=True)
+    before = _tree(elsewhere)
+    with pytest.raises(ConflictError, match=r"reads through the link"):
+        ck.merge(step, elsewhere / "weights", overwrite=True, progress=False)
+    assert _tree(elsewhere) == before
+    # H2: a stale third shard (another shard's header, zeroed data) is refused, never merged as verified
+    model = elsewhere / "weights" / "model"
+    stale = model / "shard-00003-model-00001-of-00001.safetensors"
+    _zeroed_copy(model / "shard-00001-model-00001-of-00001.safetensors", stale)
+    with pytest.raises(CheckpointError, match=r"saved twice with different contents"):
+        ck.merge(step, tmp_path / "hf", progress=False)
+    assert not (tmp_path / "hf").exists()
+    stale.unlink()
+    r = ck.merge(step, tmp_path / "hf", progress=False)
+    merged = _tensors(r.out)
+    assert r.verified and merged.keys() == true.keys() and all(torch.equal(true[k], v) for k, v in merged.items())
