@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
     from nbtools.config import Experiment, Secret
-    from nbtools.gke import Plan
+    from nbtools.gke._plan import Plan
     from nbtools.storage import RunStorage
 
 __all__ = ["Backend"]

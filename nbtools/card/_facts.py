@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+import nbtools.card._io as _io
 from nbtools import storage
-from nbtools.card import _io
 
 __all__ = ["Setup", "Training", "Merged", "Facts", "gather", "merged_from", "fingerprint", "KNOWN_LICENSES", "HUB_DATASETS", "hub_dataset"]
 

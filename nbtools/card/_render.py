@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import nbtools.card._io as _io
 from nbtools._escape import is_hub_id, md, md_code
-from nbtools.card import _io
 from nbtools.card._facts import Facts, hub_dataset
 from nbtools.errors import ConfigError, NotFoundError
 

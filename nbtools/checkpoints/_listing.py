@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+import nbtools.checkpoints._verl as _verl
 from nbtools import _paths, storage
 from nbtools._layout import STEP_RE, step_dirs, weights_dir
-from nbtools.checkpoints import _verl
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nbtools import _paths
+import nbtools._paths as _paths
 from nbtools._escape import html as _h
 from nbtools.config._contrib import CONTRIBUTIONS
 from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.config

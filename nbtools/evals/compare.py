@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import nbtools.evals.stats as stats
 from nbtools._escape import html as _h
 from nbtools.errors import ConfigError
-from nbtools.evals import stats
 from nbtools.evals.parse import ScoreBlock
 from nbtools.evals.result import EvalResult
 
