@@ -14,11 +14,18 @@ from pathlib import Path
 from nbtools.checkpoints._outdir import clean_stale, install, temp_dir
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._sources import SourceTensor, read_safetensors_header
-from nbtools.checkpoints._verify import MANIFEST, SUMS, check_against_config, expected_tensors, file_digest
+from nbtools.checkpoints._verify import (
+    MANIFEST,
+    SUMS,
+    check_against_config,
+    expected_tensors,
+    file_digest,
+    verify,
+)
 from nbtools.checkpoints._writer import plan_files, write_files
-from nbtools.errors import CheckpointError
+from nbtools.errors import CheckpointError, ConflictError
 
-__all__ = ["parse_size", "write_merged"]
+__all__ = ["parse_size", "reuse_existing", "write_merged"]
 
 
 def _size(n: int) -> str:
@@ -71,6 +78,31 @@ def _check_written(tmp: Path, files) -> None:
         want = {t.name: list(t.shape) for t in f.tensors}
         if {k: v["shape"] for k, v in header.items()} != want or (tmp / f.name).stat().st_size != start + f.data_bytes:
             raise CheckpointError(f"{f.name} did not read back as written", fix="check the disk, then merge again")
+
+
+def reuse_existing(out: Path, step: Path, fingerprint: str, overwrite: bool, t0: float) -> MergeResult | None:
+    """The verified merge of ``step`` already at ``out`` (None when there is none or ``overwrite``); anything else
+    there is a conflict, never replaced silently."""
+    if not out.exists() or overwrite:
+        return None
+    m = out / MANIFEST
+    try:
+        manifest = json.loads(m.read_bytes()) if m.is_file() else {}
+        manifest = manifest if isinstance(manifest, dict) else {}
+    except (OSError, ValueError):
+        manifest = {}  # damaged (e.g. a crash before it reached the disk): not a merge we can reuse
+    if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == fingerprint:
+        # sizes suffice for a durable merge; one written with durable=False may have met a crash: read it all
+        report = verify(out, checksums=manifest.get("durable") is False)
+        if report.ok:
+            files, alg = manifest["files"], manifest.get("algorithm", "sha256")
+            return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()), time.perf_counter() - t0,
+                               manifest["layout"], True, {k: v[alg] for k, v in files.items()}, step, reused=True,
+                               notes=["output already merged from this checkpoint and verified; pass overwrite=True to redo"],
+                               algorithm=alg)
+    what = f"a merge of {manifest.get('source')}" if manifest else "something else"
+    raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
+                        fix="pass overwrite=True to replace it, or choose another out_dir")
 
 
 def write_merged(sources: dict[str, SourceTensor], cfg, gen, *, step: Path, out: Path, layout: str, fingerprint: str,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from nbtools.checkpoints._files import parse_size, write_merged
+from nbtools.checkpoints._files import parse_size, reuse_existing, write_merged
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._remote import megatron_convert_entrypoint
@@ -18,10 +18,8 @@ from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._sources import read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
-    MANIFEST,
-    verify,
 )
-from nbtools.errors import CheckpointError, ConflictError
+from nbtools.errors import CheckpointError
 
 __all__ = ["merge", "parse_size"]
 
@@ -76,29 +74,6 @@ def _resolve_config(step: Path, config):
         except Exception:  # noqa: BLE001 - optional file
             gen = None
     return cfg, gen, src
-
-
-def _existing(out: Path, step: Path, overwrite: bool, t0: float) -> MergeResult | None:
-    if not out.exists() or overwrite:
-        return None
-    m = out / MANIFEST
-    try:
-        manifest = json.loads(m.read_bytes()) if m.is_file() else {}
-        manifest = manifest if isinstance(manifest, dict) else {}
-    except (OSError, ValueError):
-        manifest = {}  # damaged (e.g. a crash before it reached the disk): not a merge we can reuse
-    if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == _fingerprint(step):
-        # sizes suffice for a durable merge; one written with durable=False may have met a crash: read it all
-        report = verify(out, checksums=manifest.get("durable") is False)
-        if report.ok:
-            files, alg = manifest["files"], manifest.get("algorithm", "sha256")
-            return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()), time.perf_counter() - t0,
-                               manifest["layout"], True, {k: v[alg] for k, v in files.items()}, step, reused=True,
-                               notes=["output already merged from this checkpoint and verified; pass overwrite=True to redo"],
-                               algorithm=alg)
-    what = f"a merge of {manifest.get('source')}" if manifest else "something else"
-    raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
-                        fix="pass overwrite=True to replace it, or choose another out_dir")
 
 
 def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
@@ -166,7 +141,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
                                   + megatron_convert_entrypoint(step, out))
     if checksum not in CHECKSUMS:
         raise CheckpointError(f"checksum={checksum!r} is not supported", fix=f"use one of {list(CHECKSUMS)}")
-    if (reused := _existing(out, step, overwrite, t0)) is not None:
+    if (reused := reuse_existing(out, step, _fingerprint(step), overwrite, t0)) is not None:
         return reused
     sources = read_sources(step, layout)
     cfg, gen, cfg_src = _resolve_config(step, config)

@@ -22,17 +22,15 @@ import os
 import time
 from pathlib import Path
 
-from nbtools.checkpoints._files import write_merged
+from nbtools.checkpoints._files import reuse_existing, write_merged
 from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
-    MANIFEST,
     default_checksum,
-    verify,
 )
 from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, read_verl_sources, verl_actor_dir
-from nbtools.errors import CheckpointError, ConflictError
+from nbtools.errors import CheckpointError
 
 __all__ = ["merge_verl"]
 
@@ -76,27 +74,6 @@ def _config(actor: Path, config):
     return cfg, gen, src
 
 
-def _existing(out: Path, step: Path, actor: Path, overwrite: bool, t0: float) -> MergeResult | None:
-    if not out.exists() or overwrite:
-        return None
-    try:
-        manifest = json.loads((out / MANIFEST).read_bytes()) if (out / MANIFEST).is_file() else {}
-        manifest = manifest if isinstance(manifest, dict) else {}
-    except (OSError, ValueError):
-        manifest = {}
-    if manifest.get("source") == str(step) and manifest.get("source_fingerprint") == _fingerprint(actor):
-        if verify(out, checksums=manifest.get("durable") is False).ok:
-            files, alg = manifest["files"], manifest.get("algorithm", "sha256")
-            return MergeResult(out, manifest["tensors"], sum(v["bytes"] for v in files.values()),
-                               time.perf_counter() - t0, manifest["layout"], True, {k: v[alg] for k, v in files.items()},
-                               step, reused=True, algorithm=alg,
-                               notes=["output already merged from this checkpoint and verified; pass overwrite=True "
-                                      "to redo"])
-    what = f"a merge of {manifest.get('source')}" if manifest else "something else"
-    raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
-                        fix="pass overwrite=True to replace it, or choose another out_dir")
-
-
 def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=None, overwrite: bool = False,
                progress: bool = True, max_shard_size: int | str = "2GB", workers: int = 2, band_mb: int = 16,
                checksum: str = "auto", durable: bool = True) -> MergeResult:
@@ -123,7 +100,7 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
         if int(step.name.removeprefix("global_step_") or 0) > done:
             raise CheckpointError(f"{step.name} is newer than {TRACKER} ({done}): verl is still writing it, or the "
                                   f"save died", fix="merge a finished step (nbtools.checkpoints.latest_verl)")
-    if (reused := _existing(out, step, actor, overwrite, t0)) is not None:
+    if (reused := reuse_existing(out, step, _fingerprint(actor), overwrite, t0)) is not None:
         return reused
     sources = read_verl_sources(actor)
     cfg, gen, cfg_src = _config(actor, config)
