@@ -130,6 +130,11 @@ class StorageConfig:
     capacity: str = "1Ti"
     lustre: LustreConfig | None = None
 
+    @property
+    def hf_home(self) -> str | None:
+        """HF_HOME on the shared mount (models download once per cluster), or None without shared storage."""
+        return None if self.kind == "none" else f"{self.mount_path.rstrip('/')}/huggingface_cache"
+
 
 @dataclass(frozen=True)
 class ImagesConfig:

@@ -256,11 +256,10 @@ def build_eval_job(
                   + " ".join(shlex.quote(o) for o in final))
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     submission_id = f"{cfg.name}-eval-{_slug(dataset)}-{_slug(label)}-{digest}"
-    from nbtools.launch.runtime_env import hf_home
 
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
-    if hf_home(cfg):  # the same cache as training: a model downloads once per cluster
-        env["HF_HOME"] = hf_home(cfg)
+    if cfg.storage.hf_home:  # the same cache as training: a model downloads once per cluster
+        env["HF_HOME"] = cfg.storage.hf_home
     metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": dataset}
     return EvalJob(label=label, model_name=model_name, dataset_name=dataset, num_tests_per_prompt=num_tests_per_prompt,
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,

@@ -24,13 +24,11 @@ import zipfile
 from nbtools import backends, trainers
 from nbtools.config import SECRET_ENV_VARS, Experiment, Secret, redact, token_kind
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
-from nbtools.trainers.verl_prepare import hf_home
 
 __all__ = [
     "SECRETS_FILE",
     "SECRET_ENV_NAMES",
     "gib_nccl_env",
-    "hf_home",
     "env_vars",
     "secret_values",
     "secrets_from_env",
@@ -85,7 +83,7 @@ def env_vars(cfg: Experiment) -> dict[str, str]:
     trainer = trainers.get(cfg)
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backends.get(cfg).job_env()}
     if not trainer.miniature:
-        home = hf_home(cfg)
+        home = cfg.storage.hf_home
         if home:
             env["HF_HOME"] = home
     env.update(trainer.job_env(cfg))

@@ -16,7 +16,7 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.launch import runtime_env
 from nbtools.trainers import verl as _verl
-from nbtools.trainers.verl_prepare import PARTIAL, hf_home, is_hub_id, require_verl, targets
+from nbtools.trainers.verl_prepare import PARTIAL, is_hub_id, require_verl, targets
 
 __all__ = ["data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs"]
 
@@ -65,7 +65,7 @@ def weights_job(cfg: Experiment):
     name = cfg.model.name
     if not is_hub_id(name):
         return None
-    home = hf_home(cfg)
+    home = cfg.storage.hf_home
     if home is None:
         raise ConfigError("storage.kind: none gives the nodes no shared HF cache to stage weights into; fix: use "
                           "storage.kind: gcsfuse (or nfs), or let each node download the model itself")

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 
-__all__ = ["data_files", "targets", "check_data", "data_present", "weights_dir", "check_weights", "hf_home", "is_hub_id",
+__all__ = ["data_files", "targets", "check_data", "data_present", "weights_dir", "check_weights", "is_hub_id",
            "require_verl", "PARTIAL"]
 
 PARTIAL = ".nbtools-prepare.partial"
@@ -107,7 +107,7 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
 def weights_dir(cfg: Experiment) -> str | None:
     """Where the staged model lives in the shared cache (``$HF_HOME/hub/models--ORG--NAME``; huggingface_hub's
     layout), or None for a model given as a path or without shared storage."""
-    home = hf_home(cfg)
+    home = cfg.storage.hf_home
     if home is None or not is_hub_id(cfg.model.name):
         return None
     return posixpath.join(home, "hub", "models--" + cfg.model.name.replace("/", "--"))
@@ -140,12 +140,6 @@ def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = Non
             "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
         ))
 
-
-def hf_home(cfg: Experiment) -> str | None:
-    """HF_HOME on the shared mount (models download once per cluster), or None without shared storage."""
-    if cfg.storage.kind == "none":
-        return None
-    return f"{cfg.storage.mount_path.rstrip('/')}/huggingface_cache"
 
 
 def require_verl(cfg: Experiment) -> None:
