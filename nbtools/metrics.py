@@ -42,7 +42,7 @@ import pandas as pd
 from nbtools import trainers
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 
 __all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl_log", "read_runs", "select",
            "framework_of", "latest", "ema"]
@@ -139,7 +139,7 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
         found = storage.info(text)
         if found is None:
             raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
-                                fix="pass cfg.logs_url (or an exp_NNN URL); the job creates it when it starts")
+                                fix="pass the experiment's logs URL (or an exp_NNN URL); the job creates it when it starts")
         p = storage.fetch(text) if not found.is_dir else storage.mirror(text, include=lambda rel: "tfevents" in rel)
         chain = None
         if found.is_dir and not EXP_RE.match(storage.name_of(text)):  # a log_dir: which exp dirs make the run
@@ -151,7 +151,7 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
         p, chain = Path(path), None
     if not p.exists():
         raise NotFoundError(f"expected TensorBoard event files under {p}, found no such path",
-                            fix="pass cfg.log_dir (or an exp_NNN dir); the job creates it when it starts")
+                            fix="pass the experiment's log_dir (or an exp_NNN dir); the job creates it when it starts")
     root, files, earlier = _resolve_tb(p, chain)
     label = run or (root.parent.name if root.name == "tensorboard" else root.name)
     problems: list[dict] = []
@@ -247,7 +247,8 @@ def read_verl_log(path: str | os.PathLike, run: str | None = None) -> pd.DataFra
     text_given = isinstance(path, str) and "\n" in path
     if not text_given and not Path(path).exists():
         raise NotFoundError(f"expected a verl log file at {path}, found nothing",
-                            fix="save the job log first, e.g. Path('run.log').write_text(job.logs())")
+                            fix=Fix("save the job log first, e.g. Path('run.log').write_text(job.logs())",
+                                    cli="save the job log first: `nbtools jobs logs EXPERIMENT.yaml --id ID > run.log`"))
     text = path if text_given else Path(path).read_text(errors="replace")
     label = run or (trainers.CONSOLE_LOG_FAMILY if text_given else Path(path).stem)
     tags, steps, values = [], [], []
@@ -346,7 +347,8 @@ def select(df: pd.DataFrame, name: str, *, framework: str | None = None) -> pd.D
     if not parts:
         if name not in known and not df.empty and name not in set(df["tag"]):
             raise NotFoundError(f"expected a metric name from {sorted(known)} or a logged tag, got {name!r}",
-                                fix="list the logged tags with sorted(df.tag.unique())")
+                                fix=Fix("list the logged tags with sorted(df.tag.unique())",
+                                        cli="list the logged tags with `nbtools metrics RUN`"))
         return _empty().assign(metric=pd.Series(dtype="str"))
     return pd.concat(parts, ignore_index=True).assign(metric=name)
 

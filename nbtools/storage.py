@@ -241,7 +241,7 @@ def ls(url: str | os.PathLike) -> list[Entry]:
         p = local_path(text)
         if not p.is_dir():
             raise NotFoundError(f"expected a directory at {p}, found {'a file' if p.exists() else 'nothing'}",
-                                fix="check the path (cfg.log_dir / cfg.checkpoint_dir)")
+                                fix="check the path (the experiment's log_dir / checkpoint_dir)")
         out = []
         with os.scandir(p) as it:
             for e in it:

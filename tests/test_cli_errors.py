@@ -7,8 +7,11 @@ head or the rehearsal run that tests/test_cli.py starts.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import time
@@ -122,12 +125,22 @@ def test_fix_texts_name_cli_flags_not_library_arguments(run, tmp_path):
     assert code == 0 and any(n.startswith("MISMATCH (allowed)") for n in one_json(out)["notes"]) and "warning: MISMATCH" in err
     code, _, err = run("compare", "1/2", "1/2", "--alpha", "0")
     assert "e.g. --alpha 0.05" in err and "alpha=0.05" not in err
-    from nbtools.cli._errors import cli_words
 
-    assert cli_words("stop it first with nbtools.cluster.down(cfg), or") == \
-        "stop it first with `nbtools down EXPERIMENT.yaml --apply`, or"
-    assert cli_words("call merge(step, out, overwrite=True)") == "pass --overwrite"
-    assert cli_words("pass config= (the base model's directory)") == "pass --config PATH (the base model's directory)"
+
+def test_an_error_carries_both_fixes_as_data():
+    """A notebook sees the Python form (str, .fix); the CLI prints the CLI form; no text is rewritten."""
+    from nbtools.cli._errors import describe
+    from nbtools.errors import ConfigError, ConflictError, Fix
+
+    e = ConflictError("out exists", fix=Fix("pass overwrite=True", cli="pass --overwrite"))
+    assert str(e) == "out exists\n  fix: pass overwrite=True" and e.fix == "pass overwrite=True"
+    assert e.cli_fix == "pass --overwrite" and describe(e, fallback_fix="-").fix == "pass --overwrite"
+    assert describe(e, fallback_fix="-").error == "out exists"  # the message without the fix
+    plain = ConflictError("busy", fix="wait a minute")  # no call or argument in it: one form serves both
+    assert plain.fix == plain.cli_fix == describe(plain, fallback_fix="-").fix == "wait a minute"
+    c = ConfigError(["a: bad; fix: set `a: 1`"], fix=Fix("pass alpha=0.05", cli="pass --alpha 0.05"))
+    assert str(c).endswith("fix: pass alpha=0.05") and describe(c, fallback_fix="-").fix == "pass --alpha 0.05"
+    assert describe(ConfigError(["a: bad; fix: set `a: 1`"]), fallback_fix="-").fix == "set `a: 1`"
 
 
 def test_merge_config_that_does_not_exist_fails_at_once(run, tmp_path):
@@ -284,3 +297,168 @@ def test_a_secret_pasted_into_a_value_is_refused_and_never_echoed(run, monkeypat
     var = "$MY_SERVICE_KEY" if any("{w}" in str(a) for a in args) else "$HF_TOKEN"
     assert f"holds the value of {var}" in out + err and "reference the secret by name under `secrets:`" in out + err
     assert not any(PASTED.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())  # nothing written
+
+
+# -- every error class reaches a terminal user with the CLI's fix -----------------------------------------------
+
+# Words only a Python caller can act on: a call (`name(`, but not the plural "file(s)"), a keyword argument
+# (`overwrite=True`, `config= with`, `exp=3`), or an attribute of the notebook's `cfg`.
+PYTHON_ONLY = re.compile(r"[A-Za-z_]\w*\((?!s\))|(?<![\w.$/-])[a-z_][a-z0-9_]*=(?=True|False|None|\.\.\.|['\"\d\s]|$)"
+                         r"|\bcfg\.\w")
+
+
+def _error_classes() -> set[str]:
+    """Every NbtoolsError subclass defined in the package (found with ast, so nothing heavy is imported)."""
+    known, bases = {"NbtoolsError"}, {}
+    for p in (ROOT / "nbtools").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+    while True:
+        more = {c for c, b in bases.items() if b & known} - known
+        if not more:
+            return known - {"NbtoolsError"}
+        known |= more
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _via_describe(raise_it) -> dict:
+    """The JSON document `--json` prints for an error raised by its real code path in this process."""
+    from nbtools.cli._errors import describe
+
+    try:
+        raise_it()
+    except Exception as e:  # noqa: BLE001 - any error: the CLI's layer handles every one
+        return describe(e, fallback_fix="-").doc("test")
+    raise AssertionError("nothing was raised")
+
+
+def _stale_version(tmp_path):
+    from nbtools import storage
+
+    url = f"memory://{tmp_path.name}/f.txt"
+    storage.write_text(url, "one")
+    storage.read_bytes(url, version="a generation that is gone")
+
+
+def _job_failed(tmp_path):
+    from ray.job_submission import JobInfo, JobStatus
+
+    from nbtools.jobs import Job
+
+    info = JobInfo(status=JobStatus.FAILED, entrypoint="python run_grpo.py", message="exit code 3")
+    Job(f"http://127.0.0.1:{_free_port()}", "exp-1a2b3c")._raise_if_failed(info)  # the tail: "(log unavailable)"
+
+
+def _step_failed(tmp_path):
+    from nbtools.gke import Plan, Step
+
+    Plan("provision", [Step("quota", "quota", ("sh", "-c", "echo quota exceeded >&2; exit 3"))],
+         tmp_path / "state.json").apply(dry_run=False, progress=False)
+
+
+def _plan_incomplete(tmp_path):
+    from nbtools.gke import Plan, Step
+
+    Plan("destroy", [Step("gpu-pool", "gpu-pool", ("sh", "-c", "exit 3"))], tmp_path / "state.json",
+         keep_going=True).apply(dry_run=False, progress=False)
+
+
+# class -> how a user meets it: CLI arguments (run through nbtools.cli.main with --json), or a real raise path
+# whose error goes through the CLI's error layer (no CLI command reaches it without a cluster).
+ERROR_PATHS = {
+    "ConfigError": ("cli", lambda tmp: ["compare", "201/500", "30/60"]),  # mismatched problems: the fix names a flag
+    "NotFoundError": ("cli", lambda tmp: ["health", tmp / "empty"]),
+    "NotReadyError": ("cli", lambda tmp: ["jobs", "list", LOCAL, f"ray.dashboard_port={_free_port()}"]),
+    "DependencyError": ("cli", lambda tmp: ["health", "s3://some-bucket/run"]),  # s3fs is not installed
+    "CheckpointError": ("cli", lambda tmp: ["merge", _fake_step(tmp), tmp / "merged"]),  # no config.json or .yaml
+    "ConflictError": ("cli", lambda tmp: ["merge", _fake_step(tmp / "b"), tmp / "out"]),  # OUT_DIR holds other files
+    "LintError": ("cli", lambda tmp: ["launch", LOCAL]),  # a checkpoint of an earlier run is there
+    "JobFailedError": ("raise", _job_failed),
+    "StaleVersion": ("raise", _stale_version),
+    "StepFailedError": ("raise", _step_failed),
+    "PlanIncompleteError": ("raise", _plan_incomplete),
+}
+
+
+def test_every_error_class_has_a_path_here():
+    assert _error_classes() == set(ERROR_PATHS)
+
+
+@pytest.mark.parametrize("kind", sorted(ERROR_PATHS))
+def test_every_error_class_reaches_the_cli_with_a_fix_in_cli_words(run, tmp_path, monkeypatch, kind):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("not a merge")
+    (tmp_path / "runs" / "local-rehearsal" / "checkpoints" / "step_1").mkdir(parents=True)
+    from nbtools import jobs
+    from nbtools.jobs._client import not_found
+
+    def no_such_job(address, sid):  # the cluster answers "no job with that id" (so submit lints a new one)
+        raise not_found(address, sid, [])
+
+    monkeypatch.setattr(jobs, "attach", no_such_job)
+    way, how = ERROR_PATHS[kind]
+    if way == "cli":
+        code, out, err = run(*how(tmp_path), "--json")
+        doc = one_json(out)
+        assert code == 1 and "fix:" in err and doc["fix"] in err
+    else:
+        doc = _via_describe(lambda: how(tmp_path))
+    assert doc["type"] == kind, doc
+    assert doc["fix"] and not PYTHON_ONLY.search(doc["fix"]), doc["fix"]
+    assert not any(PYTHON_ONLY.search(p.partition("; fix: ")[2]) for p in doc.get("problems", [])), doc
+
+
+def test_a_fix_with_python_words_also_has_a_cli_form():
+    """Statically: every ``fix=`` (and every ``; fix:`` of a ConfigError) whose text names a call or an argument is
+    a ``Fix(python, cli=...)``, so the CLI never prints notebook advice."""
+
+    def text(node, consts):
+        if isinstance(node, ast.Name) and node.id in consts:
+            return text(consts[node.id], consts)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        if isinstance(node, ast.BinOp):
+            return (text(node.left, consts) or "") + (text(node.right, consts) or "")
+        if isinstance(node, ast.IfExp):
+            return (text(node.body, consts) or "") + " | " + (text(node.orelse, consts) or "")
+        return None
+
+    bad = []
+    for p in sorted((ROOT / "nbtools").rglob("*.py")):
+        tree = ast.parse(p.read_text())
+        consts = {n.targets[0].id: n.value for n in tree.body
+                  if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            fixes = [k.value for k in node.keywords if k.arg == "fix"]
+            if name in ("Finding",) and len(node.args) >= 5:
+                fixes.append(node.args[4])
+            for f in fixes:
+                if isinstance(f, ast.Call) and getattr(f.func, "id", "") == "Fix":
+                    continue
+                t = text(f, consts)
+                if t and PYTHON_ONLY.search(t):
+                    bad.append(f"{p.relative_to(ROOT)}:{f.lineno}: {t[:90]}")
+            if name == "ConfigError":  # problems that carry their own fix
+                for a in node.args:
+                    t = text(a, consts) or ""
+                    if "fix:" in t and PYTHON_ONLY.search(t.split("fix:", 1)[1]):
+                        bad.append(f"{p.relative_to(ROOT)}:{a.lineno}: {t[:90]}")
+    assert not bad, "a fix names a Python call or argument but has no CLI form (use nbtools.errors.Fix):\n" + "\n".join(bad)
+
+
+def test_the_cli_rewrites_no_message():
+    """The old regex table is gone: the CLI prints what each error carries."""
+    src = (ROOT / "nbtools" / "cli" / "_errors.py").read_text()
+    assert "cli_words" not in src and "_WORDS" not in src and "re.sub" not in src and "import re" not in src

@@ -45,7 +45,7 @@ from nbtools.backends._proc import (
 )
 from nbtools.backends._types import ClusterHandle
 from nbtools.config import Experiment
-from nbtools.errors import ConflictError, DependencyError, NbtoolsError, NotReadyError
+from nbtools.errors import ConflictError, DependencyError, Fix, NbtoolsError, NotReadyError
 
 __all__ = ["up", "down", "stop_head", "stop_all_under", "head_record", "temp_dir_for", "StopResult", "PID_FILE"]
 
@@ -257,8 +257,10 @@ def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattach
                     f"the Ray head (pid {rec['pid']}) exited during start "
                     + ("after its raylet stopped on a failed check" if fatal else f"with code {code}"),
                     reason=tail[-1] if tail else "no output", events=tail,
-                    fix=f"read {rec['log_file']} and the session logs under {rec['temp_dir']}/session_latest/logs; "
-                    "fix the cause (ports, memory, extra_args) and run cluster.up() again",
+                    fix=Fix(f"read {rec['log_file']} and the session logs under {rec['temp_dir']}/session_latest/logs; "
+                            "fix the cause (ports, memory, extra_args) and run cluster.up() again",
+                            cli=f"read {rec['log_file']} and the session logs under {rec['temp_dir']}/session_latest/logs; "
+                                "fix the cause (ports, memory, extra_args) and run `nbtools up EXPERIMENT.yaml --apply` again"),
                 )
             bar.set_postfix_str(stages[stage])
             bar.update(stage - bar.n)
@@ -269,8 +271,10 @@ def _wait_ready(rec: dict, pf: Path, *, timeout: float, progress: bool, reattach
                 raise NotReadyError(
                     f"the Ray head (pid {rec['pid']}) was not ready within {timeout:.0f} s: waiting for its {stages[stage + 1]}",
                     reason=f"last stage reached: {stages[stage]}", events=_log_tail(rec),
-                    fix="it keeps starting in the background: run cluster.up(timeout=300) again to re-attach, "
-                    f"or read {rec['log_file']}",
+                    fix=Fix("it keeps starting in the background: run cluster.up(timeout=300) again to re-attach, "
+                            f"or read {rec['log_file']}",
+                            cli="it keeps starting in the background: run `nbtools up EXPERIMENT.yaml --apply --timeout 300` "
+                                f"again to re-attach, or read {rec['log_file']}"),
                 )
             time.sleep(min(delay, remaining))
             delay = min(delay * 1.5, 1.0)

@@ -284,7 +284,7 @@ def fetch_resources(dashboard_url: str, *, head_pid: int | None = None, timeout:
     import requests
     from ray.util.state import list_nodes
 
-    from nbtools.errors import NotReadyError
+    from nbtools.errors import Fix, NotReadyError
 
     try:
         states = list_nodes(address=dashboard_url, detail=True, timeout=int(max(1, timeout)), raise_on_missing_output=False)
@@ -292,7 +292,8 @@ def fetch_resources(dashboard_url: str, *, head_pid: int | None = None, timeout:
         raise NotReadyError(
             f"could not read resources from the Ray dashboard at {dashboard_url}",
             reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-            fix="bring the cluster up first (notebook 02: nbtools.backends.get(cfg).up()) or check ray.dashboard_port / ray.address",
+            fix=Fix("bring the cluster up first (notebook 02: nbtools.backends.get(cfg).up()) or check ray.dashboard_port / "
+                    "ray.address", cli="bring the cluster up first (`nbtools up EXPERIMENT.yaml --apply`) or check ray.dashboard_port / ray.address"),
         ) from None
     rows = []
     for n in states:

@@ -30,7 +30,7 @@ from nbtools.backends._types import (
     fetch_resources,
 )
 from nbtools.config import Experiment
-from nbtools.errors import ConflictError, NotFoundError, NotReadyError
+from nbtools.errors import ConflictError, Fix, NotFoundError, NotReadyError
 from nbtools.storage import RunStorage
 
 __all__ = ["GkeBackend", "POD_LOCAL_ROOTS", "DEFAULT_UP_TIMEOUT"]
@@ -314,7 +314,8 @@ class GkeBackend:
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes results of experiment {self.cfg.name!r} on every pod; confirm={confirm!r} does not match it",
-                fix=f"pass confirm={self.cfg.name!r} (notebook 09: CONFIRM = {self.cfg.name!r}) if you really mean it",
+                fix=Fix(f"pass confirm={self.cfg.name!r} (notebook 09: CONFIRM = {self.cfg.name!r}) if you really mean it",
+                        cli=f"wipe is notebook 09's step: set CONFIRM = {self.cfg.name!r} there if you really mean it"),
             )
         paths = self.wipe_paths(roots)
         results = self.exec_on(["rm", "-rf", "--", *paths], node_type=None)

@@ -31,7 +31,7 @@ from nbtools.backends._types import (
     fetch_resources,
 )
 from nbtools.config import Experiment
-from nbtools.errors import ConflictError
+from nbtools.errors import ConflictError, Fix
 from nbtools.storage import RunStorage
 
 __all__ = ["LocalBackend", "resolve_local", "stop_all_under", "head_record"]
@@ -146,7 +146,8 @@ class LocalBackend:
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes the results of experiment {self.cfg.name!r}; confirm={confirm!r} does not match it",
-                fix=f"pass confirm={self.cfg.name!r} (notebook 09: CONFIRM = {self.cfg.name!r}) if you really mean it")
+                fix=Fix(f"pass confirm={self.cfg.name!r} (notebook 09: CONFIRM = {self.cfg.name!r}) if you really mean it",
+                        cli=f"wipe is notebook 09's step: set CONFIRM = {self.cfg.name!r} there if you really mean it"))
         rows = []
         for kind, path in (("log_dir", self.log_dir), ("checkpoint_dir", self.checkpoint_dir)):
             p = Path(path)

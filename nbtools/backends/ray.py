@@ -23,7 +23,7 @@ from nbtools.backends._types import (
     fetch_resources,
 )
 from nbtools.config import Experiment
-from nbtools.errors import ConflictError, NotReadyError
+from nbtools.errors import ConflictError, Fix, NotReadyError
 from nbtools.storage import RunStorage
 
 __all__ = ["RayBackend"]
@@ -127,7 +127,9 @@ class RayBackend:
     def wipe(self, *, confirm: str) -> Teardown:
         if confirm != self.cfg.name:
             raise ConflictError(f"wipe needs confirm={self.cfg.name!r}; got {confirm!r}",
-                                fix=f"pass confirm={self.cfg.name!r} if you really mean it")
+                                fix=Fix(f"pass confirm={self.cfg.name!r} if you really mean it",
+                                        cli=f"wipe is notebook 09's step: set CONFIRM = {self.cfg.name!r} there if you "
+                                            "really mean it"))
         rows = pd.DataFrame([{"kind": "results", "name": p, "action": "kept: nbtools cannot reach the cluster's disks"}
                              for p in (self.checkpoint_dir, self.log_dir)])
         return Teardown(self.name, rows, "delete these directories where the cluster keeps them (nbtools has no shell there)")

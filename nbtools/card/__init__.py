@@ -42,7 +42,7 @@ from nbtools.card._render import (
     metadata,
     upload_call,
 )
-from nbtools.errors import ConfigError, ConflictError, NotFoundError
+from nbtools.errors import ConfigError, ConflictError, Fix, NotFoundError
 
 __all__ = ["Card", "write", "update_evaluation", "read", "merged_from", "KNOWN_LICENSES", "README", "CONFIG", "CURVES"]
 
@@ -211,7 +211,8 @@ def write(cfg: Any, model_dir: str | os.PathLike, *, merge: Any = None, comparis
     model_dir, remote = _workdir(model_dir)
     if not _io.exists(model_dir / "config.json"):
         raise NotFoundError(f"expected a merged HuggingFace model (config.json) in {remote or model_dir}, found none",
-                            fix="merge the checkpoint first: nbtools.checkpoints.merge_in_cluster(cfg) (notebook 06)")
+                            fix=Fix("merge the checkpoint first: nbtools.checkpoints.merge_in_cluster(cfg) (notebook 06)",
+                                    cli="merge the checkpoint first: `nbtools merge STEP_DIR OUT_DIR` (or notebook 06)"))
     facts = gather(cfg, model_dir, merge=merge)
     evals = comparisons_of(comparisons)
     ds = eval_dataset(facts.setup.rehearsal, cfg.data.dataset, dataset)
@@ -258,13 +259,17 @@ def update_evaluation(model_dir: str | os.PathLike, comparisons: Any, *, dataset
     text = _io.read_text(model_dir / README)
     if text is None:
         raise NotFoundError(f"expected a model card at {storage.join(remote or str(model_dir), README)}, found none",
-                            fix="write it first: nbtools.card.write(cfg, model_dir, merge=result) (notebook 06)")
+                            fix=Fix("write it first: nbtools.card.write(cfg, model_dir, merge=result) (notebook 06)",
+                                    cli="write it first: `nbtools card RUN_OR_MODEL_DIR` (or notebook 06)"))
     if not _SECTION.search(text):
         raise ConflictError(f"{model_dir / README} has no nbtools evaluation section (not written by nbtools.card)",
-                            fix="replace it with nbtools.card.write(cfg, model_dir, comparisons=...)")
+                            fix=Fix("replace it with nbtools.card.write(cfg, model_dir, comparisons=...)",
+                                    cli="replace it: `nbtools card RUN_OR_MODEL_DIR` writes the card with its evaluations"))
     evals = comparisons_of(comparisons)
     if not evals:
-        raise ConfigError("no comparisons given; fix: pass {'greedy': nbtools.evals.compare(baseline, tuned)}")
+        raise ConfigError("no comparisons given", fix=Fix("pass {'greedy': nbtools.evals.compare(baseline, tuned)}",
+                                                          cli="save a comparison first (notebook 07 writes "
+                                                              "eval/comparison_*.json)"))
     exp = yaml.safe_load(_io.read_text(model_dir / CONFIG) or "") or {}
     name = exp.get("name") or model_dir.name
     base = (exp.get("model") or {}).get("name", "baseline")
@@ -297,7 +302,8 @@ def read(model_dir: str | os.PathLike):
     text = _io.read_text(storage.join(str(model_dir), README))
     if text is None:
         raise NotFoundError(f"expected a model card at {storage.join(str(model_dir), README)}, found none",
-                            fix="write it: nbtools.card.write(cfg, model_dir) or `nbtools card RUN_DIR`")
+                            fix=Fix("write it: nbtools.card.write(cfg, model_dir) or `nbtools card RUN_DIR`",
+                                    cli="write it: `nbtools card RUN_DIR`"))
     from huggingface_hub import ModelCard
 
     return ModelCard(text)

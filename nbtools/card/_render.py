@@ -23,7 +23,7 @@ from typing import Any
 import nbtools.card._io as _io
 from nbtools._escape import is_hub_id, md, md_code
 from nbtools.card._facts import Facts, hub_dataset
-from nbtools.errors import ConfigError, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError
 
 __all__ = ["EVAL_START", "EVAL_END", "Dataset", "comparisons_of", "eval_dataset", "eval_results", "metadata", "body",
            "evaluation_section", "upload_call", "CURVES", "CONFIG"]
@@ -55,8 +55,9 @@ def comparisons_of(comparisons: Any) -> list[tuple[str, Any]]:
         items = [(Path(x).stem.removeprefix("comparison_") if isinstance(x, str | os.PathLike) else f"evaluation {i}", x)
                  for i, x in enumerate(comparisons, 1)]
     else:
-        raise ConfigError(f"comparisons must be a {{label: Comparison}} mapping, got {type(comparisons).__name__}; "
-                          "fix: pass e.g. {'greedy': comparison} with comparison = nbtools.evals.compare(base, tuned)")
+        raise ConfigError(f"comparisons must be a {{label: Comparison}} mapping, got {type(comparisons).__name__}",
+                          fix=Fix("pass e.g. {'greedy': comparison} with comparison = nbtools.evals.compare(base, tuned)",
+                                  cli="save a comparison first (notebook 07 writes eval/comparison_*.json)"))
     fields = {f.name for f in dataclasses.fields(Comparison)}
     out = []
     for label, x in items:
@@ -64,15 +65,17 @@ def comparisons_of(comparisons: Any) -> list[tuple[str, Any]]:
             text = _io.read_text(x)
             if text is None:
                 raise NotFoundError(f"expected a saved comparison at {x}, found nothing",
-                                    fix="save it first: comparison.save(path) (notebook 07)")
+                                    fix=Fix("save it first: comparison.save(path) (notebook 07)",
+                                            cli="save it first: notebook 07 writes eval/comparison_*.json"))
             x = json.loads(text)
         if isinstance(x, Mapping):
             d = {k: v for k, v in x.items() if k in fields}
             d["ci_a"], d["ci_b"] = tuple(d["ci_a"]), tuple(d["ci_b"])
             x = Comparison(**d)
         if not isinstance(x, Comparison):
-            raise ConfigError(f"comparison {label!r} is a {type(x).__name__}, not an nbtools.evals.Comparison; "
-                              "fix: pass the result of nbtools.evals.compare(baseline, fine_tuned)")
+            raise ConfigError(f"comparison {label!r} is a {type(x).__name__}, not an nbtools.evals.Comparison",
+                              fix=Fix("pass the result of nbtools.evals.compare(baseline, fine_tuned)",
+                                      cli="save a comparison first (notebook 07 writes eval/comparison_*.json)"))
         out.append((_label(label), x))
     return out
 
@@ -100,8 +103,10 @@ def eval_dataset(rehearsal: bool, train_dataset: str, dataset: str | None) -> Da
         return hub_dataset("math500")  # nbtools.evals.evaluate's default on a cluster
     if not is_hub_id(ds[0]):
         raise ConfigError(f"the evaluation dataset {ds[0]!r} cannot name a dataset in the card's metadata (a Hub id: "
-                          f"letters, digits, . _ - and at most one /); fix: pass dataset= with its Hub id or short "
-                          f"name (e.g. dataset=\"math500\"), or rename data.dataset")
+                          "letters, digits, . _ - and at most one /)",
+                          fix=Fix("pass dataset= with its Hub id or short name (e.g. dataset=\"math500\"), or rename "
+                                  "data.dataset", cli="pass --dataset with its Hub id or short name (e.g. --dataset "
+                                  "math500), or rename data.dataset"))
     return ds
 
 

@@ -23,7 +23,7 @@ from nbtools.checkpoints._verify import (
     verify,
 )
 from nbtools.checkpoints._writer import plan_files, write_files
-from nbtools.errors import CheckpointError, ConflictError
+from nbtools.errors import CheckpointError, ConflictError, Fix
 
 __all__ = ["parse_size", "reuse_existing", "write_merged"]
 
@@ -102,7 +102,8 @@ def reuse_existing(out: Path, step: Path, fingerprint: str, overwrite: bool, t0:
                                algorithm=alg)
     what = f"a merge of {manifest.get('source')}" if manifest else "something else"
     raise ConflictError(f"{out} already exists and holds {what}, not a verified merge of {step}",
-                        fix="pass overwrite=True to replace it, or choose another out_dir")
+                        fix=Fix("pass overwrite=True to replace it, or choose another out_dir",
+                                cli="pass --overwrite to replace it, or choose another OUT_DIR"))
 
 
 def write_merged(sources: dict[str, SourceTensor], cfg, gen, *, step: Path, out: Path, layout: str, fingerprint: str,
@@ -121,8 +122,9 @@ def write_merged(sources: dict[str, SourceTensor], cfg, gen, *, step: Path, out:
     if problems:
         raise CheckpointError(f"{step} does not match its model config ({notes[0].removeprefix('config from ')}):\n    "
                               + "\n    ".join(problems),
-                              fix="pass config= with the config of the model that was trained; if shapes are short, "
-                                  f"{missing_hint}")
+                              fix=Fix("pass config= with the config of the model that was trained; if shapes are "
+                                      f"short, {missing_hint}", cli="pass --config PATH with the config of the model that "
+                                      f"was trained; if shapes are short, {missing_hint}"))
     floats = {t.dtype for t in sources.values() if t.dtype.is_floating_point}
     if len(floats) == 1:
         cfg.dtype = str(next(iter(floats))).removeprefix("torch.")

@@ -39,7 +39,7 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
         url = str(checkpoint_dir).rstrip("/")
         if storage.info(url) is None:
             raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
-                                fix="check checkpointing.checkpoint_dir (cfg.checkpoints_url), or wait until the run "
+                                fix="check the experiment's checkpointing.checkpoint_dir, or wait until the run "
                                 "saved its first checkpoint")
         return sorted((int(m.group(1)), _paths.Url(e.url)) for e in storage.ls(url)
                       if e.is_dir and (m := STEP_RE.match(e.name)))
@@ -47,7 +47,7 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     if not d.is_dir():
         raise NotFoundError(
             f"checkpoint_dir {str(d)!r} does not exist",
-            fix="check checkpointing.checkpoint_dir (cfg.checkpoint_dir), or wait until the run saved its first checkpoint",
+            fix="check the experiment's checkpointing.checkpoint_dir, or wait until the run saved its first checkpoint",
         )
     return step_dirs(d)  # tmp_step_N (being written) and old_step_N (being replaced) never match
 

@@ -19,7 +19,7 @@ from nbtools.checkpoints._sources import read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
 )
-from nbtools.errors import CheckpointError
+from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["merge", "parse_size"]
 
@@ -56,13 +56,15 @@ def _resolve_config(step: Path, config):
             name = ((yaml.safe_load(y.read_text()) or {}).get("policy") or {}).get("model_name") if y.is_file() else None
             if not name:
                 raise CheckpointError(f"no config.json in {dirs[0]} and no policy.model_name in {y}",
-                                      fix="pass config= (the base model's directory or config.json)")
+                                      fix=Fix("pass config= (the base model's directory or config.json)",
+                                              cli="pass --config PATH (the base model's directory or config.json)"))
             cfg, src = AutoConfig.from_pretrained(name), f"{y}: policy.model_name={name}"
     except CheckpointError:
         raise
     except Exception as e:  # noqa: BLE001 - hub/network/parse errors all mean the same to the user
         raise CheckpointError(f"cannot load the model config ({type(e).__name__}: {e})",
-                              fix="pass config= with the base model's directory or config.json (no hub access needed)") from None
+                              fix=Fix("pass config= with the base model's directory or config.json (no hub access needed)",
+                                      cli="pass --config PATH with the base model's directory or config.json")) from None
     gen = None
     for d in dirs:
         if (d / "generation_config.json").is_file():

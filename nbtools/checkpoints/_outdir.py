@@ -19,7 +19,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from nbtools.errors import ConflictError
+from nbtools.errors import ConflictError, Fix
 
 __all__ = ["step_root", "check_not_overlapping", "temp_dir", "clean_stale", "install"]
 
@@ -161,7 +161,8 @@ def install(tmp: Path, out: Path, overwrite: bool, *, durable: bool = True) -> N
     """Rename the finished ``tmp`` to ``out`` (replacing it only with ``overwrite``); ``durable``: fsync the parent."""
     if out.exists() or out.is_symlink():
         if not overwrite:
-            raise ConflictError(f"{out} appeared while merging", fix="pass overwrite=True or choose another out_dir")
+            raise ConflictError(f"{out} appeared while merging", fix=Fix("pass overwrite=True or choose another out_dir",
+                                                                              cli="pass --overwrite or choose another OUT_DIR"))
         old = temp_dir(out, "old")
         os.rename(out, old)
         os.rename(tmp, out)

@@ -14,7 +14,7 @@ import torch
 from nbtools import _paths
 from nbtools._escape import html as _h
 from nbtools.checkpoints._sources import ST_DTYPES, read_safetensors_header
-from nbtools.errors import CheckpointError
+from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["expected_tensors", "check_against_config", "verify", "verify_against", "VerifyReport", "MANIFEST", "SUMS",
            "CHECKSUMS", "new_hash", "file_digest"]
@@ -35,7 +35,8 @@ def expected_tensors(config) -> tuple[dict[str, tuple[tuple[int, ...], bool]], d
                 model = AutoModel.from_config(config)
     except Exception as e:  # noqa: BLE001 - transformers raises many types for unknown/invalid configs
         raise CheckpointError(f"cannot build the model from config.json ({type(e).__name__}: {e})",
-                              fix="pass config= with the base model's config.json (a directory or file)") from None
+                              fix=Fix("pass config= with the base model's config.json (a directory or file)",
+                                      cli="pass --config PATH with the base model's config.json (a directory or file)")) from None
     tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
     exp = {k: (tuple(v.shape), v.dtype.is_floating_point) for k, v in model.state_dict().items() if k not in tied}
     return exp, tied

@@ -32,7 +32,7 @@ import torch
 from nbtools import storage
 from nbtools.checkpoints._sources import Chunk, SourceTensor
 from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
-from nbtools.errors import CheckpointError, NotFoundError
+from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_step", "verl_actor_dir", "verl_steps",
            "list_verl_checkpoints", "latest_verl", "best_verl", "read_verl_sources", "read_verl_world_size"]
@@ -200,7 +200,9 @@ def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFr
         return latest_verl(run_dir)
     if metrics is None or not {"tag", "step", "value"} <= set(metrics.columns):
         raise CheckpointError(f"verl stores no metrics with its checkpoints, so {metric!r} needs a metrics frame",
-                              fix="pass metrics=nbtools.metrics.read_verl_log(LOG) or read_tensorboard(TENSORBOARD_DIR)")
+                              fix=Fix("pass metrics=nbtools.metrics.read_verl_log(LOG) or read_tensorboard(TENSORBOARD_DIR)",
+                                      cli="pick the step from the run's metrics (`nbtools metrics RUN`) and merge it: "
+                                          "`nbtools merge STEP_DIR OUT_DIR`"))
     df = list_verl_checkpoints(run_dir)
     ok = df[df["problem"].isna()]
     if ok.empty:
@@ -409,7 +411,7 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                     dim, replicate = p.state.get("dim", 0), False
                 else:
                     raise CheckpointError(f"{path}: {key} has placement {kind}, which verl's merger does not merge "
-                                          f"either", fix="save the checkpoint again with FSDP (Shard(0) placements)")
+                                          f"either", fix="save the checkpoint again with FSDP (placements sharded on dim 0)")
                 if dim != 0 and not replicate:
                     raise CheckpointError(f"{path}: {key} is sharded on dim {dim}; this merge streams dim-0 shards",
                                           fix="merge with verl's own model_merger")

@@ -30,7 +30,7 @@ from nbtools.checkpoints._verify import (
     default_checksum,
 )
 from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, read_verl_sources, verl_actor_dir
-from nbtools.errors import CheckpointError
+from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["merge_verl"]
 
@@ -57,12 +57,14 @@ def _config(actor: Path, config):
             cfg, src = AutoConfig.from_pretrained(str(hf)), str(hf / "config.json")
         else:
             raise CheckpointError(f"no config.json in {hf} (verl's rank 0 writes it with every checkpoint)",
-                                  fix="pass config= (the base model's directory or config.json)")
+                                  fix=Fix("pass config= (the base model's directory or config.json)",
+                                          cli="pass --config PATH (the base model's directory or config.json)"))
     except CheckpointError:
         raise
     except Exception as e:  # noqa: BLE001 - parse errors all mean the same to the user
         raise CheckpointError(f"cannot load the model config ({type(e).__name__}: {e})",
-                              fix="pass config= with the base model's directory or config.json") from None
+                              fix=Fix("pass config= with the base model's directory or config.json",
+                                      cli="pass --config PATH with the base model's directory or config.json")) from None
     gen = None
     if (hf / "generation_config.json").is_file():
         gen = GenerationConfig.from_pretrained(str(hf))

@@ -2,7 +2,7 @@
 
 Why: the same users run things from a terminal, a Makefile or a CI job; each subcommand is one library call.
 A thin layer with no logic of its own. Exit status: 0 success, 2 bad usage, 1 failure (the error and its fix
-on stderr, with the library's advice rewritten into the CLI's flags by ``nbtools.cli._errors``). With ``--json``
+on stderr, in the CLI's words: each error carries its fix in both forms, ``nbtools.errors.Fix``). With ``--json``
 stdout carries exactly one JSON document, failures included (``{"error": ..., "fix": ..., "type": ..., "exit":
 ...}``, plus the command's own data where it has some); everything else the library prints (progress bars,
 logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value`` overrides after the
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args, json_out: bool) -> int:
-    from nbtools.cli._errors import cli_words, describe
+    from nbtools.cli._errors import describe
 
     fallback = _EXPERIMENT_FIX if hasattr(args, "experiment") else "see the message above"
     with _stdout_to_stderr() as real:
@@ -253,8 +253,7 @@ def _run(args, json_out: bool) -> int:
             if os.environ.get("NBTOOLS_DEBUG"):
                 raise
             return f.code
-        error, _, fix = cli_words(out.error or f"exit status {out.code}").partition("; fix: ")
-        fix = fix or "see the output above"
+        error, fix = out.error or f"exit status {out.code}", out.fix or "see the output above"
         if json_out:
             data = _jsonable(out.data)
             if out.code and not out.exact:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nbtools.cli._errors import cli_words
 from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
@@ -95,12 +94,12 @@ def cmd_launch(a) -> Out:
     cfg = load_cfg(a)
     if a.lint_only:
         spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
-        findings = [{**f, "message": cli_words(f["message"]), "fix": cli_words(f["fix"])} for f in _jsonable(report.findings)]
+        findings = [{**_jsonable(f), "fix": f.cli_fix} for f in report.findings]
         data = {"ok": report.ok, "submission_id": spec.submission_id, "entrypoint": spec.entrypoint,
                 "checked": report.checked, "findings": findings}
-        text = f"{cli_words(str(report))}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
-        fix = "" if report.ok else "launch refused by lint; fix: apply each blocking finding's fix (listed above), then launch"
-        return Out(data, text, code=0 if report.ok else 1, error=fix or None)
+        text = f"{report.text(cli=True)}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"
+        return Out(data, text, code=0 if report.ok else 1, error=None if report.ok else "launch refused by lint",
+                   fix="apply each blocking finding's fix (listed above), then launch")
     from nbtools.cli._supervise import supervised_launch
 
     out = supervised_launch(a, cfg)
@@ -269,8 +268,8 @@ def cmd_eval_parse(a) -> Out:
     data = {"blocks": [_block(b) for b in log.blocks], "problems": log.problems, "pending_line": log.pending_line}
     if log.problems:
         return Out(data, "\n".join(lines), code=1,
-                   error=f"{len(log.problems)} score block(s) cannot be right (listed above; the valid ones are kept); "
-                   "fix: pass the raw log printed by NeMo-RL's run_eval.py")
+                   error=f"{len(log.problems)} score block(s) cannot be right (listed above; the valid ones are kept)",
+                   fix="pass the raw log printed by NeMo-RL's run_eval.py")
     return Out(data, "\n".join(lines))
 
 
@@ -327,7 +326,11 @@ def cmd_compare(a) -> Out:
     import warnings
 
     from nbtools import evals
+    from nbtools.errors import ConfigError
 
+    if not 0 < a.alpha < 1:  # named as the flag the user typed (the library names its argument)
+        raise ConfigError(f"--alpha {a.alpha:g} is not a significance level; allowed: a number strictly between 0 and 1; "
+                          "fix: e.g. --alpha 0.05")
     with warnings.catch_warnings():  # mismatches are in c.notes, printed below: no second copy from warnings
         warnings.simplefilter("ignore", UserWarning)
         c = evals.compare(_evaluation(a.a), _evaluation(a.b), names=tuple(a.names), alpha=a.alpha,
@@ -358,5 +361,5 @@ def cmd_demo(a) -> Out:
 
     r = demo.run_demo(out_dir=a.out, only=a.only, notebooks_dir=a.notebooks_dir, timeout=a.timeout)
     data = {"ok": r.ok, "out_dir": str(r.out_dir), "timings": r.timings, "failed": r.failed, "error": r.error}
-    fix = None if r.ok else f"{r.failed} failed: {r.error}; fix: open the executed copy under {r.out_dir}/notebooks to see the failing cell"
-    return Out(data, r.summary(), code=0 if r.ok else 1, error=fix)
+    return Out(data, r.summary(), code=0 if r.ok else 1, error=None if r.ok else f"{r.failed} failed: {r.error}",
+               fix=f"open the executed copy under {r.out_dir}/notebooks to see the failing cell")

@@ -61,4 +61,4 @@ def cmd_fit(a) -> Out:
     bad = report.verdict == "does-not-fit"
     fix = (report.suggestions[0] if report.suggestions else "lower the micro-batch or the sequence length, or add GPUs")
     return Out(report.to_dict(), report.summary(), code=1 if bad else 0,
-               error=f"does not fit in GPU memory; fix: {fix}" if bad else None)
+               error="does not fit in GPU memory" if bad else None, fix=fix)

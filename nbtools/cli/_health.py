@@ -57,8 +57,8 @@ def cmd_health(a) -> Out:
     report = health.check(a.run, config=cfg, thresholds=_thresholds(a.threshold) or None, window=a.window)
     bad = report.unhealthy
     code = 1 if bad else 0
-    error = None
+    error = fix = None
     if bad:
-        error = (f"unhealthy: {', '.join(f'{c.check} from step {c.first_step}' for c in bad)}; fix: "
-                 + "; ".join(f"{c.check}: {c.fix}" for c in bad))
-    return Out(report.to_dict(), str(report), code=code, error=error, exact=True)
+        error = f"unhealthy: {', '.join(f'{c.check} from step {c.first_step}' for c in bad)}"
+        fix = "; ".join(f"{c.check}: {c.fix}" for c in bad)
+    return Out(report.to_dict(), str(report), code=code, error=error, fix=fix, exact=True)

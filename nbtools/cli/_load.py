@@ -15,11 +15,10 @@ def load_cfg(a):
     for ov in a.overrides:  # main() already refused anything that is not KEY=VALUE (exit 2)
         key, _, value = ov.partition("=")
         try:
-            overrides[key.strip()] = load_yaml(value)
+            overrides[key.strip()] = load_yaml(value, what="the value")
         except ConfigError as e:  # the value is never echoed: it may be a secret
-            why = e.problems[0].split("; fix:")[0].removeprefix("not valid YAML: ").replace("the file ", "it ")
-            problems.append(f"{key.strip()}=…: the value cannot be read as YAML ({why}); fix: write a plain value, "
-                            f"or quote it as a string: {key.strip()}='…'")
+            fix = "" if e.problem_fixes else f"; fix: write a plain value, or quote it as a string: {key.strip()}='…'"
+            problems.append(f"{key.strip()}=…: {e.problems[0]}{fix}")
     if problems:
         raise ConfigError(problems)
     return config.load(a.experiment, backend=a.backend, overrides=overrides)

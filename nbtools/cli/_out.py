@@ -19,6 +19,7 @@ class Out:
     text: str | None = None  # printed without --json (default: the JSON, indented)
     code: int = 0
     error: str | None = None  # printed on stderr when code != 0
+    fix: str | None = None  # the next action, in the CLI's words (printed with the error)
     exact: bool = False  # --json: print ``data`` as it is even when code != 0 (a documented shape, e.g. `health`)
 
 

@@ -90,7 +90,7 @@ def cmd_diagnose(a) -> Out:
         if pm is not None:
             doc["postmortem"], shown = _jsonable(pm.to_dict()), f"{shown}\n{pm.summary()}"
             fix = f"{pm.fix.assignment} (CLI: {pm.fix.override})" if pm.fix else fix
-    return Out(doc, shown, code=0 if ok else 1, error=None if ok else f"{d.cause}: a retry does not fix it; fix: {fix}")
+    return Out(doc, shown, code=0 if ok else 1, error=None if ok else f"{d.cause}: a retry does not fix it", fix=fix)
 
 
 def supervised_launch(a, cfg: Experiment) -> Out | None:
@@ -110,5 +110,5 @@ def supervised_launch(a, cfg: Experiment) -> Out | None:
         fix = run.diagnosis.fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,
-                   error=None if code == 0 else f"run ended {run.status}: {run.note}; fix: {fix}")
+                   error=None if code == 0 else f"run ended {run.status}: {run.note}", fix=fix)
     return None

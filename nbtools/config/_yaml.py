@@ -128,29 +128,32 @@ def size_problem(data: Any, what: str = "the config") -> str | None:
     return None
 
 
-def load_yaml(text: str, source: str | None = None) -> Any:
-    """Parse one YAML document with the rules above; ``ConfigError`` (line and column, never content) on failure."""
+def load_yaml(text: str, source: str | None = None, *, what: str = "the file") -> Any:
+    """Parse one YAML document with the rules above; ``ConfigError`` (line and column, never content) on failure.
+
+    ``what`` names the text in the messages ("the file", or "the value" of a ``key=value`` override).
+    """
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
-        problem = size_problem(node, "the file")
+        problem = size_problem(node, what)
         if problem:
             raise ConfigError(problem, source=source)
         _duplicate_keys(loader, node)
         return loader.construct_document(node)
     except yaml.YAMLError as e:
-        what = _where(e)
-        fix = "" if "fix:" in what else "; fix: correct the file at that line (brackets, quotes, indentation, `key: value`)"
-        raise ConfigError(f"not valid YAML: {what}{fix}", source=source) from None
+        where = _where(e)  # a duplicate key names its own fix
+        raise ConfigError(f"not valid YAML: {where}", source=source, fix=None if "fix:" in where else
+                          f"correct {what} at that line (brackets, quotes, indentation, `key: value`)") from None
     except RecursionError:
-        raise ConfigError("nested too deeply to read; fix: flatten it (an experiment is a few levels deep)",
-                          source=source) from None
+        raise ConfigError(f"{what} is nested too deeply to read", source=source,
+                          fix="flatten it (an experiment is a few levels deep)") from None
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - PyYAML's constructors crash on some tagged scalars (`!!int ` -> IndexError)
-        raise ConfigError(f"not valid YAML: a value cannot be read ({type(e).__name__}); fix: check the explicit "
-                          "tags (`!!int`, `!!binary`, ...) and their values", source=source) from None
+        raise ConfigError(f"not valid YAML: a value cannot be read ({type(e).__name__})", source=source,
+                          fix="check the explicit tags (`!!int`, `!!binary`, ...) and their values") from None
     finally:
         loader.dispose()

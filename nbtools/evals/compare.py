@@ -25,7 +25,7 @@ import pandas as pd
 
 import nbtools.evals.stats as stats
 from nbtools._escape import html as _h
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Fix
 from nbtools.evals.parse import ScoreBlock
 from nbtools.evals.result import EvalResult
 
@@ -231,8 +231,10 @@ def _check_match(ra: EvalResult, rb: EvalResult, names: tuple[str, str], allow_m
     elif ra.num_problems != rb.num_problems:
         refuse.append(f"different problem counts: {ra.num_problems} ({names[0]}) vs {rb.num_problems} ({names[1]})")
     if refuse and not allow_mismatch:
-        raise ConfigError([*refuse, "fix: evaluate both models on the same problems (same dataset and split); to "
-                           "compare anyway, pass allow_mismatch=True (the comparison then says so in its notes)"])
+        raise ConfigError(refuse, fix=Fix("evaluate both models on the same problems (same dataset and split); to "
+                                          "compare anyway, pass allow_mismatch=True (the comparison then says so in its "
+                                          "notes)", cli="evaluate both models on the same problems (same dataset and "
+                                          "split); to compare anyway, pass --allow-mismatch (the notes then say so)"))
     diffs = [f"{k} {sa[k]} vs {sb[k]}" for k in _SETTINGS if k in sa and k in sb and not _same(sa[k], sb[k])]
     loud = [f"MISMATCH (allowed): {r}; the statistics below compare different problems" for r in refuse]
     if diffs:
@@ -318,8 +320,8 @@ def compare(
         'two-proportion z-test (unpaired)'
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise ConfigError(f"alpha={alpha!r} is not a significance level; allowed: a number strictly between 0 and 1; "
-                          "fix: e.g. alpha=0.05")
+        raise ConfigError(f"alpha={alpha!r} is not a significance level; allowed: a number strictly between 0 and 1",
+                          fix=Fix("e.g. alpha=0.05", cli="e.g. --alpha 0.05"))
     ra, rb = as_result(a), as_result(b)
     if not (ra.num_problems and rb.num_problems):
         raise ConfigError(f"both evaluations need at least one problem; got {ra.num_problems} and {rb.num_problems}; "

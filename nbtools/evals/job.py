@@ -27,7 +27,7 @@ import pandas as pd
 from nbtools._escape import html as _h
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
 
@@ -316,7 +316,9 @@ def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResu
     if not blocks:
         raise NotFoundError(
             "expected NeMo-RL's score block (model_name=… / score=…) in the eval job log, found none",
-            fix="wait for the job to finish (job.wait(timeout=...)) and check job.status(); the block is printed last",
+            fix=Fix("wait for the job to finish (job.wait(timeout=...)) and check job.status(); the block is printed last",
+                    cli="wait for the job to finish (`nbtools jobs status EXPERIMENT.yaml --id ID`); the block is "
+                        "printed last"),
         )
     block: ScoreBlock = blocks[-1]
     table = pd.DataFrame(columns=["problem_id", "sample", "prompt", "response", "extracted_answer", "correct"])

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools._escape import html as _h
-from nbtools.errors import ConfigError, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError
 
 __all__ = ["ScoreBlock", "ScoreLog", "read_score_log", "parse_score_blocks", "load_evaluation_data", "load_eval_config", "REQUIRED_FIELDS"]
 
@@ -175,8 +175,9 @@ def _convert(fields: dict[str, Any], index: int, line: int) -> ScoreBlock:
             f"found {sorted(fields)}. Expected NeMo-RL's run_eval.py block "
             f"(model_name=… dataset_name=… / max_new_tokens=… temperature=… top_p=… top_k=… seed=… / "
             f"metric=… num_tests_per_prompt=… / score=0.4020 (201/500))",
-            fix="pass the complete job log (job.logs()); a truncated log means the eval job did not finish — "
-            "check job.status()",
+            fix=Fix("pass the complete job log (job.logs()); a truncated log means the eval job did not finish — "
+                    "check job.status()", cli="pass the complete job log (`nbtools jobs logs EXPERIMENT.yaml --id ID` > eval.log); a truncated log means "
+                    "the eval job did not finish — check `nbtools jobs status EXPERIMENT.yaml --id ID`"),
         )
     try:
         if int(fields["denominator"]) > 2**53:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from nbtools import _paths
 from nbtools._escape import html as _h
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 from nbtools.evals.stats import pass_at_k, wilson_ci
 
 __all__ = ["EvalResult", "TABLE_COLUMNS"]
@@ -166,7 +166,9 @@ class EvalResult:
             raise NotFoundError(
                 f"expected an evaluation directory with results.parquet and summary.json at {p}, found "
                 f"{sorted(x.name for x in p.iterdir()) if p.is_dir() else 'nothing'}",
-                fix="run nbtools.evals.evaluate_local(..., out_dir=...) or EvalResult.save(path) first",
+                fix=Fix("run nbtools.evals.evaluate_local(..., out_dir=...) or EvalResult.save(path) first",
+                        cli="evaluate first (notebook 07 saves the results dir), or pass evaluation_data.json or a "
+                            "score block"),
             )
         from nbtools.evals.parse import ScoreBlock
 

@@ -21,6 +21,7 @@ import pandas as pd
 from nbtools import _paths
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
+from nbtools.errors import Fix
 from nbtools.gke._destroy import destroy_steps
 from nbtools.gke._flags import gcloud_flags, gcloud_path, validate_flags
 from nbtools.gke._plan import Plan, PlanIncompleteError, StepFailedError
@@ -93,18 +94,23 @@ def destroy_plan(cfg: Experiment, *, delete_bucket: str | None = None) -> Plan:
     if delete_bucket is not None and delete_bucket.removeprefix("gs://") != (cfg.storage.bucket or ""):
         raise ConfigError(
             f"delete_bucket: {delete_bucket!r} is not this experiment's bucket ({cfg.storage.bucket!r}); the destroy plan "
-            "only deletes what the config names; fix: pass delete_bucket=cfg.storage.bucket, or leave it out to keep "
-            "the bucket's objects", source=cfg.source,
+            "only deletes what the config names", source=cfg.source,
+            fix=Fix("pass delete_bucket=cfg.storage.bucket, or leave it out to keep the bucket's objects",
+                    cli=f"pass --delete-bucket {cfg.storage.bucket}, or leave it out to keep the bucket's objects"),
         )
     steps = destroy_steps(cfg, build_steps(cfg), delete_bucket=delete_bucket is not None)
     d = _state_dir(cfg)
     keep = "" if delete_bucket else (f" The bucket's objects are kept; to delete them with the bucket: destroy_plan(cfg, "
-                                     f"delete_bucket={cfg.storage.bucket!r}) or `nbtools plan --destroy --delete-bucket "
-                                     f"{cfg.storage.bucket}`." if cfg.storage.bucket else "")
+                                     f"delete_bucket={cfg.storage.bucket!r})." if cfg.storage.bucket else "")
+    cli_keep = "" if delete_bucket else (f" The bucket's objects are kept; to delete them with the bucket: `nbtools plan "
+                                         f"EXPERIMENT.yaml --destroy --delete-bucket {cfg.storage.bucket}`."
+                                         if cfg.storage.bucket else "")
     return Plan("destroy", steps, d / "destroy-state.json", _variables(cfg), invalidates=d / "provision-state.json",
                 keep_going=True,
-                fix="fix the failed steps' causes (their stderr is in the state file) and apply again: finished steps "
-                    "are skipped; .remaining() lists what is still there." + keep)
+                fix=Fix("fix the failed steps' causes (their stderr is in the state file) and apply again: finished "
+                        "steps are skipped; .remaining() lists what is still there." + keep,
+                        cli="fix the failed steps' causes (their stderr is in the state file) and apply again: finished "
+                            "steps are skipped; `nbtools plan EXPERIMENT.yaml --destroy` shows what is still there." + cli_keep))
 
 
 def validate(p: Plan) -> pd.DataFrame:

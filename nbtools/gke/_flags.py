@@ -23,7 +23,7 @@ from typing import Literal
 
 import pandas as pd
 
-from nbtools.errors import DependencyError
+from nbtools.errors import DependencyError, Fix
 
 __all__ = ["gcloud_path", "gcloud_flags", "validate_flags", "installed_gcloud", "shipped_table", "REGENERATE",
            "FlagTable"]
@@ -155,8 +155,9 @@ def gcloud_flags(path: tuple[str, ...]) -> frozenset[str]:
     if gc is None:
         raise DependencyError(
             "reading gcloud's own help needs the gcloud CLI, which is not on PATH",
-            fix="install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), or validate against the "
-                "shipped table: nbtools.gke.validate_flags(argvs, source='table')",
+            fix=Fix("install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install), or validate against the "
+                    "shipped table: nbtools.gke.validate_flags(argvs, source='table')",
+                    cli="install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)"),
         )
     return _installed_flags(gc, tuple(path)) or frozenset()
 

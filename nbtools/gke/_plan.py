@@ -13,7 +13,7 @@ import pandas as pd
 
 from nbtools import _paths
 from nbtools._escape import html as _h
-from nbtools.errors import NbtoolsError, NotFoundError
+from nbtools.errors import Fix, NbtoolsError, NotFoundError
 from nbtools.gke._script import render
 from nbtools.gke._step import VARIABLE, Step, _join
 
@@ -22,7 +22,7 @@ __all__ = ["Plan", "StepFailedError", "PlanIncompleteError"]
 class StepFailedError(NbtoolsError, RuntimeError):
     """A plan step's command exited non-zero; the plan stopped there and resumes from it on the next apply."""
 
-    def __init__(self, step: str, command: str, returncode: int, stderr: str, *, fix: str):
+    def __init__(self, step: str, command: str, returncode: int, stderr: str, *, fix: Fix | str):
         self.step, self.command, self.returncode, self.stderr = step, command, returncode, stderr
         tail = "\n".join(stderr.strip().splitlines()[-15:])
         super().__init__(f"step {step!r} failed (exit {returncode}): {command}\n--- stderr ---\n{tail}", fix=fix)
@@ -35,7 +35,7 @@ class PlanIncompleteError(NbtoolsError, RuntimeError):
     what the final check found still there (or could not check).
     """
 
-    def __init__(self, results: pd.DataFrame, remaining: pd.DataFrame, *, fix: str):
+    def __init__(self, results: pd.DataFrame, remaining: pd.DataFrame, *, fix: Fix | str):
         self.results, self.remaining = results, remaining
         failed = results[results["status"].str.startswith(("failed", "skipped (needs"))]
         lines = [f"  - {r.step}: {r.status}" for r in failed.itertuples()]
@@ -68,7 +68,7 @@ class Plan:
     variables: dict[str, tuple[str, ...]] = field(default_factory=dict)  # NAME -> command printing its value
     invalidates: Path | None = None  # the opposite plan's state: a step done here is no longer done there
     keep_going: bool = False  # destroy: a failed step does not stop the steps that do not need it
-    fix: str = ""  # keep-going plans: what to do when something is still there
+    fix: Fix | str = ""  # keep-going plans: what to do when something is still there
     applicable: bool = True  # False: shown for reference only; apply() never runs anything
     note: str = ""  # why the plan is empty or not applicable (shown with it)
 
@@ -388,7 +388,9 @@ class Plan:
                 self._save(state)
                 if self.keep_going:
                     return f"failed (exit {r.returncode}): {(r.stderr.strip().splitlines() or [''])[-1][:200]}"
-                fix = f"fix the cause above, then run plan.apply(dry_run=False) again: it resumes at {s.name!r}"
+                fix = Fix(f"fix the cause above, then run plan.apply(dry_run=False) again: it resumes at {s.name!r}",
+                          cli=f"fix the cause above, then apply again (notebook 01, or the script of `nbtools plan "
+                              f"EXPERIMENT.yaml --script`): it resumes at {s.name!r}")
                 if s.hint and seen and not s.absent:
                     fix = f"the check found {seen!r}: {s.hint}"
                 raise StepFailedError(s.name, _join(s.command), r.returncode, r.stderr, fix=fix)

@@ -123,7 +123,7 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     if traj is None and scalars.empty:
         raise NotFoundError(f"expected trajectory dumps or TensorBoard scalars under {where}, found neither",
-                            fix="pass the run's log_dir (cfg.logs_url) or one exp_NNN dir inside it; a run "
+                            fix="pass the run's log_dir (the experiment's logs URL) or one exp_NNN dir inside it; a run "
                                 "that just started writes its first step after its first rollout")
     limit = generation_limit(config) if config is not None else None
     return RunData(where, records, scalars, traj, limit, mix, answer_tag, think_tag)

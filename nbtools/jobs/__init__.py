@@ -23,7 +23,7 @@ import pandas as pd
 
 from nbtools import _paths
 from nbtools._escape import html as _h
-from nbtools.errors import JobFailedError, NotReadyError
+from nbtools.errors import Fix, JobFailedError, NotReadyError
 from nbtools.jobs._client import address_of, client_for, forget, is_missing, not_found
 from nbtools.jobs._tail import LogPump
 
@@ -104,7 +104,9 @@ class Job:
                     raise NotReadyError(
                         f"job {self.id!r} is still {info.status.value} after {timeout:g} s",
                         reason=info.message or "", events=self.log_tail(10).splitlines(),
-                        fix="wait longer (job.wait(timeout=...)), watch it with job.follow(), or stop it with job.stop()",
+                        fix=Fix("wait longer (job.wait(timeout=...)), watch it with job.follow(), or stop it with job.stop()",
+                            cli="follow it longer (`nbtools launch EXPERIMENT.yaml --follow --timeout SECONDS`), or stop it "
+                                "(`nbtools jobs stop EXPERIMENT.yaml --id ID`)"),
                     )
                 time.sleep(min(delay, remaining))
                 delay = min(delay * 2, 2.0)
@@ -117,8 +119,10 @@ class Job:
             message = (info.message or "").split(", last available logs")[0]  # the tail follows anyway
             raise JobFailedError(
                 self.id, info.status.value, message, self.log_tail(),
-                fix=f"read the whole log with job.logs() (or nbtools.jobs.attach({self.address!r}, {self.id!r}).logs()); "
-                "fix the cause and submit again with a changed config (a new submission id)",
+                fix=Fix(f"read the whole log with job.logs() (or nbtools.jobs.attach({self.address!r}, {self.id!r}).logs()); "
+                        "fix the cause and submit again with a changed config (a new submission id)",
+                        cli=f"read the whole log (`nbtools jobs logs EXPERIMENT.yaml --id {self.id}`); fix the cause and "
+                            "launch again with a changed config (a new submission id)"),
             )
 
     # -- logs -------------------------------------------------------------------------------------------
@@ -155,7 +159,8 @@ class Job:
                     info = self.info()
                     raise NotReadyError(
                         f"stopped following job {self.id!r} after {timeout:g} s; it is still {info.status.value}",
-                        reason=info.message or "", fix="call job.follow() again to continue where this stopped, or job.wait(timeout=...)",
+                        reason=info.message or "", fix=Fix("call job.follow() again to continue where this stopped, or job.wait(timeout=...)",
+                                                        cli="run `nbtools launch EXPERIMENT.yaml --follow` again: it re-attaches"),
                     )
                 if pump.running:
                     continue
@@ -166,7 +171,8 @@ class Job:
                     if reconnects > 5:
                         raise NotReadyError(
                             f"lost the log stream of job {self.id!r} {reconnects - 1} times", reason=repr(pump.error),
-                            fix="check the cluster (notebook 02: nbtools.backends.get(cfg).up()); job.follow() resumes where it stopped",
+                            fix=Fix("check the cluster (notebook 02: nbtools.backends.get(cfg).up()); job.follow() resumes where it stopped",
+                                    cli="check the cluster (`nbtools up EXPERIMENT.yaml --apply`); `nbtools launch EXPERIMENT.yaml --follow` re-attaches"),
                         )
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
@@ -328,7 +334,8 @@ def logs(job_or_id: Job | str, address: Any | None = None) -> str:
 
             raise NotFoundError(
                 f"job id {job_or_id!r} was {'seen on several clusters' if known else 'not seen'} in this session",
-                fix=f"pass the cluster: nbtools.jobs.logs({job_or_id!r}, cfg.dashboard_url)",
+                fix=Fix(f"pass the cluster: nbtools.jobs.logs({job_or_id!r}, cfg.dashboard_url)",
+                        cli=f"name the experiment: `nbtools jobs logs EXPERIMENT.yaml --id {job_or_id}`"),
             )
         return known[0].logs()
     return attach(address, job_or_id).logs()
@@ -422,7 +429,8 @@ def _call(url: str, fn, *, job_id: str | None = None):
         forget(url)
         raise NotReadyError(
             f"the Ray Jobs API at {url} did not answer", reason=str(e).splitlines()[0] if str(e) else type(e).__name__,
-            fix="check that the cluster is up (notebook 02: nbtools.backends.get(cfg).up()) and the address/port-forward is right",
+            fix=Fix("check that the cluster is up (notebook 02: nbtools.backends.get(cfg).up()) and the address/port-forward is right",
+                    cli="check that the cluster is up (`nbtools up EXPERIMENT.yaml --apply`) and the address/port-forward is right"),
         ) from None
     except RuntimeError as e:
         if job_id is not None and is_missing(e):

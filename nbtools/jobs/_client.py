@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from nbtools.errors import NotFoundError, NotReadyError
+from nbtools.errors import Fix, NotFoundError, NotReadyError
 
 __all__ = ["client_for", "address_of", "is_missing", "forget", "quiet_ray_sdk", "RAY_SDK_LOGGERS"]
 
@@ -61,8 +61,10 @@ def client_for(address: str, *, timeout: float | None = None):
         raise NotReadyError(
             f"no Ray Jobs API answers at {address}",
             reason=str(e).splitlines()[0] if str(e) else type(e).__name__,
-            fix="start or re-attach the cluster first: notebook 02 (nbtools.backends.get(cfg).up()); for backend 'ray' check "
-            "`ray.address`; for gke check the dashboard port-forward",
+            fix=Fix("start or re-attach the cluster first: notebook 02 (nbtools.backends.get(cfg).up()); for backend 'ray' "
+                    "check `ray.address`; for gke check the dashboard port-forward",
+                    cli="start or re-attach the cluster first (`nbtools up EXPERIMENT.yaml --apply`); for backend 'ray' check `ray.address`; "
+                        "for gke check the dashboard port-forward"),
         ) from None
     with _LOCK:
         _CLIENTS[address] = client
@@ -85,5 +87,6 @@ def not_found(address: str, submission_id: str, known: list[str]) -> NotFoundErr
     shown = ", ".join(known[-20:]) if known else "none"
     return NotFoundError(
         f"no job with submission id {submission_id!r} on the cluster at {address}; known ids: {shown}",
-        fix="check the id (nbtools.jobs.list_jobs(address)), or submit it with nbtools.jobs.submit(...) / nbtools.launch.submit(cfg)",
+        fix=Fix("check the id (nbtools.jobs.list_jobs(address)), or submit it with nbtools.jobs.submit(...) / nbtools.launch.submit(cfg)",
+                cli="check the id (`nbtools jobs list EXPERIMENT.yaml`), or submit it (`nbtools launch EXPERIMENT.yaml`)"),
     )

@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 
 __all__ = ["package_dir", "carry_env", "helper_id", "submit_module", "RESULT_PREFIX", "print_result", "result_of"]
 
@@ -81,4 +81,5 @@ def result_of(job) -> dict[str, Any]:
             return json.loads(line[len(RESULT_PREFIX):])
     tail = "\n".join(text.splitlines()[-15:])
     raise NotFoundError(f"job {job.id!r} printed no result line ({RESULT_PREFIX.strip()} …); last lines:\n{tail}",
-                        fix="read its whole log with job.logs(); fix the cause and run the cell again")
+                        fix=Fix("read its whole log with job.logs(); fix the cause and run the cell again",
+                            cli="read its whole log (`nbtools jobs logs EXPERIMENT.yaml --id ID`); fix the cause and run the command again"))

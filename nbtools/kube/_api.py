@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools._escape import html as _h
-from nbtools.errors import ConfigError, ConflictError, DependencyError, NotFoundError, NotReadyError
+from nbtools.errors import ConfigError, ConflictError, DependencyError, Fix, NotFoundError, NotReadyError
 
 
 def kubeconfig_file(kubeconfig: str | None = None) -> str:
@@ -168,8 +168,10 @@ def apply(api, objs: list[dict], *, dry_run_first: bool = True) -> pd.DataFrame:
                 msg = _api_message(e)
                 raise ConflictError(
                     f"{'server-side dry run' if dry else 'apply'} of {_label(obj)} was rejected ({_status(e)}): {msg}",
-                    fix="if a field is immutable, delete the object (cluster.down() in notebook 09) and apply again; "
-                    "otherwise correct the experiment config",
+                    fix=Fix("if a field is immutable, delete the object (cluster.down() in notebook 09) and apply again; "
+                            "otherwise correct the experiment config",
+                            cli="if a field is immutable, delete the object (`nbtools down EXPERIMENT.yaml --apply`) and "
+                                "apply again; otherwise correct the experiment config"),
                 ) from None
     return pd.DataFrame(
         [{"kind": o["kind"], "name": o["metadata"]["name"], "namespace": o["metadata"].get("namespace", ""), "action": a}
@@ -218,7 +220,9 @@ def find_pod(api, namespace: str, selector: str) -> Any:
     if not pods:
         raise NotFoundError(
             f"no pod in namespace {namespace!r} matches selector {selector!r}",
-            fix="check that the RayCluster is up (notebook 02: cluster.up()) and that the selector names it",
+            fix=Fix("check that the RayCluster is up (notebook 02: cluster.up()) and that the selector names it",
+                    cli="check that the RayCluster is up (`nbtools up EXPERIMENT.yaml --apply`) and that the selector "
+                        "names it"),
         )
     if len(pods) > 1:
         names = ", ".join(p.metadata.name for p in pods)

@@ -20,7 +20,7 @@ from typing import Any
 from nbtools import _paths, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, LintError, NotFoundError
+from nbtools.errors import ConfigError, Fix, LintError, NotFoundError
 from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
 from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
@@ -138,7 +138,9 @@ def build_prepare(cfg: Experiment) -> LaunchSpec:
     if command is None:
         raise ConfigError(
             f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {trainer.name!r} on "
-            f"{cfg.backend!r}; fix: use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')"
+            f"{cfg.backend!r}", fix=Fix("use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')",
+                                        cli="use a verl experiment on gke/ray (e.g. the recipe "
+                                            "'tutorial-002-verl-qwen2.5-32b')"),
         )
     secrets = runtime_env.secret_values(cfg)
     entry = (runtime_env.secrets_prelude() if secrets else "") + command
@@ -207,7 +209,9 @@ def submit(
         cluster_gpus = backends.get(cfg).gpus()
     report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume, ignore_fit=ignore_fit)
     if not report.ok:
-        raise LintError(report.blocking, fix="apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then submit again")
+        raise LintError(report.blocking, fix=Fix("apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then "
+                                                 "submit again", cli="apply each finding's fix (`nbtools launch "
+                                                 "EXPERIMENT.yaml --lint-only` shows them all), then launch again"))
     return _send(spec, cfg)
 
 

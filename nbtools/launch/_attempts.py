@@ -26,7 +26,7 @@ import pandas as pd
 
 from nbtools import storage
 from nbtools._layout import STEP_RE
-from nbtools.errors import CheckpointError, ConflictError, NotFoundError
+from nbtools.errors import CheckpointError, ConflictError, Fix, NotFoundError
 
 __all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "resubmit",
            "finalize", "record_url", "steps_from_log"]
@@ -294,21 +294,26 @@ def resubmit(cfg, *, force: bool = False):
             first = jobs.attach(cfg.dashboard_url, cfg.submission_id)
         except NotFoundError:
             raise NotFoundError(f"expected a first attempt {cfg.submission_id!r} to retry, found none on "
-                                f"{cfg.dashboard_url}", fix="launch it first: nbtools.launch.submit(cfg) (or "
-                                "nbtools.launch.supervise(cfg))") from None
+                                f"{cfg.dashboard_url}", fix=Fix("launch it first: nbtools.launch.submit(cfg) (or "
+                                "nbtools.launch.supervise(cfg))", cli="launch it first: `nbtools launch EXPERIMENT.yaml` "
+                                "(or with --supervise)")) from None
         items = record_first(cfg, first)
     last = items[-1] = finalize(cfg, items[-1])
     _save(cfg, items)  # the diagnosis is kept even when this refuses to resubmit
     if not last.terminal:
         raise ConflictError(f"attempt {last.n} ({last.submission_id}) is still {last.status}",
-                            fix="follow it (nbtools.launch.follow(cfg, job)) or stop it (job.stop()) before "
-                                "submitting another attempt")
+                            fix=Fix("follow it (nbtools.launch.follow(cfg, job)) or stop it (job.stop()) before "
+                                    "submitting another attempt", cli="follow it (`nbtools launch EXPERIMENT.yaml "
+                                    f"--follow`) or stop it (`nbtools jobs stop EXPERIMENT.yaml --id {last.submission_id}`) "
+                                    "before submitting another attempt"))
     if last.status == "SUCCEEDED" and not force:
         raise ConflictError(f"attempt {last.n} ({last.submission_id}) already SUCCEEDED; nothing to resume",
                             fix="change the config (e.g. more grpo.max_num_steps) to train further")
     if last.retry is False and not force:
         raise ConflictError(f"attempt {last.n} ended with cause {last.cause!r}, which a retry does not fix",
-                            fix=f"{last.fix} (or pass force=True / --force to retry anyway)")
+                            fix=Fix(f"{last.fix} (or pass force=True to retry anyway)",
+                                    cli=f"the diagnosis names the fix (`nbtools diagnose {last.submission_id} --experiment "
+                                        "EXPERIMENT.yaml`); or pass --force to retry anyway"))
     resumed = newest_checkpoint(cfg)
     _charge(last, resumed)
     n = last.n + 1

@@ -271,9 +271,10 @@ def diagnose(cfg_or_address: Any, submission_id: str | None = None, *, events: l
         address = cfg.dashboard_url
     if submission_id is None:
         if cfg is None:
-            from nbtools.errors import ConfigError
+            from nbtools.errors import ConfigError, Fix
 
-            raise ConfigError("diagnose: a dashboard address needs a submission id; fix: pass submission_id=...")
+            raise ConfigError("diagnose: a dashboard address needs a submission id",
+                              fix=Fix("pass submission_id=...", cli="pass SUBMISSION_ID"))
         from nbtools.launch._attempts import read_attempts
 
         recorded = read_attempts(cfg)

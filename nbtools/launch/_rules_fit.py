@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 from nbtools.config import Experiment
-from nbtools.errors import NbtoolsError
+from nbtools.errors import Fix, NbtoolsError
 from nbtools.trainers import Finding, LintReport
 
 __all__ = ["check_fit"]
@@ -31,8 +31,9 @@ def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
         r.findings.append(Finding(
             "warning", RULE, "model.name",
             f"the GPU memory fit check could not run: {str(e).splitlines()[0]}",
-            "pass the model's config.json to nbtools.fit.estimate(...) or go online once (AutoConfig fetches only "
-            "config.json)",
+            Fix("pass the model's config.json to nbtools.fit.estimate(...) or go online once (AutoConfig fetches only "
+                "config.json)", cli="pass the model's config.json (`nbtools fit --model CONFIG_DIR`) or go online once "
+                "(only config.json is fetched)"),
         ))
         return None
     if report.verdict in ("fits", "not-applicable"):
@@ -51,7 +52,7 @@ def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
     verdict = "certainly does not fit" if report.certain and report.verdict == "does-not-fit" else report.verdict
     fix = "; ".join(report.suggestions) or "lower the micro-batch or the sequence length, or add GPUs"
     if report.verdict == "does-not-fit" and report.certain:
-        fix += " (or launch anyway with ignore_fit=True / --ignore-fit)"
+        fix = Fix(fix + " (or launch anyway with ignore_fit=True)", cli=fix + " (or launch anyway with --ignore-fit)")
     first = report.suggestions[0] if report.suggestions else ""
     key = first.removeprefix("set ").split("=", 1)[0] if first.startswith("set ") else "cluster.gpu_type"
     r.findings.append(Finding("blocking" if blocking else "warning", RULE, key, f"{verdict}: " + "; ".join(parts), fix))

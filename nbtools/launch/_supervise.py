@@ -178,9 +178,10 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
     from nbtools import jobs
     from nbtools.launch import submit
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-        from nbtools.errors import ConfigError
+        from nbtools.errors import ConfigError, Fix
 
-        raise ConfigError(f"max_attempts: expected a whole number, 1 or more, got {max_attempts!r}; fix: e.g. max_attempts=3")
+        raise ConfigError(f"max_attempts: expected a whole number, 1 or more, got {max_attempts!r}",
+                          fix=Fix("e.g. max_attempts=3", cli="e.g. --max-attempts 3"))
     deadline = None if timeout is None else time.monotonic() + timeout
     items = read_attempts(cfg)
     job, made = None, 1  # attempts followed by this call (a re-attached one counts): a bound whatever the record says

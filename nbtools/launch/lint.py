@@ -19,7 +19,7 @@ from pathlib import Path
 from nbtools import backends, trainers
 from nbtools._layout import step_dirs
 from nbtools.config import Experiment
-from nbtools.errors import NbtoolsError
+from nbtools.errors import Fix, NbtoolsError
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_reward import check_reward_contract
 from nbtools.trainers import CodePresent, Finding, LintReport
@@ -152,15 +152,17 @@ def _checkpoints(cfg: Experiment, r: LintReport, source: StepsSource, resume: bo
     if resume:
         r.findings.append(Finding(
             "warning", "existing-checkpoints", "checkpointing.checkpoint_dir",
-            f"{where}; the run will resume from step_{steps[-1]} (resume=True)",
+            f"{where}; the run will resume from step_{steps[-1]} (resuming was asked for)",
             "nothing, if resuming is what you want; otherwise choose a fresh checkpoint_dir",
         ))
         return
     r.findings.append(Finding(
         "blocking", "existing-checkpoints", "checkpointing.checkpoint_dir",
         f"{where}; NeMo-RL would silently resume from it instead of starting a fresh run",
-        "pass resume=True (or set `trainer.resume: true`) to continue that run, or set a fresh "
-        "`checkpointing.checkpoint_dir` (e.g. add the date to the experiment name)",
+        Fix("pass resume=True (or set `trainer.resume: true`) to continue that run, or set a fresh "
+            "`checkpointing.checkpoint_dir` (e.g. add the date to the experiment name)",
+            cli="pass --resume (or set `trainer.resume: true`) to continue that run, or set a fresh "
+                "`checkpointing.checkpoint_dir` (e.g. add the date to the experiment name)"),
     ))
 
 
@@ -224,7 +226,8 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
         r.findings.append(Finding(
             "warning", "gpus", "cluster.worker_replicas",
             f"the run asks for {requested} GPUs ({nodes} x {per}); the cluster's GPU count was not checked",
-            "pass cluster_gpus=nbtools.backends.get(cfg).resources().gpus",
+            Fix("pass cluster_gpus=nbtools.backends.get(cfg).resources().gpus",
+                cli="bring the cluster up first (`nbtools up EXPERIMENT.yaml --apply`), then lint again"),
         ))
     elif requested > cluster_gpus:
         r.findings.append(Finding(

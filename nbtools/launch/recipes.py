@@ -186,7 +186,7 @@ def get(name: str, *, backend: str | None = None, **changes: Any) -> Experiment:
         near = difflib.get_close_matches(name, names(), n=1)
         raise NotFoundError(
             f"no recipe named {name!r}; known: {', '.join(names())}",
-            fix=f"use {near[0]!r}" if near else "pick one of nbtools.launch.recipes.names()",
+            fix=f"use {near[0]!r}" if near else f"pick one of {', '.join(names())}",
         )
     data = copy.deepcopy(RECIPES[name])
     if backend is not None:

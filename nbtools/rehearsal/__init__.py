@@ -14,7 +14,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Fix
 from nbtools.rehearsal import task
 from nbtools.rehearsal.task import Problem, baseline_dir, ground_truth_for, held_out_problems, make_split
 
@@ -52,8 +52,9 @@ def overrides_for(cfg: Experiment) -> list[str]:
     from nbtools.config import load, to_dict
 
     if not cfg.source:
-        raise ConfigError("rehearsal entrypoint: the config has no source YAML file (built from a dict); "
-                          "fix: load it with nbtools.config.load('experiments/local.yaml') and use cfg.replace(...)")
+        raise ConfigError("rehearsal entrypoint: the config has no source YAML file (built from a dict)",
+                          fix=Fix("load it with nbtools.config.load('experiments/local.yaml') and use cfg.replace(...)",
+                                  cli="pass an experiment YAML file (e.g. experiments/local.yaml) and KEY=VALUE overrides"))
     base = _flat(to_dict(load(cfg.source, backend="local")))
     mine = _flat(to_dict(cfg))
     mine.pop("backend", None)

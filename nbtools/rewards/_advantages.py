@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Fix
 
 __all__ = ["group_advantages", "group_baseline_std"]
 
@@ -20,8 +20,9 @@ def group_baseline_std(rewards: np.ndarray, *, leave_one_out: bool) -> tuple[np.
     r = np.asarray(rewards, dtype=float)
     if r.ndim != 2:
         raise ConfigError(
-            f"group_advantages: expected rewards of shape (num_groups, G), got shape {r.shape}; "
-            "fix: reshape with rewards.reshape(num_groups, num_generations_per_prompt)"
+            f"group_advantages: expected rewards of shape (num_groups, G), got shape {r.shape}",
+            fix=Fix("reshape with rewards.reshape(num_groups, num_generations_per_prompt)",
+                    cli="give the rewards as num_groups rows of num_generations_per_prompt values"),
         )
     g = r.shape[1]
     n = g - 1 if leave_one_out else g  # samples behind each baseline

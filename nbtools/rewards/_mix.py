@@ -164,7 +164,7 @@ def _check_kwargs(label: str, fn: RewardFn, kwargs: Mapping[str, Any]) -> list[s
 
 def _parse_item(i: int, item: Any, problems: list[str]) -> Component | None:
     if isinstance(item, RewardMix):
-        problems.append(f"reward_functions[{i}]: nested RewardMix; fix: list its spec() items instead")
+        problems.append(f"reward_functions[{i}]: nested RewardMix; fix: list the items of its spec instead")
         return None
     if not isinstance(item, Mapping):
         problems.append(f"reward_functions[{i}]: expected a mapping {{name, weight, kwargs}}, got {item!r}")
@@ -181,7 +181,7 @@ def _parse_item(i: int, item: Any, problems: list[str]) -> Component | None:
         except NotFoundError:
             problems.append(
                 f"reward_functions[{i}]: unknown reward {name!r}; known: {', '.join(available())}; "
-                "fix: use a known name or register yours with @nbtools.rewards.register(name)"
+                "fix: use a known name or register yours with the @nbtools.rewards.register decorator"
             )
     else:
         problems.append(f"reward_functions[{i}]: 'name' must be a registered name, got {name!r}")

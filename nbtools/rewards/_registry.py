@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from nbtools.errors import ConfigError, ConflictError, NotFoundError
+from nbtools.errors import ConfigError, ConflictError, Fix, NotFoundError
 
 __all__ = ["RewardFn", "register", "get", "available", "unregister", "reward_parameters"]
 
@@ -54,7 +54,8 @@ def register(name: str, fn: RewardFn | None = None, *, replace: bool = False, _b
     """
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(
-            f"reward name must be a non-empty string, got {name!r}; fix: use e.g. register('my_reward')"
+            f"reward name must be a non-empty string, got {name!r}",
+            fix=Fix("use e.g. register('my_reward')", cli="name the reward, e.g. my_reward"),
         )
 
     def deco(f: RewardFn) -> RewardFn:
@@ -63,7 +64,8 @@ def register(name: str, fn: RewardFn | None = None, *, replace: bool = False, _b
         if name in _BUILTIN and not (replace or _builtin):
             raise ConflictError(
                 f"{name!r} is a built-in reward; expected a new name, got an existing one",
-                fix=f"pick another name, or pass replace=True to shadow the built-in {name!r}",
+                fix=Fix(f"pick another name, or pass replace=True to shadow the built-in {name!r}",
+                        cli=f"pick another name for your reward (the built-in {name!r} keeps its name)"),
             )
         _check_signature(name, f)
         _REGISTRY[name] = f
@@ -109,7 +111,8 @@ def get(name: str) -> RewardFn:
     except (KeyError, TypeError):
         raise NotFoundError(
             f"no reward named {name!r}; known: {', '.join(available())}",
-            fix="use one of the known names, or register yours with @nbtools.rewards.register('name')",
+            fix=Fix("use one of the known names, or register yours with @nbtools.rewards.register('name')",
+                    cli="use one of the known names, or register yours in a module the job imports (notebook 08)"),
         ) from None
 
 

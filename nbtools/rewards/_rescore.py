@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools._escape import html as _h
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Fix
 from nbtools.rewards._advantages import group_advantages
 from nbtools.rewards._mix import RewardMix, combine
 
@@ -34,7 +34,8 @@ def assign_groups(df: pd.DataFrame, group_size: int | None = None) -> np.ndarray
     if len(bad):
         raise ConfigError(
             f"group_size={group_size}: expected every step to hold a multiple of {group_size} rows, got "
-            f"{dict(bad.head(5))} (step: rows); fix: pass group_size=None to group by consecutive identical prompts"
+            f"{dict(bad.head(5))} (step: rows)", fix=Fix("pass group_size=None to group by consecutive identical prompts",
+                                                         cli="group by consecutive identical prompts (no group size)"),
         )
     return np.cumsum(new_step | (pos % group_size == 0)) - 1
 
@@ -64,7 +65,9 @@ def _ground_truths(df: pd.DataFrame, ground_truth: str | Callable[[str], str]) -
         return df[ground_truth].astype(str).tolist()
     raise ConfigError(
         f"ground_truth: expected a column of the trajectories or a function prompt -> answer, got {ground_truth!r} "
-        f"(columns: {', '.join(map(str, df.columns))}); fix: e.g. ground_truth=nbtools.rehearsal.task.ground_truth_for"
+        f"(columns: {', '.join(map(str, df.columns))})",
+        fix=Fix("e.g. ground_truth=nbtools.rehearsal.task.ground_truth_for",
+                cli="name a column of the trajectories that holds the answers"),
     )
 
 
@@ -217,7 +220,8 @@ def rescore(
     if missing:
         raise ConfigError(
             f"rescore: trajectories need columns prompt and response, missing {missing} "
-            f"(got {', '.join(map(str, df.columns))}); fix: pass nbtools.trajectories.open_run(path).read()"
+            f"(got {', '.join(map(str, df.columns))})",
+            fix=Fix("pass nbtools.trajectories.open_run(path).read()", cli="pass a run's trajectories (an exp_NNN dir)"),
         )
     order = [c for c in ("step", "idx") if c in df]
     s = df.sort_values(order, kind="stable") if order else df

@@ -11,7 +11,7 @@ from typing import Any
 
 from nbtools import trainers
 from nbtools.config import Experiment
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 
 __all__ = ["trained_with", "ground_truth", "NEMO_RL_MATH_DEFAULT"]
 
@@ -54,6 +54,7 @@ def ground_truth(cfg: Experiment) -> Callable[[str], str]:
         return ground_truth_for
     raise NotFoundError(
         f"the answers of dataset {cfg.data.dataset!r} are not in the run's trajectories (NeMo-RL does not log them)",
-        fix="pass ground_truth= a `prompt -> answer` function built from your dataset (e.g. a dict from "
-        "datasets.load_dataset(...)), or a column of the trajectories frame holding the answers",
+        fix=Fix("pass ground_truth= a `prompt -> answer` function built from your dataset (e.g. a dict from "
+                "datasets.load_dataset(...)), or a column of the trajectories frame holding the answers",
+                cli="re-score in a notebook (08) with the dataset's answers: NeMo-RL does not log them"),
     )

@@ -7,6 +7,7 @@ from typing import Literal
 
 from nbtools import _paths
 from nbtools._escape import html as _h
+from nbtools.errors import Fix
 
 __all__ = ["Finding", "LintReport", "Severity"]
 
@@ -21,10 +22,19 @@ class Finding:
     rule: str
     key: str
     message: str
-    fix: str
+    fix: Fix | str  # a Fix where the notebook's words (an argument) and the CLI's (a flag) differ
+
+    @property
+    def cli_fix(self) -> str:
+        """The fix in the CLI's words."""
+        return self.fix.cli if isinstance(self.fix, Fix) else self.fix
+
+    def text(self, *, cli: bool = False) -> str:
+        """One line: severity, key, problem and the fix (in the CLI's words with ``cli``)."""
+        return f"[{self.severity}] {self.key}: {self.message}; fix: {self.cli_fix if cli else self.fix}"
 
     def __str__(self) -> str:
-        return f"[{self.severity}] {self.key}: {self.message}; fix: {self.fix}"
+        return self.text()
 
 
 @_paths.tidy_reprs
@@ -55,11 +65,16 @@ class LintReport:
         """The findings as a DataFrame (severity, rule, key, message, fix)."""
         import pandas as pd
 
-        return pd.DataFrame([vars(f) for f in self.findings], columns=["severity", "rule", "key", "message", "fix"])
+        return pd.DataFrame([{**vars(f), "fix": str(f.fix)} for f in self.findings],
+                            columns=["severity", "rule", "key", "message", "fix"])
+
+    def text(self, *, cli: bool = False) -> str:
+        """The report as lines; ``cli``: each fix in the CLI's words."""
+        head = f"lint: {len(self.blocking)} blocking, {len(self.warnings)} warning(s); checked: {', '.join(self.checked)}"
+        return "\n".join([head] + [f"  - {f.text(cli=cli)}" for f in self.findings])
 
     def __str__(self) -> str:
-        head = f"lint: {len(self.blocking)} blocking, {len(self.warnings)} warning(s); checked: {', '.join(self.checked)}"
-        return "\n".join([head] + [f"  - {f}" for f in self.findings])
+        return self.text()
 
     __repr__ = __str__
 
@@ -74,7 +89,7 @@ class LintReport:
             return head
         rows = "".join(
             f"<tr><td>{f.severity}</td><td><code>{_h(f.key)}</code></td><td>{_h(f.message)}</td>"
-            f"<td>{_h(f.fix)}</td></tr>"
+            f"<td>{_h(str(f.fix))}</td></tr>"
             for f in self.findings
         )
         return f"{head}<table><tr><th>severity</th><th>key</th><th>problem</th><th>fix</th></tr>{rows}</table>"

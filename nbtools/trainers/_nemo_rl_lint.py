@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
+from nbtools.errors import Fix
 from nbtools.trainers import _tree, nemo_rl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers.releases import NEMO_RL
@@ -161,8 +162,10 @@ def _consolidated(cfg: Experiment, r: LintReport) -> None:
             "blocking", "save-consolidated", "checkpointing.save_consolidated",
             "save_consolidated: true with safetensors has produced corrupted FSDP merges (shards not concatenated; "
             "vLLM asserts at load)",
-            "set `checkpointing.model_save_format: torch_save` and `save_consolidated: false`, then merge with "
-            "nbtools.checkpoints.merge(step_dir, out_dir) (notebook 06)",
+            Fix("set `checkpointing.model_save_format: torch_save` and `save_consolidated: false`, then merge with "
+                "nbtools.checkpoints.merge(step_dir, out_dir) (notebook 06)",
+                cli="set `checkpointing.model_save_format: torch_save` and `save_consolidated: false`, then merge with "
+                    "`nbtools merge STEP_DIR OUT_DIR`"),
         ))
 
 

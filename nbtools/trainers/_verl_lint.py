@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nbtools import backends
 from nbtools.config import Experiment
+from nbtools.errors import Fix
 from nbtools.trainers import verl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
@@ -73,6 +74,8 @@ def _source(cfg: Experiment, r: LintReport, code_present: CodePresent) -> None:
            f"{cfg.trainer.verl_ref} there (nbtools.gke.plan(cfg).apply(dry_run=False), notebook 01)" if plan_step else
            f"copy a verl release ({cfg.trainer.verl_repo} at {cfg.trainer.verl_ref}, without .git) to {code} on the "
            "shared storage")
+    cli_how = (f"the provisioning plan's steps verl-fetch + verl-source copy verl {cfg.trainer.verl_ref} there (notebook 01, "
+               "or the script `nbtools plan EXPERIMENT.yaml --script` prints)" if plan_step else how)
     if callable(code_present):
         present: bool | None = bool(code_present(code))
     elif code_present is not None:
@@ -86,13 +89,13 @@ def _source(cfg: Experiment, r: LintReport, code_present: CodePresent) -> None:
             "warning", "verl-source", "trainer.code_dir",
             f"the job runs `cd {code}` (verl.trainer.main_ppo and the dataset preparation), and whether verl is there "
             "was not checked from here",
-            f"{how}; or pass code_present=<callable(path) -> bool> (e.g. an exec on the head)",
+            Fix(f"{how}; or pass code_present=<callable(path) -> bool> (e.g. an exec on the head)", cli=cli_how),
         ))
     elif not present:
         r.findings.append(Finding(
             "blocking", "verl-source", "trainer.code_dir",
             f"no verl source at {code}: the job's first command `cd {code}` fails (the image has no checkout there)",
-            how,
+            Fix(how, cli=cli_how),
         ))
 
 

@@ -25,7 +25,7 @@ import posixpath
 from collections.abc import Callable
 
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Fix
 
 __all__ = ["data_files", "targets", "check_data", "data_present", "weights_dir", "check_weights", "is_hub_id",
            "require_verl", "PARTIAL"]
@@ -99,8 +99,10 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
             "blocking", "verl-data", "data.data_dir",
             f"{', '.join(missing)} not found: verl.trainer.main_ppo reads it at start and fails after the cluster "
             "spent minutes starting Ray and vLLM",
-            "run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit` (or "
-            "nbtools.launch.verl_prepare.submit_prepare_jobs(cfg)), or point data.data_dir at the parquet files",
+            Fix("run the preparation job first: nbtools.launch.verl_prepare.submit_prepare_jobs(cfg) (or `nbtools "
+                "prepare EXPERIMENT.yaml --submit`), or point data.data_dir at the parquet files",
+                cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit`, or point data.data_dir "
+                    "at the parquet files"),
         ))
 
 

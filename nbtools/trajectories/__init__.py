@@ -45,7 +45,7 @@ from pathlib import Path
 
 from nbtools import storage
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
 from nbtools.trajectories._run import FILE_RE, Run
@@ -87,7 +87,7 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
     p = Path(text).expanduser()
     if not p.is_dir():
         raise NotFoundError(f"expected a run directory at {p}, found nothing there",
-                            fix="pass cfg.logs_url (a gke run's logs are in its bucket: gs://…); the job creates "
+                            fix="pass the experiment's logs URL (a gke run's logs are in its bucket: gs://…); the job creates "
                                 "<log_dir>/exp_NNN when it starts (notebook 03)")
     if exp is None and EXP_RE.match(p.name):  # an exp dir: no listing, so opening is O(1) in the run size
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
@@ -99,11 +99,13 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
             want = int(str(exp).removeprefix("exp_"))
         except ValueError:
             raise NotFoundError(f"expected exp as a number or 'exp_NNN', got {exp!r}",
-                                fix="pass e.g. exp=3 or exp='exp_003', or exp=None for the latest") from None
+                                fix=Fix("pass e.g. exp=3 or exp='exp_003', or exp=None for the latest",
+                                        cli="pass the exp_NNN directory itself, or the log_dir for its latest exp_NNN")) from None
         match = [d for n, d in exps if n == want]
         if not match:
             raise NotFoundError(f"expected exp_{want:03d} under {p}, found {[d.name for _, d in exps] or 'none'}",
-                                fix="pass one of the listed exp numbers, or exp=None for the latest")
+                                fix=Fix("pass one of the listed exp numbers, or exp=None for the latest",
+                                        cli="pass one of the listed exp_NNN dirs, or the log_dir for its latest exp_NNN"))
         p = match[0]
     elif exps and not _has_dumps(p):  # the latest exp dir, with those of earlier attempts when it resumed
         chain = resumed_chain(exps, os.listdir)
@@ -111,7 +113,7 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
                    earlier=chain[:-1])
     elif not exps and not _has_dumps(p) and not (p / "tensorboard").is_dir():
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(os.listdir(p))[:8]}",
-                            fix="pass the NeMo-RL logger.log_dir (cfg.log_dir) or one exp_NNN dir inside it")
+                            fix="pass the NeMo-RL logger.log_dir (the experiment's log_dir) or one exp_NNN dir inside it")
     return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
 
 
@@ -128,18 +130,20 @@ def _open_remote(url: str, exp, **kw) -> Run:
             want = int(str(exp).removeprefix("exp_"))
         except ValueError:
             raise NotFoundError(f"expected exp as a number or 'exp_NNN', got {exp!r}",
-                                fix="pass e.g. exp=3 or exp='exp_003', or exp=None for the latest") from None
+                                fix=Fix("pass e.g. exp=3 or exp='exp_003', or exp=None for the latest",
+                                        cli="pass the exp_NNN directory itself, or the log_dir for its latest exp_NNN")) from None
         match = [u for n, u in exps if n == want]
         if not match:
             raise NotFoundError(f"expected exp_{want:03d} under {url}, found {[storage.name_of(u) for _, u in exps] or 'none'}",
-                                fix="pass one of the listed exp numbers, or exp=None for the latest")
+                                fix=Fix("pass one of the listed exp numbers, or exp=None for the latest",
+                                        cli="pass one of the listed exp_NNN dirs, or the log_dir for its latest exp_NNN"))
         return Run(None, remote=match[0], **kw)
     if exps and not has_dumps:
         chain = resumed_chain(exps, lambda u: [e.name for e in storage.ls(u)])
         return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
     if not has_dumps and not any(e.name == "tensorboard" for e in entries):
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
-                            f"{[e.name for e in entries][:8]}", fix="pass the run's log URL (cfg.logs_url) or one exp_NNN inside it")
+                            f"{[e.name for e in entries][:8]}", fix="pass the run's log URL (the experiment's logs URL) or one exp_NNN inside it")
     return Run(None, remote=url, **kw)
 
 

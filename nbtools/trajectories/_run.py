@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from nbtools import _paths
 from nbtools._escape import html as _h
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
 from nbtools.trajectories._files import FILE_RE, StepFiles
 from nbtools.trajectories._index import FileIndex, build_index, inode, load_index, save_index
@@ -156,7 +156,8 @@ class Run:
         if not 0 <= idx < ix.n_lines:
             raise NotFoundError(f"expected idx in 0..{ix.n_lines - 1} for step {step}, got {idx}"
                                 + (f" ({ix.pending} bytes of a line still being written)" if ix.pending else ""),
-                                fix="pick an idx below the record count (len(run.read(step)))")
+                                fix=Fix("pick an idx below the record count (len(run.read(step)))",
+                                        cli="pick an idx below the step's record count (`nbtools trajectories RUN --step N`)"))
         off, n = ix.line_span(idx)
         try:
             with open(ix.path, "rb") as f:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools.errors import ConfigError, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError
 
 __all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir"]
 
@@ -221,8 +221,9 @@ class VerlRun:
         try:
             pat = re.compile(text if regex else re.escape(text), 0 if case else re.IGNORECASE)
         except re.error as e:
-            raise ConfigError(f"search: {text!r} is not a valid regex ({e}); fix: correct it, or pass regex=False "
-                              f"to search for the literal text") from None
+            raise ConfigError(f"search: {text!r} is not a valid regex ({e})",
+                              fix=Fix("correct it, or pass regex=False to search for the literal text",
+                                      cli="correct the regular expression")) from None
         df = self.read(step, kind=kind)
         hit = df["prompt"].map(lambda s: bool(isinstance(s, str) and pat.search(s))) | \
             df["response"].map(lambda s: bool(isinstance(s, str) and pat.search(s)))
