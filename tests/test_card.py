@@ -337,7 +337,7 @@ def test_hostile_names_and_notes_are_escaped_and_never_become_metadata(run, tmp_
     greedy = dataclasses.replace(run["greedy"], notes=[HOSTILE], verdict=HOSTILE)
     bad_data = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset=HOSTILE))
     before = nbtools.card.write(cfg, run["out"], merge=run["merge"]).text
-    with pytest.raises(ConfigError, match=r"evaluation dataset .* cannot name a dataset in the card's metadata.*"
+    with pytest.raises(ConfigError, match=r"(?s)evaluation dataset .* cannot name a dataset in the card's metadata.*"
                                           r"fix: pass dataset= with its Hub id"):
         nbtools.card.write(bad_data, run["out"], merge=run["merge"], comparisons={"greedy": greedy})
     assert (run["out"] / "README.md").read_text() == before  # nothing written

@@ -403,7 +403,7 @@ def test_compare_refuses_impossible_totals_and_alpha():
         with pytest.raises(ConfigError, match=re.escape(why)):
             compare(a, (1, 2) if a[1] in (0, 2.5) else (1, a[1]))
     for alpha in (0, 1, 2, -0.1, float("nan"), True):
-        with pytest.raises(ConfigError, match=r"alpha=.* is not a significance level.*fix: e.g. alpha=0.05"):
+        with pytest.raises(ConfigError, match=r"(?s)alpha=.* is not a significance level.*fix: e.g. alpha=0.05"):
             compare((201, 500), (232, 500), alpha=alpha)
     bad_block = parse_score_blocks(_nemo_rl_block("m", "math500", 201.0, 500))[0]
     import dataclasses

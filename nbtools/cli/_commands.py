@@ -95,6 +95,8 @@ def cmd_launch(a) -> Out:
     if a.lint_only:
         spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
         findings = [{**_jsonable(f), "fix": f.cli_fix} for f in report.findings]
+        for f in findings:
+            del f["cli_fix"]
         data = {"ok": report.ok, "submission_id": spec.submission_id, "entrypoint": spec.entrypoint,
                 "checked": report.checked, "findings": findings}
         text = f"{report.text(cli=True)}\nsubmission id: {spec.submission_id}\nentrypoint: {spec.pretty()}"

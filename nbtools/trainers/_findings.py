@@ -22,12 +22,14 @@ class Finding:
     rule: str
     key: str
     message: str
-    fix: Fix | str  # a Fix where the notebook's words (an argument) and the CLI's (a flag) differ
+    fix: str  # given as a Fix where the notebook's words (an argument) and the CLI's (a flag) differ
+    cli_fix: str = ""  # the fix in the CLI's words (default: ``fix``)
 
-    @property
-    def cli_fix(self) -> str:
-        """The fix in the CLI's words."""
-        return self.fix.cli if isinstance(self.fix, Fix) else self.fix
+    def __post_init__(self) -> None:
+        f = self.fix
+        if isinstance(f, Fix):
+            object.__setattr__(self, "fix", f.python)
+        object.__setattr__(self, "cli_fix", self.cli_fix or (f.cli if isinstance(f, Fix) else f))
 
     def text(self, *, cli: bool = False) -> str:
         """One line: severity, key, problem and the fix (in the CLI's words with ``cli``)."""
@@ -65,8 +67,7 @@ class LintReport:
         """The findings as a DataFrame (severity, rule, key, message, fix)."""
         import pandas as pd
 
-        return pd.DataFrame([{**vars(f), "fix": str(f.fix)} for f in self.findings],
-                            columns=["severity", "rule", "key", "message", "fix"])
+        return pd.DataFrame([vars(f) for f in self.findings], columns=["severity", "rule", "key", "message", "fix"])
 
     def text(self, *, cli: bool = False) -> str:
         """The report as lines; ``cli``: each fix in the CLI's words."""
@@ -89,7 +90,7 @@ class LintReport:
             return head
         rows = "".join(
             f"<tr><td>{f.severity}</td><td><code>{_h(f.key)}</code></td><td>{_h(f.message)}</td>"
-            f"<td>{_h(str(f.fix))}</td></tr>"
+            f"<td>{_h(f.fix)}</td></tr>"
             for f in self.findings
         )
         return f"{head}<table><tr><th>severity</th><th>key</th><th>problem</th><th>fix</th></tr>{rows}</table>"
