@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbtools._atomic import temp_name
+from nbtools._atomic import publish, temp_name
 from nbtools._atomic import write_text as _write_local
 from nbtools.errors import ConflictError, DependencyError, NotFoundError, NotReadyError
 
@@ -528,7 +528,7 @@ def _download(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> li
                 raise ConflictError(f"the cached copy of {items[0][0]} at {target} is a directory, not the "
                                     "object's bytes", fix=f"delete {target} (it is nbtools' cache, not the bucket) "
                                                           "and read again")
-            os.replace(tmp, target)
+            publish(tmp, target)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)

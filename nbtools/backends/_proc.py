@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nbtools import _atomic
 from nbtools.errors import ConflictError
 
 __all__: list[str] = []
@@ -189,16 +190,14 @@ def _read_record(pf: Path) -> dict | None:
 
 def _write_record(pf: Path, rec: dict) -> None:
     """Temp file + rename: a reader never sees a half-written pid file."""
-    tmp = pf.with_name(f".{pf.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rec, indent=2, default=str))
-    os.replace(tmp, pf)
+    _atomic.write_json(pf, rec, default=str)
 
 
 def _retire(pf: Path, *, keep: bool = True) -> None:
     """Move a stale record aside (``head.json.stale``) or delete it."""
     try:
         if keep:
-            os.replace(pf, pf.with_name(pf.name + ".stale"))
+            _atomic.publish(pf, pf.with_name(pf.name + ".stale"))
         else:
             pf.unlink()
     except FileNotFoundError:

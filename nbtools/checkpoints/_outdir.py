@@ -19,6 +19,7 @@ import shutil
 import socket
 from pathlib import Path
 
+from nbtools import _atomic
 from nbtools.errors import ConflictError, Fix
 
 __all__ = ["step_root", "check_not_overlapping", "temp_dir", "clean_stale", "install"]
@@ -163,15 +164,15 @@ def install(tmp: Path, out: Path, overwrite: bool, *, durable: bool = True) -> N
         if not overwrite:
             raise ConflictError(f"{out} appeared while merging", fix=Fix("pass overwrite=True or choose another out_dir",
                                                                               cli="pass --overwrite or choose another OUT_DIR"))
-        old = temp_dir(out, "old")
-        os.rename(out, old)
-        os.rename(tmp, out)
+        old = temp_dir(out, "old")  # named so that clean_stale finds it after a crash
+        _atomic.publish(out, old)
+        _atomic.publish(tmp, out)
         if old.is_symlink() or not old.is_dir():
             old.unlink()
         else:
             shutil.rmtree(old, ignore_errors=True)
     else:
-        os.rename(tmp, out)
+        _atomic.publish_dir(tmp, out)
     if not durable:
         return
     fd = os.open(out.parent, os.O_RDONLY)

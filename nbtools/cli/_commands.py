@@ -5,12 +5,12 @@ Library modules are imported inside each function so ``nbtools --help`` stays fa
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from nbtools import _atomic
 from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
@@ -49,10 +49,7 @@ def cmd_manifests(a) -> Out:
     if not a.out:
         return Out({"experiment": cfg.name, "objects": objs}, text)
     target = Path(a.out) / f"{cfg.name}.yaml"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(target)
+    _atomic.write_text(target, text)
     return Out({"experiment": cfg.name, "out": str(target), "objects": kinds}, f"wrote {len(objs)} objects to {target}")
 
 

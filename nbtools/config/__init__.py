@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from nbtools import _atomic
 from nbtools.config._contrib import CONTRIBUTIONS, contribute
 from nbtools.config._rules import SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
@@ -186,9 +187,5 @@ def dump(cfg: Experiment, path: str | os.PathLike | None = None) -> str:
     """The config as YAML text (written atomically to ``path`` when given)."""
     text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
     if path is not None:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(p)
+        _atomic.write_text(path, text)
     return text

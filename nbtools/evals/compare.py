@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 import nbtools.evals.stats as stats
+from nbtools import _atomic
 from nbtools._escape import html as _h
 from nbtools.errors import ConfigError, Fix
 from nbtools.evals.parse import ScoreBlock
@@ -88,12 +88,7 @@ class Comparison:
         Example:
             >>> cmp.save(cfg.run_dir / "eval" / "comparison.json")
         """
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=float))
-        tmp.replace(p)
-        return p
+        return _atomic.write_json(path, self.to_dict(), default=float)
 
     def _repr_html_(self) -> str:
         ci = f"[{self.ci_low:+.3f}, {self.ci_high:+.3f}]" if self.ci_low is not None else "n/a"

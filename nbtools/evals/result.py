@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbtools import _paths
+from nbtools import _atomic, _paths
 from nbtools._escape import html as _h
 from nbtools.errors import Fix, NotFoundError
 from nbtools.evals.stats import pass_at_k, wilson_ci
@@ -135,21 +133,10 @@ class EvalResult:
             >>> res.save(cfg.run_dir / "eval" / "baseline_greedy")
         """
         out = Path(path).expanduser().resolve()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        try:
+        with _atomic.atomic_dir(out, overwrite=True) as tmp:
             self.table.to_parquet(tmp / "results.parquet", index=False)
             self.table.to_csv(tmp / "results.csv", index=False)
             (tmp / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str))
-            old = None
-            if out.exists():
-                old = out.with_name(f".{out.name}.old-{os.getpid()}")
-                out.rename(old)
-            tmp.rename(out)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
             raise
         self.path = out
         return out

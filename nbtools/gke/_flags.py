@@ -23,6 +23,7 @@ from typing import Literal
 
 import pandas as pd
 
+from nbtools import _atomic
 from nbtools.errors import DependencyError, Fix
 
 __all__ = ["gcloud_path", "gcloud_flags", "validate_flags", "installed_gcloud", "shipped_table", "REGENERATE",
@@ -116,10 +117,7 @@ def _help_text(gc: InstalledGcloud, path: tuple[str, ...]) -> str | None:
         return None
     text = _ANSI.sub("", r.stdout)
     try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(cache)
+        _atomic.write_text(cache, text)
     except OSError:  # a read-only home only costs speed
         pass
     return text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools import _paths
+from nbtools import _atomic, _paths
 from nbtools._escape import html as _h
 from nbtools.errors import Fix, NbtoolsError, NotFoundError
 from nbtools.gke._script import render
@@ -177,13 +177,7 @@ class Plan:
         Example:
             >>> plan.write_script(cfg.run_dir / "gke" / "provision.sh")
         """
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(self.to_script())
-        tmp.chmod(0o755)
-        tmp.replace(p)
-        return p
+        return _atomic.write_text(path, self.to_script(), mode=0o755)
 
     # -- state --------------------------------------------------------------------------------------------
     def _load(self) -> dict:
@@ -196,10 +190,7 @@ class Plan:
         return {"kind": self.kind, "steps": {}, "variables": {}}
 
     def _save(self, data: dict) -> None:
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(self.state_path)
+        _atomic.write_json(self.state_path, data, indent=1)
 
     def _invalidate(self, names: tuple[str, ...]) -> None:
         if self.invalidates is None or not self.invalidates.exists():
@@ -207,9 +198,7 @@ class Plan:
         other = json.loads(self.invalidates.read_text())
         dropped = [other.get("steps", {}).pop(n, None) for n in names]
         if any(d is not None for d in dropped):
-            tmp = self.invalidates.with_name(self.invalidates.name + ".tmp")
-            tmp.write_text(json.dumps(other, indent=1))
-            tmp.replace(self.invalidates)
+            _atomic.write_json(self.invalidates, other, indent=1)
 
     def reset(self) -> None:
         """Forget recorded progress (the next apply re-checks every step)."""

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbtools import _pids
+from nbtools import _atomic, _pids
 from nbtools._escape import html as _h
 from nbtools.errors import NotReadyError
 
@@ -209,9 +209,8 @@ def start(*, namespace: str, selector: str, ports: dict[int, int], pid_file: Pat
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     handle = ForwardHandle(proc.pid, dict(ports), pid_file, _proc=proc)
-    tmp = pid_file.with_name(pid_file.name + ".tmp")
-    tmp.write_text(json.dumps({"pid": proc.pid, "ports": ports, "namespace": namespace, "selector": selector}))
-    tmp.replace(pid_file)
+    _atomic.write_json(pid_file, {"pid": proc.pid, "ports": ports, "namespace": namespace, "selector": selector},
+                       indent=None)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from nbtools import _atomic
 from nbtools.config import Experiment
 from nbtools.manifests._infra import (
     GCSFUSE_MOUNT_OPTIONS,
@@ -119,8 +120,6 @@ def write(out_dir: str | os.PathLike, experiments: list[str | os.PathLike]) -> l
     for path in experiments:
         cfg = config.load(path, backend="gke")
         target = out / f"{cfg.name}.yaml"
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(render(cfg))
-        tmp.replace(target)
+        _atomic.write_text(target, render(cfg))
         written.append(target)
     return written

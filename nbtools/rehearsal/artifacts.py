@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nbtools import _atomic
 from nbtools._layout import EXP_RE, exp_dirs
 from nbtools.config import Experiment
 
@@ -103,10 +104,8 @@ class MetricsLogger:
 def write_jsonl(path: str | os.PathLike, records: Sequence[Mapping[str, Any]]) -> Path:
     """NeMo-RL's log_batched_dict_as_jsonl: one JSON line per sample with ``idx``; temp file + rename."""
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
-    with open(tmp, "w") as f:
+    with _atomic.open_atomic(p) as f:
         f.write("".join(json.dumps({**r, "idx": i}, default=str) + "\n" for i, r in enumerate(records)))
-    tmp.replace(p)
     return p
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from nbtools import _layout
+from nbtools import _atomic, _layout
 
 __all__ = [
     "STEP_RE",
@@ -106,9 +106,9 @@ def finalize_checkpoint(tmp: Path, step: int) -> Path:
     if final.exists():
         old = tmp.parent / f"old_step_{step}"
         shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
+        _atomic.publish(final, old)
         shutil.rmtree(old, ignore_errors=True)
-    tmp.rename(final)
+    _atomic.publish_dir(tmp, final)  # NeMo-RL's names: tmp_step_N is the temp, step_N the result
     return final
 
 

@@ -11,10 +11,10 @@ Example:
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nbtools import _atomic
 from nbtools.rehearsal.task import ASSISTANT_TAG, USER_TAG
 
 if TYPE_CHECKING:
@@ -80,10 +80,7 @@ def build_model(cfg: Experiment, tok, *, seed: int | None = None):
 def save_hf(model, tok, out_dir: str | Path) -> Path:
     """Write an HF model directory (config, generation config, safetensors, tokenizer) atomically."""
     out = Path(out_dir)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with _atomic.atomic_dir(out, overwrite=True) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
     return out

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nbtools import _atomic
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.rewards.nemo_rl_env import ENV_NAME
@@ -74,11 +75,8 @@ def reward_py_modules(cfg: Experiment) -> list[str]:
         return [str(p)]
     pkg = cfg.run_dir / "py_modules" / reward_module_name(p)
     pkg.mkdir(parents=True, exist_ok=True)
-    init = pkg / "__init__.py"
-    tmp = pkg / "__init__.py.tmp"
-    tmp.write_text(f"# staged by nbtools from {p.name} (trainer.reward_module); edit that file, not this one\n"
-                   + p.read_text())
-    tmp.replace(init)
+    _atomic.write_text(pkg / "__init__.py", f"# staged by nbtools from {p.name} (trainer.reward_module); edit that "
+                       "file, not this one\n" + p.read_text())
     return [str(pkg)]
 
 

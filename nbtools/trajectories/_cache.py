@@ -10,12 +10,13 @@ in the manifest, so a cached read still reports them. Both files are written to 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
+
+from nbtools import _atomic
 
 __all__ = ["load_cache", "save_cache", "rows_for_steps"]
 
@@ -45,18 +46,12 @@ def save_cache(cache_dir: Path | None, kind: str, key: str, files: dict, table: 
     if cache_dir is None:
         return False
     data, man = _paths(cache_dir, kind, key)
-    pid = os.getpid()
-    tmp_d, tmp_m = data.with_name(f"{data.name}.{pid}.tmp"), man.with_name(f"{man.name}.{pid}.tmp")
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        feather.write_feather(table, tmp_d, compression="uncompressed")
-        tmp_m.write_text(json.dumps({"version": _VERSION, "files": files}))
-        os.replace(tmp_d, data)
-        os.replace(tmp_m, man)
+        with _atomic.replace_file(data) as tmp:
+            feather.write_feather(table, tmp, compression="uncompressed")
+        _atomic.write_json(man, {"version": _VERSION, "files": files}, indent=None)
         return True
-    except (OSError, pa.ArrowException):
-        tmp_d.unlink(missing_ok=True)
-        tmp_m.unlink(missing_ok=True)
+    except (OSError, pa.ArrowException):  # the temps are gone; an unwritable cache only costs speed
         return False
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nbtools import _atomic
+
 __all__ = ["FileIndex", "scan_starts", "build_index", "load_index", "save_index", "read_all"]
 
 _MAGIC = 0x4E42_4958  # "NBIX"
@@ -179,13 +181,10 @@ def save_index(cache_dir: Path | None, idx: FileIndex) -> bool:
     if cache_dir is None:
         return False
     target = _cache_file(cache_dir, idx.path)
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         header = np.array([_MAGIC, _VERSION, idx.size, idx.mtime_ns, idx.ino, idx.sums], dtype=np.int64)
-        np.concatenate([header, idx.starts.astype(np.int64)]).tofile(tmp)
-        os.replace(tmp, target)
+        with _atomic.replace_file(target) as tmp:
+            np.concatenate([header, idx.starts.astype(np.int64)]).tofile(tmp)
         return True
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except OSError:  # the temp is gone; an unwritable cache only costs speed
         return False
