@@ -135,3 +135,21 @@ def test_notebook_08_points_to_the_mechanism_that_reaches_a_math_run():
     assert "`trainer.reward_functions`" in text and "`trainer.reward_module`" in text
     for line in (ln for ln in text.splitlines() if "env.<name>.reward_functions" in ln):
         assert "VLM" in line, line
+
+
+def test_the_rehearsal_records_its_mix_where_a_nemo_rl_run_has_it(tmp_path, monkeypatch):
+    """NeMo-RL's math env has no reward list (nemo-rl-facts: only the VLM env reads one); a mix runs as nbtools'
+    environment. The rehearsal's saved config.yaml says so with the keys a v0.7.0 launch of the same mix sets."""
+    from nbtools.rehearsal import artifacts
+    from nbtools.trainers import _tree
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    local = nbtools.config.load(ROOT / "experiments" / "local.yaml", overrides={"rehearsal.reward_functions": MIX})
+    dump = artifacts.nemo_rl_config(local, tmp_path / "exp_001", world_size=2)
+    launch = dict(nbtools.rewards.reward_overrides(_cfg(tmp_path, "v0.7.0")))
+    assert set(launch) == {"data.default.env_name", f"env.{nemo_rl_env.ENV_NAME}"}
+    assert _tree.get_value(dump, "data.default.env_name") == launch["data.default.env_name"] == nemo_rl_env.ENV_NAME
+    ours, theirs = _tree.get_value(dump, f"env.{nemo_rl_env.ENV_NAME}"), launch[f"env.{nemo_rl_env.ENV_NAME}"]
+    assert [(r["name"], r["weight"]) for r in ours["reward_functions"]] == \
+        [(r["name"], r["weight"]) for r in theirs["reward_functions"]] == [("math_expr", 0.8), ("format", 0.2)]
+    assert "reward_functions" not in dump["env"]["math"]

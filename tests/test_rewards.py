@@ -428,6 +428,23 @@ def _gt(prompt):
     return str(max(int(d) for d in prompt.split()[1:]))
 
 
+def test_a_mix_may_name_a_reward_twice():
+    """NeMo-RL builds its mix from a list, so one reward can come twice (here with other kwargs); each keeps its
+    own column and the total weighs both, in the trainer's scoring and in rescore."""
+    spec = [{"name": "format", "weight": 0.5}, {"name": "exact_alnum", "weight": 0.25},
+            {"name": "format", "weight": 0.25, "kwargs": {"answer_tag": "final"}}]
+    mix = rewards.combine(spec)
+    assert mix.labels == ["format", "exact_alnum", "format#2"]
+    scores = mix.score_components(["3"], ["<think>x</think> <answer>3</answer>"])
+    assert scores.loc[0, ["format", "exact_alnum", "format#2"]].tolist() == [1.0, 1.0, 0.25]
+    assert scores.loc[0, "reward"] == pytest.approx(0.5 + 0.25 + 0.25 * 0.25)
+    result = rewards.rescore(_toy_run(), spec, ground_truth=_gt)
+    s = result.samples
+    assert {"r_format", "r_exact_alnum", "r_format#2"} <= set(s.columns)
+    assert np.allclose(s["new_reward"], 0.5 * s["r_format"] + 0.25 * s["r_exact_alnum"] + 0.25 * s["r_format#2"])
+    assert rewards.combine([{"name": "format", "weight": 1.0}]).labels == ["format"]
+
+
 def test_rescore_flips_and_advantages():
     result = rewards.rescore(_toy_run(), [{"name": "exact_alnum", "weight": 1.0}], ground_truth=_gt)
     s, g = result.samples, result.groups

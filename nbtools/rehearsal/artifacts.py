@@ -20,6 +20,7 @@ from typing import Any
 from nbtools import _atomic
 from nbtools._layout import EXP_RE, exp_dirs
 from nbtools.config import Experiment
+from nbtools.rewards.nemo_rl_env import ENV_NAME
 
 __all__ = [
     "next_experiment_dir",
@@ -228,8 +229,10 @@ def nemo_rl_config(cfg: Experiment, exp_dir: str | os.PathLike, *, world_size: i
                    "monitor_gpus": False, "tensorboard": {}},
         "data": {"max_input_seq_length": cfg.model.max_total_sequence_length, "shuffle": True,
                  "train": {"dataset_name": cfg.data.dataset, "seed": g.seed}, "validation": None,
-                 "default": {"prompt_file": None, "system_prompt_file": None, "processor": "max3", "env_name": "math"}},
-        "env": {"math": {"num_workers": 1, "reward_functions": [dict(x) for x in r.reward_functions]}},
+                 "default": {"prompt_file": None, "system_prompt_file": None, "processor": "max3", "env_name": ENV_NAME}},
+        # NeMo-RL's math env has no reward list: a mix runs as nbtools' environment, wired as a launch wires it
+        # (data.default.env_name + env.nbtools_reward, v0.7.0's keys; nbtools.rewards.reward_overrides)
+        "env": {"math": {"num_workers": 1}, ENV_NAME: {"reward_functions": [dict(x) for x in r.reward_functions]}},
         "cluster": {"gpus_per_node": 0, "num_nodes": 1, "cpu_ranks": world_size},
         "nbtools": to_dict(cfg),
     }

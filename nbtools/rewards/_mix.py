@@ -64,6 +64,16 @@ class RewardMix:
         """Component names, in order."""
         return [c.name for c in self.components]
 
+    @property
+    def labels(self) -> list[str]:
+        """Unique column labels, in order: each name, and ``name#2``, ``name#3`` … where a name comes again (NeMo-RL
+        takes the same reward twice, e.g. with other kwargs) or is ``reward``/``correct`` (the mix's own columns)."""
+        out, seen = [], {"reward": 1, "correct": 1}
+        for name in self.names:
+            seen[name] = seen.get(name, 0) + 1
+            out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        return out
+
     def spec(self) -> list[dict[str, Any]]:
         """The NeMo-RL YAML spec this mix came from (weights as configured)."""
         return [{"name": c.name, "weight": c.weight, "kwargs": dict(c.kwargs)} for c in self.components]
@@ -77,7 +87,8 @@ class RewardMix:
     def score_components(
         self, ground_truths: str | Sequence[str], responses: Sequence[str], *, progress: bool = False
     ) -> pd.DataFrame:
-        """Per-component raw scores for many samples (one column per component, plus ``reward`` and ``correct``).
+        """Per-component raw scores for many samples (one column per component, named by :attr:`labels`, plus
+        ``reward`` and ``correct``).
 
         Identical (ground truth, response) pairs are graded once.
 
@@ -107,7 +118,7 @@ class RewardMix:
         scores = np.array([[p[0] for p in r] for r in rows], dtype=float).reshape(
             len(rows), len(self.components)
         )
-        df = pd.DataFrame(scores, columns=self.names)
+        df = pd.DataFrame(scores, columns=self.labels)
         df["reward"] = scores @ self.weights
         correct = []
         for r in rows:

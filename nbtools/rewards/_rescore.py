@@ -252,8 +252,8 @@ def rescore(
     out["new_advantage"] = _advantages_by_group(new, starts, sizes, **kw)
     out["stored_advantage"] = s["advantage"].to_numpy(dtype=float) if "advantage" in s else np.nan
     out["new_correct"] = comps["correct"].to_numpy()
-    for name in mix.names:
-        out[f"r_{name}"] = comps[name].to_numpy()
+    for label in mix.labels:  # unique even when the mix names a reward twice
+        out[f"r_{label}"] = comps[label].to_numpy()
 
     old_range = np.array([np.ptp(old[a : a + n]) for a, n in zip(starts, sizes, strict=True)])
     new_range = np.array([np.ptp(new[a : a + n]) for a, n in zip(starts, sizes, strict=True)])
