@@ -79,7 +79,7 @@ def test_the_cli_says_which_file_and_how_to_fix_it(cfg, capfd):
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, float("nan"), True, "3"])
 def test_max_attempts_must_be_a_whole_number(cfg, bad):
-    with pytest.raises(ConfigError, match=r"max_attempts: expected a whole number, 1 or more.*fix: e\.g\. max_attempts=3"):
+    with pytest.raises(ConfigError, match=r"(?s)max_attempts: expected a whole number, 1 or more.*fix: e\.g\. max_attempts=3"):
         nbtools.launch.supervise(cfg, max_attempts=bad)
 
 

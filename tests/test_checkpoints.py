@@ -382,7 +382,7 @@ def test_listing_latest_best_with_nemo_rl_ranking(tmp_path):
     assert ck.best(d, higher_is_better=False).name == "step_10"  # missing metric (step_4) ranks worst both ways
     assert ck.best(d, metric=None).name == "step_10"
     assert ck.best(d, metric="val:nothing").name == "step_10"
-    with pytest.raises(NotFoundError, match="check checkpointing.checkpoint_dir"):
+    with pytest.raises(NotFoundError, match="check the experiment.s checkpointing.checkpoint_dir"):
         ck.list_checkpoints(tmp_path / "nope")
     with pytest.raises(NotFoundError, match=r"(?s)no model weights.*fix: pass a complete step_N"):
         ck.detect_layout(d / "step_1")

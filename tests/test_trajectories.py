@@ -89,7 +89,7 @@ def test_open_run_resolves_log_dir_exp_and_errors(logdir, tmp_path):
     assert T.open_run(logdir / "exp_001").steps == [1, 2, 3, 4]
     with pytest.raises(NotFoundError, match="pass one of the listed exp numbers"):
         T.open_run(logdir, exp=7)
-    with pytest.raises(NotFoundError, match="pass cfg.logs_url"):
+    with pytest.raises(NotFoundError, match="pass the experiment's logs URL"):
         T.open_run(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(NotFoundError, match="pass the NeMo-RL logger.log_dir"):

@@ -137,7 +137,6 @@ class EvalResult:
             self.table.to_parquet(tmp / "results.parquet", index=False)
             self.table.to_csv(tmp / "results.csv", index=False)
             (tmp / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str))
-            raise
         self.path = out
         return out
 
