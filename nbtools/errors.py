@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 __all__ = [
     "Fix",
-    "cli_text",
     "NbtoolsError",
     "ConfigError",
     "NotFoundError",
@@ -35,11 +34,6 @@ class Fix:
 
     def __str__(self) -> str:
         return self.python
-
-
-def cli_text(fix: Fix | str | None) -> str | None:
-    """The terminal form of a fix (a plain string serves both)."""
-    return fix.cli if isinstance(fix, Fix) else fix
 
 
 class NbtoolsError(Exception):

@@ -462,3 +462,11 @@ def test_the_cli_rewrites_no_message():
     """The old regex table is gone: the CLI prints what each error carries."""
     src = (ROOT / "nbtools" / "cli" / "_errors.py").read_text()
     assert "cli_words" not in src and "_WORDS" not in src and "re.sub" not in src and "import re" not in src
+
+
+def test_an_override_that_is_not_yaml_names_its_key_and_the_fix_without_its_value(run):
+    code, out, _ = run("plan", GKE, "grpo.seed=[1 secret-ish", "--json")
+    d = one_json(out)
+    assert code == 1 and d["type"] == "ConfigError" and "secret-ish" not in out
+    assert d["problems"][0].startswith("grpo.seed=…: not valid YAML: line 1, column ") and "the file" not in out
+    assert d["fix"] == "write a plain value, or quote it as a string: grpo.seed='…'"
