@@ -81,9 +81,9 @@ def cmd_diagnose(a) -> Out:
         text = d.evidence
     else:
         raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")
-    ok = d.retry or d.cause == "succeeded"
+    ok = d.retry or d.cause is launch.Cause.SUCCEEDED
     doc, shown, fix = _jsonable(d.to_dict()), str(d), d.fix
-    if d.cause == "oom":  # the fit estimate names the term that overflowed and the smallest change that fits
+    if d.cause is launch.Cause.OOM:  # the fit estimate names the term that overflowed and the smallest change that fits
         from nbtools.fit import postmortem
 
         pm = postmortem(text or "", cfg)
