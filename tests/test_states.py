@@ -22,3 +22,22 @@ def test_cluster_status_holds_a_cluster_state_and_json_keeps_the_word():
 def test_an_unknown_state_is_refused():
     with pytest.raises(ValueError, match="'sleeping' is not a valid ClusterState"):
         ClusterStatus("local", "sleeping", "u")
+
+
+def test_fit_verdicts_are_a_string_enum_and_the_json_keeps_the_words():
+    from pathlib import Path
+
+    from nbtools import fit
+
+    model = Path(__file__).resolve().parents[1] / "nbtools/data/model_configs/google--gemma-3-1b-it.json"
+    assert [v.value for v in fit.Verdict] == ["not-applicable", "fits", "tight", "does-not-fit"]
+    assert fit.Verdict.worst(["fits", fit.Verdict.TIGHT]) is fit.Verdict.TIGHT
+    assert fit.Verdict.worst([]) is fit.Verdict.NOT_APPLICABLE and fit.Verdict.TIGHT.ok
+    ok = fit.estimate(model, gpu="h200", micro_batch=2, seq_len=2048)
+    big = fit.estimate(model, gpu="h100", micro_batch=64, seq_len=16384)
+    for r, word in ((ok, "fits"), (big, "does-not-fit")):
+        assert isinstance(r.verdict, fit.Verdict) and r.verdict == word and f"{r.verdict}" == word
+        assert isinstance(r.generation.verdict, fit.Verdict)
+        doc = json.loads(json.dumps(r.to_dict()))
+        assert doc["verdict"] == word and _jsonable(r.to_dict())["verdict"] == word  # the CLI's --json
+    assert ok.fits and not big.fits and "DOES-NOT-FIT" in big.summary()

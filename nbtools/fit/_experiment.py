@@ -17,6 +17,7 @@ from nbtools.config import Experiment
 from nbtools.fit._arch import resolve_arch
 from nbtools.fit._estimate import FitInputs, FitReport, evaluate
 from nbtools.fit._gpus import GpuSpec, gpu_spec
+from nbtools.fit._verdict import Verdict
 
 __all__ = ["check", "inputs_from_experiment"]
 
@@ -211,6 +212,6 @@ def _not_applicable(cfg: Experiment) -> FitReport:
     spec = GpuSpec("cpu", "CPU ranks (no GPU)", 0)
     inputs = FitInputs(arch=arch, gpu=spec, micro_batch=1, seq_len=cfg.model.max_total_sequence_length,
                        phase="none", gpus=cfg.rehearsal.ranks)
-    return FitReport(inputs, 0.0, 0.0, None, None, None, "not-applicable", False, [],
+    return FitReport(inputs, 0.0, 0.0, None, None, None, Verdict.NOT_APPLICABLE, False, [],
                      ["not applicable (CPU rehearsal): the local backend trains a tiny model on CPU ranks; "
                       "run the check on a gke or ray experiment"])

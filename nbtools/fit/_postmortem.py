@@ -25,6 +25,7 @@ from nbtools.fit._estimate import (
     generation_candidates,
     training_candidates,
 )
+from nbtools.fit._verdict import Verdict
 
 __all__ = ["OomMessage", "OomFix", "OomPostmortem", "parse_oom", "postmortem", "postmortem_inputs"]
 
@@ -220,9 +221,9 @@ def _fix(i: FitInputs, rep: FitReport, side: str, cfg: Any) -> OomFix | None:
 
             value = _nodes_for(i, value)
         fix = OomFix(name, value, key, _override(i, cfg, key, value, name), v, round(need, 2), round(usable, 2))
-        if v == "fits":
+        if v == Verdict.FITS:
             return fix
-        if v == "tight" and tight is None:
+        if v == Verdict.TIGHT and tight is None:
             tight = fix
     return tight
 
@@ -263,11 +264,11 @@ def postmortem_inputs(i: FitInputs, text: str, cfg: Any = None) -> OomPostmortem
     if owner and owner != term:
         notes.append(f"the failing allocation belongs to {owner} ({terms.get(owner, 0):.2f} GiB in {phase})")
     side = "training"
-    if rep.generation is not None and rep.generation.verdict == "does-not-fit" and (
+    if rep.generation is not None and rep.generation.verdict == Verdict.DOES_NOT_FIT and (
             rep.training is None or rep.training.peak_gib <= rep.usable_gib):
         side, phase, term = "generation", "generation", "kv_cache"
     fix = _fix(i, rep, side, cfg)
-    if rep.training is not None and side == "training" and rep.verdict != "does-not-fit":
+    if rep.training is not None and side == "training" and rep.verdict != Verdict.DOES_NOT_FIT:
         notes.append(f"the estimate says this config fits (need {rep.training_need_gib:.1f} of {rep.usable_gib:.1f} GiB): "
                      "the run held more than estimated" + (
                          f" - {msg.stranded_gib:.2f} GiB reserved but unallocated (blocks the caching allocator "
