@@ -369,9 +369,9 @@ def test_verl_fit_follows_its_tokens_and_its_own_logits_and_checkpointing():
 
     verl_exp = ROOT / "experiments" / "gke-b200-verl.yaml"
     r = fit.check(config.load(verl_exp))
-    assert r.inputs.framework == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
+    assert r.inputs.profile.trainer == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
     assert r.verdict in ("fits", "tight"), r.summary()  # tutorial 002 ran these settings on 16 B200s
-    nemo = fit.evaluate(r.inputs.with_(framework="nemo-rl", reference_on_gpu=True), suggest=False)
+    nemo = fit.evaluate(r.inputs.with_(profile=nbtools.trainers.FitProfile(), reference_on_gpu=True), suggest=False)
     assert nemo.training.phase_terms["loss_backward"]["logits_fp32"] == pytest.approx(
         3 * r.training.phase_terms["loss_backward"]["logits_fp32"], rel=0.01)  # 3 x fp32 vs 2 x bf16
     assert r.training.phase_terms["loss_backward"]["activations"] < nemo.training.phase_terms["loss_backward"]["activations"] / 3

@@ -87,11 +87,7 @@ ALLOWED = {
     "nbtools/__init__.py": "the nbtools.rehearsal package's name in the lazy submodule list",
     "nbtools/config/_tables.py": "trainer.kind's default value (data)",
     "nbtools/launch/recipes.py": "tutorial presets (data): a verl experiment, NeMo-RL's wandb project name",
-    "nbtools/fit/_experiment.py": "fit's memory model keys on a framework; its inputs move to the trainers next (fit)",
-    "nbtools/fit/_estimate.py": "fit's memory model parameter `framework` (fit)",
-    "nbtools/fit/_training.py": "fit's memory model parameter `framework` (fit)",
     "nbtools/card/_experiment.py": "the config's own section names `local` and `rehearsal` (data)",
-    "nbtools/fit/_postmortem.py": "the OOM post-mortem reads fit's `framework` to name the override keys (fit)",
 }
 
 

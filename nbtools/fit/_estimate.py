@@ -17,7 +17,8 @@ Verdict rules (per GPU; ``usable = capacity - 1.9 GiB`` of CUDA runtime, minus w
   margin of ``need`` (the band inside which the calibration saw cases go either way), else ``fits``.
 * ``certain`` (``launch`` refuses) when the peak alone exceeds ``usable`` by more than the estimator's error bound:
   5% where calibrated (FSDP2 on 1 or 2 GPUs, NeMo-RL's DTensor policy; measured error within 1.5%), 15% elsewhere
-  (more GPUs, TP/CP); never for verl, whose padding-free micro-batches are usually shorter than the worst case.
+  (more GPUs, TP/CP); never where the trainer trims or packs its micro-batches (``FitProfile.tokens_upper_bound``: verl's
+  padding-free ones), which are usually shorter than the worst case.
 
 Example:
     >>> r = estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096)
@@ -44,6 +45,7 @@ from nbtools.fit._generation import (
 from nbtools.fit._gpus import GpuSpec, gpu_spec
 from nbtools.fit._training import TrainingEstimate, training_estimate
 from nbtools.fit._verdict import Verdict
+from nbtools.trainers import FitProfile
 
 __all__ = ["FitInputs", "FitReport", "estimate", "evaluate", "TIGHT_FRACTION"]
 
@@ -90,7 +92,7 @@ class FitInputs:
     cpu_offload: bool = False
     optimizer_foreach: bool | None = None
     expandable_segments: bool = False
-    framework: str = "nemo-rl"
+    profile: FitProfile = field(default_factory=FitProfile)  # the trainer's actor (``Trainer.fit_inputs``)
     reference_on_gpu: bool | None = None
     phase: str = "both"  # training | generation | both
     colocated: bool = True
@@ -148,7 +150,7 @@ class FitReport:
             "inputs": {"micro_batch": i.micro_batch, "seq_len": i.seq_len, "logprob_batch": i.logprob_batch or i.micro_batch,
                        "activation_checkpointing": i.activation_checkpointing, "tensor_parallel": i.tensor_parallel,
                        "context_parallel": i.context_parallel, "expandable_segments": i.expandable_segments,
-                       "framework": i.framework, "colocated": i.colocated,
+                       "framework": i.profile.trainer or None, "colocated": i.colocated,
                        "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len or i.seq_len,
                        "vllm_tensor_parallel": i.vllm_tensor_parallel},
             "training": tr, "generation": gen, "verdict": self.verdict, "certain": self.certain,
@@ -214,7 +216,7 @@ def _training(i: FitInputs) -> TrainingEstimate:
         context_parallel=i.context_parallel, sequence_parallel=i.sequence_parallel,
         activation_checkpointing=i.activation_checkpointing, logprob_batch=i.logprob_batch,
         logprob_chunk_size=i.logprob_chunk_size, sequence_packing=i.sequence_packing,
-        optimizer_foreach=i.optimizer_foreach, cpu_offload=i.cpu_offload, framework=i.framework,
+        optimizer_foreach=i.optimizer_foreach, cpu_offload=i.cpu_offload, profile=i.profile,
         reference_on_gpu=i.reference_on_gpu)
 
 
@@ -299,9 +301,10 @@ def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
         margin = _margin(i, t)
         need = round(t.peak_gib + margin, 3)
         verdicts.append(_train_verdict(need, usable, margin))
-        calibrated = i.gpus <= 2 and i.tensor_parallel == 1 and i.context_parallel == 1 and i.framework == "nemo-rl"
-        # verl removes padding, so its real micro-batches are usually shorter than this worst case: never certain
-        certain = i.framework != "verl" and t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
+        calibrated = i.gpus <= 2 and i.tensor_parallel == 1 and i.context_parallel == 1 and i.profile.calibrated
+        # micro-batches the trainer trims or packs are usually shorter than this worst case: never certain
+        certain = not i.profile.tokens_upper_bound and \
+            t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
         notes += t.notes
         allowance = _allowance(i, t)
         notes.append(f"margin {margin:.1f} GiB = estimate error {ERROR_MARGIN:.2%} of the peak (largest measured "
