@@ -16,7 +16,11 @@ import pandas as pd
 from nbtools import _paths
 from nbtools._escape import html as _h
 
-__all__ = ["ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
+# the experiment's sections only a local run reads: the local Ray head's settings and the CPU rehearsal's (the config
+# section named `rehearsal`, not a trainer's name)
+LOCAL_SECTIONS = ("local", "rehearsal")
+
+__all__ = ["LOCAL_SECTIONS", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from nbtools import kube, manifests
 from nbtools.backends._types import (
+    LOCAL_SECTIONS,
     ClusterHandle,
     ClusterResources,
     ClusterState,
@@ -48,6 +49,7 @@ class GkeBackend:
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
     runs_rehearsal = False  # jobs run trainer.kind
+    unread_sections = LOCAL_SECTIONS
 
     def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg

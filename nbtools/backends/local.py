@@ -52,6 +52,7 @@ class LocalBackend:
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
     runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
+    unread_sections = ("gcp", "cluster", "storage", "images", "trainer")  # the rehearsal trains in this Python
 
     def __init__(self, cfg: Experiment):
         self.cfg = cfg
