@@ -94,7 +94,8 @@ class Backend(Protocol):
         """Secrets a job must receive from this machine (empty where the cluster holds them itself)."""
 
     def wipe(self, *, confirm: str) -> Teardown:
-        """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name."""
+        """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name (empty:
+        nothing is deleted, and the Teardown says so)."""
 
     def provision_plan(self) -> Plan:
         """The infrastructure plan for this experiment (GKE's steps; shown, not applied, elsewhere)."""

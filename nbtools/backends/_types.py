@@ -181,6 +181,12 @@ class Teardown:
         """True when something was actually stopped or deleted."""
         return bool(self.actions["action"].isin(["stopped", "deleted", "removed"]).any()) if len(self.actions) else False
 
+    @classmethod
+    def unconfirmed(cls, backend: str, name: str) -> Teardown:
+        """What ``wipe(confirm="")`` returns: nothing deleted, and how to mean it (so a wipe cell has one type)."""
+        return cls(backend, message=f"nothing wiped: confirm is empty; pass confirm={name!r} (notebook 09: CONFIRM = "
+                                    f"{name!r}) to delete this experiment's results")
+
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "stopped": self.stopped, "message": self.message,
                 "actions": self.actions.to_dict(orient="records")}

@@ -313,6 +313,8 @@ class GkeBackend:
 
     def wipe(self, *, confirm: str, roots: tuple[str, ...] = POD_LOCAL_ROOTS) -> Teardown:
         """Remove this experiment's results on the head and every worker (NeMo-RL auto-resumes from them otherwise)."""
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes results of experiment {self.cfg.name!r} on every pod; confirm={confirm!r} does not match it",

@@ -144,6 +144,8 @@ class LocalBackend:
 
     def wipe(self, *, confirm: str) -> Teardown:
         """Delete this experiment's logs and checkpoints under the runs dir (NeMo-RL would resume from them)."""
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes the results of experiment {self.cfg.name!r}; confirm={confirm!r} does not match it",

@@ -127,6 +127,8 @@ class RayBackend:
         return secrets_from_env(self.cfg)
 
     def wipe(self, *, confirm: str) -> Teardown:
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(f"wipe needs confirm={self.cfg.name!r}; got {confirm!r}",
                                 fix=f"pass confirm={self.cfg.name!r} if you really mean it")
