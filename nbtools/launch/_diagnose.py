@@ -225,11 +225,11 @@ def _user_traceback(lines: list[str]) -> tuple[str, str] | None:
     a process went away; the one before it, of the error that took the run down (``RayTaskError(KeyError)`` ends
     in the ``KeyError`` it carries), is the diagnosis. Lines forwarded from workers lose their ``(Class pid=N)``.
     """
-    lines = [_WORKER_PREFIX.sub("", ln) for ln in lines]
-    starts = [i for i, ln in enumerate(lines) if _TRACEBACK.search(ln.strip())]
+    starts = [i for i, ln in enumerate(lines)
+              if "Traceback (most recent" in ln and _TRACEBACK.search(_WORKER_PREFIX.sub("", ln).strip())]
     ends = starts[1:] + [len(lines)] if starts else []
     for start, end in reversed(list(zip(starts, ends, strict=True))):
-        block = lines[start:end]
+        block = [_WORKER_PREFIX.sub("", ln) for ln in lines[start:end]]
         exc = next((ln.strip() for ln in block[1:] if _EXC.match(ln.strip())), "")
         if not exc or _DEAD_ACTOR.search(exc):
             continue
