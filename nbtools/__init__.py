@@ -7,16 +7,14 @@ missing optional dependency only matters where it is needed.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
 from nbtools.config import contribute
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "config", "errors", "gke", "manifests", "backends", "kube", "storage", "tensorboard", "jobs", "launch",
-    "rehearsal", "trajectories", "metrics", "checkpoints", "evals", "rewards", "plots", "widgets", "explorer", "curves", "demo", "cli", "fit",
-    "card", "health", "trainers",
-}
+# every public submodule (a module or package not named _x), found once in the package folder, not listed by hand
+_SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
 
 __all__ = sorted(_SUBMODULES) + ["__version__"]
 

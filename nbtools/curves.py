@@ -7,7 +7,7 @@ notebook without a kernel. Numbers come from ``nbtools.metrics`` frames and ``nb
 
 Example:
     >>> fig = nbtools.curves.figure(nbtools.metrics.read_tensorboard(cfg.logs_url))
-    >>> fig                                    # or: nbtools.plots.watch(cfg, interactive=True)
+    >>> fig                                    # or: nbtools.plots.watch_interactive(cfg)
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from nbtools import metrics as _metrics
 from nbtools._labels import panel_title, run_label
 from nbtools.metrics import ema
 
-__all__ = ["ema", "training_curves", "timing", "watch", "save_figure", "run_label", "panel_title"]
+__all__ = ["ema", "training_curves", "timing", "watch", "watch_interactive", "save_figure", "run_label", "panel_title"]
 
 
 
@@ -124,11 +124,10 @@ def timing(df: pd.DataFrame, *, smoothing: float = 0.6, save: str | os.PathLike 
 
 
 def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: float | None = None,
-          smoothing: float = 0.6, baseline=None, save: str | os.PathLike | None = None, interactive: bool = False):
-    """Redraw the training curves of ``cfg``'s run until its Ray job finishes; returns the last Figure.
+          smoothing: float = 0.6, baseline=None, save: str | os.PathLike | None = None):
+    """Redraw the training curves of ``cfg``'s run until its Ray job finishes; returns the last matplotlib Figure.
 
-    With ``interactive=True`` the curves shown are ``nbtools.curves.figure`` (plotly: hover, zoom, a smoothing
-    slider), redrawn in place in the same output; the PNG is still written and the plotly Figure is returned.
+    :func:`watch_interactive` is the same loop showing (and returning) ``nbtools.curves.figure``'s plotly Figure.
 
     Waits on the job (``Job.wait(timeout=interval)``), not on a sleep: it redraws every ``interval`` seconds
     while the job runs and returns as soon as it ends — at once when it has already finished, or when the job
@@ -141,11 +140,28 @@ def watch(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: floa
         timeout: stop watching after this many seconds (None: until the job ends).
         smoothing / baseline: as in :func:`training_curves`.
         save: PNG path (default ``cfg.run_dir / "figures" / "training_curves.png"``).
-        interactive: show (and return) the plotly figure instead of the matplotlib one.
 
     Example:
         >>> fig = nbtools.plots.watch(cfg)          # returns when the job is done
     """
+    return _watch(cfg, until_done=until_done, interval=interval, timeout=timeout, smoothing=smoothing,
+                  baseline=baseline, save=save, interactive=False)
+
+
+def watch_interactive(cfg, *, until_done: bool = True, interval: float = 15.0, timeout: float | None = None,
+                      smoothing: float = 0.6, baseline=None, save: str | os.PathLike | None = None):
+    """As :func:`watch`, showing ``nbtools.curves.figure`` (plotly: hover, zoom, a smoothing slider) redrawn in place
+    in the same output; the PNG is still written. Returns the last plotly Figure.
+
+    Example:
+        >>> fig = nbtools.plots.watch_interactive(cfg, interval=30)
+    """
+    return _watch(cfg, until_done=until_done, interval=interval, timeout=timeout, smoothing=smoothing,
+                  baseline=baseline, save=save, interactive=True)
+
+
+def _watch(cfg, *, until_done: bool, interval: float, timeout: float | None, smoothing: float, baseline,
+           save: str | os.PathLike | None, interactive: bool):
     import time
 
     save = save if save is not None else Path(cfg.run_dir) / "figures" / "training_curves.png"

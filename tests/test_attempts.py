@@ -14,7 +14,7 @@ import pytest
 import nbtools
 import nbtools.cli
 from nbtools.errors import ConflictError, NotFoundError
-from nbtools.launch._attempts import RECORD_NAME, Attempt, _save, steps_from_log
+from nbtools.launch._attempts import RECORD_NAME, Attempt, save, steps_from_log
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG = """📊 Using log directory: /runs/x/logs/exp_001
@@ -90,7 +90,7 @@ def test_resubmit_refuses_what_a_retry_does_not_fix(cfg, capfd):
 
 
 def test_an_attempt_the_cluster_no_longer_knows_is_lost_and_counts(cfg):
-    _save(cfg, [Attempt(1, cfg.submission_id, status="RUNNING")])  # recorded before the head was restarted
+    save(cfg, [Attempt(1, cfg.submission_id, status="RUNNING")])  # recorded before the head was restarted
     run = nbtools.launch.supervise(cfg, max_attempts=1, timeout=30)
     assert not run.ok and run.status == "LOST" and len(run.attempts) == 1, str(run)
     assert run.attempts[0].cause == "lost-node" and "no longer knows" in run.attempts[0].evidence

@@ -1,5 +1,5 @@
 """nbtools.curves (plotly training curves: smoothing slider, hover, zoom) and
-nbtools.plots.watch(interactive=True) redrawing them in place while the job runs."""
+nbtools.plots.watch_interactive redrawing them in place while the job runs."""
 
 from __future__ import annotations
 
@@ -74,10 +74,11 @@ def test_watch_interactive_redraws_in_place_with_more_points(tmp_path, monkeypat
     shown = []
     monkeypatch.setattr(plots, "_find_job", lambda cfg: GrowingJob())
     monkeypatch.setattr(plots, "_replace", shown.append)
-    fig = plots.watch(cfg, interval=0.01, interactive=True)
+    fig = plots.watch_interactive(cfg, interval=0.01)
     writer.close()
     counts = [len(b["application/vnd.plotly.v1+json"]["data"][1]["x"]) for b in shown]
     assert counts == [2, 4, 4] and "text/html" in shown[0] and curves.point_count(fig) == 4
+    assert type(fig).__module__.startswith("plotly")  # one verb, one type: plots.watch gives matplotlib's
 
 
 def test_replace_clears_then_displays_a_new_output(monkeypatch):

@@ -231,3 +231,68 @@ def test_one_huge_line_costs_a_bounded_search(monkeypatch, size):
     head = "torch.OutOfMemoryError: CUDA out of memory. " + "x" * size
     assert diagnose_log(head).cause == "oom"
     assert diagnose_log("x" * size + " ncclRemoteError: remote process exited").cause == "nccl"
+
+
+# issue 27 item 2: a reward function raised inside a Ray actor. The driver's traceback ends in the error the task
+# carried (Ray's ``RayTaskError(KeyError): ray::Class.method() (pid=…)`` header, then the actor's frames, then the
+# ``KeyError``), and Ray then reports the other actors the failed driver took down, "The actor died unexpectedly
+# before finishing this task" with no word on why (ray python/ray/exceptions.py ActorDiedError; the GCS's "The actor
+# is dead because its worker process has died. Worker exit type: …" text; the "Unhandled error (suppress with
+# 'RAY_IGNORE_UNHANDLED_ERRORS=1')" line of ray/_private/worker.py; the "(raylet) A worker died or was killed" line).
+USER_THEN_DEAD_ACTORS = """Traceback (most recent call last):
+  File "/opt/nemo-rl/examples/run_grpo.py", line 251, in <module>
+    main()
+  File "/opt/nemo-rl/nemo_rl/algorithms/grpo.py", line 1012, in grpo_train
+    env_outputs = run_multi_turn_rollout(policy_generation, batch, task_to_env)
+  File "/usr/local/lib/python3.12/site-packages/ray/_private/worker.py", line 929, in get_objects
+    raise value.as_instanceof_cause()
+ray.exceptions.RayTaskError(KeyError): ray::MathEnvironment.step() (pid=3305, ip=10.8.0.12, \
+actor_id=9c3f2e1d0b7a6958a4b3c2d101000000, repr=<nemo_rl.environments.math_environment.MathEnvironment object at \
+0x7f3a2c1b0d90>)
+  File "/opt/nemo-rl/nemo_rl/environments/math_environment.py", line 188, in step
+    results = [self.reward_fn(response, meta) for response, meta in zip(responses, metadata)]
+  File "/data/rewards/my_reward.py", line 12, in score
+    return float(answers[key])
+KeyError: 'answer'
+2026-11-25 21:14:03,512\tERROR worker.py:433 -- Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): \
+The actor died unexpectedly before finishing this task.
+\tclass_name: DTensorPolicyWorkerV2
+\tactor_id: 28507c63735529c3265367b501000000
+\tpid: 159258
+\tip: 10.8.0.12
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker \
+unexpectedly exits with a connection error code 2. End of file.
+(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot the \
+problem, check the logs for the dead worker. Worker PID: 159258 Worker exit type: SYSTEM_ERROR"""
+
+
+def test_the_users_traceback_outranks_a_dead_actor_with_no_word_on_why():
+    d = diagnose_log(USER_THEN_DEAD_ACTORS)
+    assert (d.cause, d.retry) == ("user-error", False), d
+    assert d.evidence.startswith("KeyError: 'answer'") and d.frame == "/data/rewards/my_reward.py:12 in score"
+    assert "retry fails the same way" in d.fix
+    # the same error forwarded from the worker (Ray's "(Class pid=N, ip=A)" prefix), then the driver's own
+    # traceback, which carries only the dead actor: the forwarded error decides
+    w = "(DTensorPolicyWorkerV2 pid=159258, ip=10.8.0.12)"
+    forwarded = "\n".join(f"{w} {ln}" for ln in USER.splitlines()) + "\n" + ACTOR_DIED.split("The actor died because")[0]
+    d = diagnose_log(forwarded)
+    assert (d.cause, d.frame) == ("user-error", "/data/rewards/my_reward.py:12 in score"), d
+    # with no error of its own anywhere, the dead actor is still a lost worker (retry), as before
+    dead_only = ACTOR_DIED.split("The actor died because")[0]
+    assert (diagnose_log(dead_only).cause, diagnose_log(dead_only).retry) == ("lost-node", True)
+    # and a node Ray lost still explains the traceback that follows it
+    assert diagnose_log(USER_THEN_DEAD_ACTORS + "\n" + NODE_DEAD).cause == "lost-node"
+
+
+def test_causes_are_a_string_enum_whose_words_the_json_keeps():
+    from nbtools.launch import Cause
+
+    assert [c.value for c in Cause] == ["preempted", "lost-node", "oom", "host-oom", "nccl", "user-error", "stopped",
+                                        "unknown", "succeeded", "running", "unhealthy"]
+    assert {c for c in Cause if c.retryable} == {Cause.PREEMPTED, Cause.LOST_NODE, Cause.NCCL}
+    d = diagnose_log(OOM)
+    assert d.cause is Cause.OOM and d.cause == "oom" and f"{d.cause}" == "oom" and not d.retry
+    assert type(d.to_dict()["cause"]) is str and json.loads(json.dumps(d.to_dict()))["cause"] == "oom"
+    assert Diagnosis("preempted", "e", "f").retry and Diagnosis("preempted", "e", "f").cause is Cause.PREEMPTED
+    with pytest.raises(ValueError, match="'tired' is not a valid Cause"):
+        Diagnosis("tired", "e", "f")

@@ -320,7 +320,7 @@ def test_submit_refuses_a_certain_oom_unless_told_to_go_ahead(monkeypatch):
 
     monkeypatch.setattr(nbtools.jobs, "attach", lambda *a, **k: (_ for _ in ()).throw(NotFoundError("no job")))
     sent = []
-    monkeypatch.setattr(launch, "_send", lambda spec, cfg: sent.append(spec.submission_id) or "submitted")
+    monkeypatch.setattr(launch._submit, "send", lambda spec, cfg: sent.append(spec.submission_id) or "submitted")
     cfg = nbtools.config.load(GKE).replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64"]})
     with pytest.raises(LintError, match="certainly does not fit") as err:
         launch.submit(cfg)
@@ -369,9 +369,9 @@ def test_verl_fit_follows_its_tokens_and_its_own_logits_and_checkpointing():
 
     verl_exp = ROOT / "experiments" / "gke-b200-verl.yaml"
     r = fit.check(config.load(verl_exp))
-    assert r.inputs.framework == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
+    assert r.inputs.profile.trainer == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
     assert r.verdict in ("fits", "tight"), r.summary()  # tutorial 002 ran these settings on 16 B200s
-    nemo = fit.evaluate(r.inputs.with_(framework="nemo-rl", reference_on_gpu=True), suggest=False)
+    nemo = fit.evaluate(r.inputs.with_(profile=nbtools.trainers.FitProfile(), reference_on_gpu=True), suggest=False)
     assert nemo.training.phase_terms["loss_backward"]["logits_fp32"] == pytest.approx(
         3 * r.training.phase_terms["loss_backward"]["logits_fp32"], rel=0.01)  # 3 x fp32 vs 2 x bf16
     assert r.training.phase_terms["loss_backward"]["activations"] < nemo.training.phase_terms["loss_backward"]["activations"] / 3

@@ -146,3 +146,27 @@ def test_cli_diagnose_log_without_experiment_says_how_to_get_the_term(tmp_path):
     d = json.loads(r.stdout)
     assert d["cause"] == "oom" and d["postmortem"]["message"]["tried_gib"] == pytest.approx(3.91)
     assert d["postmortem"]["term"] == "unknown" and "--experiment" in d["postmortem"]["notes"][0]
+
+
+def test_the_trainer_states_its_actor_and_its_keys_and_the_fit_follows_them(tmp_path):
+    """Issue #26: the fit takes what differs by trainer from the trainer (``Trainer.fit_inputs``' FitProfile), never
+    from its name: another profile for the same inputs changes the terms, the certainty and the override keys."""
+    import dataclasses
+
+    from nbtools import trainers
+
+    row = _row("fit_calibration_h100x2_boundary.json", "google--gemma-3-1b-it", 4, 4096, True)
+    cfg = config.load(_experiment(tmp_path, micro=4, seq=4096, ac=True))
+    inputs, _ = trainers.get(cfg).fit_inputs(cfg)
+    assert inputs["profile"].trainer == trainers.get(cfg).name and inputs["profile"].calibrated
+    i = fit.inputs_from_experiment(cfg, gpu="h100")[0]
+    mine = dataclasses.replace(i.profile, trainer="other", bf16_logits=True, tokens_upper_bound=True,
+                               override_keys={"micro_batch": "actor.micro", "activation_checkpointing": None})
+    base, other = fit.evaluate(i, suggest=False), fit.evaluate(i.with_(profile=mine), suggest=False)
+    assert other.training.phase_terms["loss_backward"]["logits_fp32"] == pytest.approx(
+        base.training.phase_terms["loss_backward"]["logits_fp32"] * 4 / 12, rel=0.01)  # 2 x bf16 vs 3 x fp32
+    big = i.with_(micro_batch=64)
+    assert fit.evaluate(big).certain and not fit.evaluate(big.with_(profile=mine)).certain
+    pm = fit.postmortem_inputs(big.with_(profile=mine), _log(row), cfg)
+    assert pm.fix is not None and pm.fix.config_key == "actor.micro"  # the only input this trainer lets one set
+    assert fit.evaluate(big.with_(profile=mine)).to_dict()["inputs"]["framework"] == "other"

@@ -26,6 +26,8 @@ class Backend(Protocol):
             (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
         provisions: whether ``provision_plan()`` is applied on this backend (gke), so its steps (e.g. copying verl to
             the shared storage) can be relied on; elsewhere the plan is only shown, or empty.
+        unread_sections: the experiment's sections a run on this backend never reads (a model card's
+            ``experiment.yaml`` leaves them out or marks them).
     """
 
     name: str
@@ -33,6 +35,7 @@ class Backend(Protocol):
     runs_rehearsal: bool
     secrets_from: str
     provisions: bool
+    unread_sections: tuple[str, ...]
 
     @property
     def dashboard_url(self) -> str:
@@ -91,7 +94,8 @@ class Backend(Protocol):
         """Secrets a job must receive from this machine (empty where the cluster holds them itself)."""
 
     def wipe(self, *, confirm: str) -> Teardown:
-        """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name."""
+        """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name (empty:
+        nothing is deleted, and the Teardown says so)."""
 
     def provision_plan(self) -> Plan:
         """The infrastructure plan for this experiment (GKE's steps; shown, not applied, elsewhere)."""

@@ -16,7 +16,11 @@ import pandas as pd
 from nbtools import _paths
 from nbtools._escape import html as _h
 
-__all__ = ["ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
+# the experiment's sections only a local run reads: the local Ray head's settings and the CPU rehearsal's (the config
+# section named `rehearsal`, not a trainer's name)
+LOCAL_SECTIONS = ("local", "rehearsal")
+
+__all__ = ["LOCAL_SECTIONS", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
 
 _GIB = 1024**3
 
@@ -176,6 +180,12 @@ class Teardown:
     def stopped(self) -> bool:
         """True when something was actually stopped or deleted."""
         return bool(self.actions["action"].isin(["stopped", "deleted", "removed"]).any()) if len(self.actions) else False
+
+    @classmethod
+    def unconfirmed(cls, backend: str, name: str) -> Teardown:
+        """What ``wipe(confirm="")`` returns: nothing deleted, and how to mean it (so a wipe cell has one type)."""
+        return cls(backend, message=f"nothing wiped: confirm is empty; pass confirm={name!r} (notebook 09: CONFIRM = "
+                                    f"{name!r}) to delete this experiment's results")
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "stopped": self.stopped, "message": self.message,

@@ -21,6 +21,7 @@ import pandas as pd
 
 from nbtools import kube, manifests
 from nbtools.backends._types import (
+    LOCAL_SECTIONS,
     ClusterHandle,
     ClusterResources,
     ClusterState,
@@ -48,6 +49,7 @@ class GkeBackend:
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
     runs_rehearsal = False  # jobs run trainer.kind
+    unread_sections = LOCAL_SECTIONS
 
     def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):
         self.cfg = cfg
@@ -311,6 +313,8 @@ class GkeBackend:
 
     def wipe(self, *, confirm: str, roots: tuple[str, ...] = POD_LOCAL_ROOTS) -> Teardown:
         """Remove this experiment's results on the head and every worker (NeMo-RL auto-resumes from them otherwise)."""
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes results of experiment {self.cfg.name!r} on every pod; confirm={confirm!r} does not match it",

@@ -52,6 +52,7 @@ class LocalBackend:
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
     runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
+    unread_sections = ("gcp", "cluster", "storage", "images", "trainer")  # the rehearsal trains in this Python
 
     def __init__(self, cfg: Experiment):
         self.cfg = cfg
@@ -143,6 +144,8 @@ class LocalBackend:
 
     def wipe(self, *, confirm: str) -> Teardown:
         """Delete this experiment's logs and checkpoints under the runs dir (NeMo-RL would resume from them)."""
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(
                 f"wipe deletes the results of experiment {self.cfg.name!r}; confirm={confirm!r} does not match it",

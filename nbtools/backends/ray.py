@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nbtools.backends._types import (
+    LOCAL_SECTIONS,
     ClusterHandle,
     ClusterResources,
     ClusterState,
@@ -36,6 +37,7 @@ class RayBackend:
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
     provisions = False  # someone else's cluster: nothing is provisioned
     runs_rehearsal = False  # jobs run trainer.kind
+    unread_sections = (*LOCAL_SECTIONS, "gcp", "cluster", "storage")  # someone else's cluster
 
     def __init__(self, cfg: Experiment):
         self.cfg = cfg
@@ -125,6 +127,8 @@ class RayBackend:
         return secrets_from_env(self.cfg)
 
     def wipe(self, *, confirm: str) -> Teardown:
+        if not confirm:
+            return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
             raise ConflictError(f"wipe needs confirm={self.cfg.name!r}; got {confirm!r}",
                                 fix=Fix(f"pass confirm={self.cfg.name!r} if you really mean it",

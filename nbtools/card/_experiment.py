@@ -18,17 +18,11 @@ import yaml
 
 __all__ = ["unused_sections", "experiment_yaml"]
 
-_GKE_ONLY = ("gcp", "cluster", "storage", "images", "trainer")  # the local rehearsal trains in this Python
-_LOCAL_ONLY = ("local", "rehearsal")
-
-
 def unused_sections(cfg: Any) -> tuple[str, ...]:
-    """The config sections this run's backend did not read."""
-    from nbtools import trainers
+    """The config sections this run's backend did not read (its ``unread_sections``)."""
+    from nbtools import backends
 
-    if trainers.get(cfg).miniature:
-        return _GKE_ONLY
-    return _LOCAL_ONLY + (("gcp", "cluster", "storage") if cfg.backend == "ray" else ())
+    return backends.backend_class(cfg.backend).unread_sections
 
 
 def _defaults(cfg: Any, name: str) -> dict[str, Any]:

@@ -81,15 +81,16 @@ def cmd_diagnose(a) -> Out:
         text = d.evidence
     else:
         raise ConfigError("nothing to diagnose; fix: pass SUBMISSION_ID (with --experiment EXPERIMENT.yaml) or --log FILE")
-    ok = d.retry or d.cause == "succeeded"
-    doc, shown, fix = _jsonable(d.to_dict()), str(d), d.fix
-    if d.cause == "oom":  # the fit estimate names the term that overflowed and the smallest change that fits
+    ok = d.retry or d.cause is launch.Cause.SUCCEEDED
+    doc, shown, fix = _jsonable(d.to_dict()), d.text(cli=True), d.cli_fix
+    doc["fix"] = fix
+    if d.cause is launch.Cause.OOM:  # the fit estimate names the term that overflowed and the smallest change that fits
         from nbtools.fit import postmortem
 
         pm = postmortem(text or "", cfg)
         if pm is not None:
             doc["postmortem"], shown = _jsonable(pm.to_dict()), f"{shown}\n{pm.summary()}"
-            fix = f"{pm.fix.assignment} (CLI: {pm.fix.override})" if pm.fix else fix
+            fix = f"pass the override \"{pm.fix.override}\" (`nbtools launch EXPERIMENT.yaml \"{pm.fix.override}\"`)" if pm.fix else fix
     return Out(doc, shown, code=0 if ok else 1, error=None if ok else f"{d.cause}: a retry does not fix it", fix=fix)
 
 
@@ -107,7 +108,7 @@ def supervised_launch(a, cfg: Experiment) -> Out | None:
     if a.supervise:
         run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout,
                                stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every)
-        fix = run.diagnosis.fix if run.diagnosis else ""
+        fix = run.diagnosis.cli_fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,
                    error=None if code == 0 else f"run ended {run.status}: {run.note}", fix=fix)

@@ -27,6 +27,7 @@ from nbtools.fit._postmortem import (
     postmortem_inputs,
 )
 from nbtools.fit._training import TrainingEstimate, layer_activation_bytes, training_estimate
+from nbtools.fit._verdict import Verdict
 
 __all__ = [
     "check",
@@ -35,6 +36,7 @@ __all__ = [
     "inputs_from_experiment",
     "FitInputs",
     "FitReport",
+    "Verdict",
     "ModelArch",
     "resolve_arch",
     "shipped_models",

@@ -17,7 +17,8 @@ Verdict rules (per GPU; ``usable = capacity - 1.9 GiB`` of CUDA runtime, minus w
   margin of ``need`` (the band inside which the calibration saw cases go either way), else ``fits``.
 * ``certain`` (``launch`` refuses) when the peak alone exceeds ``usable`` by more than the estimator's error bound:
   5% where calibrated (FSDP2 on 1 or 2 GPUs, NeMo-RL's DTensor policy; measured error within 1.5%), 15% elsewhere
-  (more GPUs, TP/CP); never for verl, whose padding-free micro-batches are usually shorter than the worst case.
+  (more GPUs, TP/CP); never where the trainer trims or packs its micro-batches (``FitProfile.tokens_upper_bound``: verl's
+  padding-free ones), which are usually shorter than the worst case.
 
 Example:
     >>> r = estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096)
@@ -43,6 +44,8 @@ from nbtools.fit._generation import (
 )
 from nbtools.fit._gpus import GpuSpec, gpu_spec
 from nbtools.fit._training import TrainingEstimate, training_estimate
+from nbtools.fit._verdict import Verdict
+from nbtools.trainers import FitProfile
 
 __all__ = ["FitInputs", "FitReport", "estimate", "evaluate", "TIGHT_FRACTION"]
 
@@ -52,7 +55,6 @@ STRANDED_BLOCK_FRACTION_MASKED = 1.0
 EXPANDABLE_HEADROOM_GIB = 0.5
 TIGHT_FRACTION = 0.90  # kept for the generation side and old callers; training uses the margin band
 CERTAIN_CALIBRATED, CERTAIN_UNCALIBRATED = 1.05, 1.15
-_RANK = {"not-applicable": -1, "fits": 0, "tight": 1, "does-not-fit": 2}
 _FORMULAS = {  # the short form of each term's formula (the module docstrings of _training / _generation explain them)
     "master_weights_fp32": "4 B x params / GPUs",
     "gradients_fp32": "4 B x params / GPUs (fp32 reduce)",
@@ -90,7 +92,7 @@ class FitInputs:
     cpu_offload: bool = False
     optimizer_foreach: bool | None = None
     expandable_segments: bool = False
-    framework: str = "nemo-rl"
+    profile: FitProfile = field(default_factory=FitProfile)  # the trainer's actor (``Trainer.fit_inputs``)
     reference_on_gpu: bool | None = None
     phase: str = "both"  # training | generation | both
     colocated: bool = True
@@ -116,14 +118,17 @@ class FitReport:
     training: TrainingEstimate | None
     training_need_gib: float | None
     generation: GenerationEstimate | None
-    verdict: str
+    verdict: Verdict
     certain: bool
     suggestions: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        self.verdict = Verdict(self.verdict)
+
     @property
     def fits(self) -> bool:
-        return self.verdict in ("fits", "tight", "not-applicable")
+        return self.verdict.ok
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``nbtools fit --json``."""
@@ -145,7 +150,7 @@ class FitReport:
             "inputs": {"micro_batch": i.micro_batch, "seq_len": i.seq_len, "logprob_batch": i.logprob_batch or i.micro_batch,
                        "activation_checkpointing": i.activation_checkpointing, "tensor_parallel": i.tensor_parallel,
                        "context_parallel": i.context_parallel, "expandable_segments": i.expandable_segments,
-                       "framework": i.framework, "colocated": i.colocated,
+                       "framework": i.profile.trainer or None, "colocated": i.colocated,
                        "gpu_memory_utilization": i.gpu_memory_utilization, "max_model_len": i.max_model_len or i.seq_len,
                        "vllm_tensor_parallel": i.vllm_tensor_parallel},
             "training": tr, "generation": gen, "verdict": self.verdict, "certain": self.certain,
@@ -170,7 +175,7 @@ class FitReport:
     def summary(self) -> str:
         """Plain text: the verdict, the terms, the suggestions (what ``nbtools fit`` prints)."""
         i = self.inputs
-        if self.verdict == "not-applicable":
+        if self.verdict == Verdict.NOT_APPLICABLE:
             return "\n".join([f"{i.arch.name}: NOT APPLICABLE"] + [f"  note: {n}" for n in self.notes])
         head = (f"{i.arch.name} on {i.gpus} x {i.gpu.label} ({self.gpu_gib:g} GiB, {self.usable_gib:g} usable): "
                 f"{self.verdict.upper()}" + (" (certain)" if self.certain else ""))
@@ -195,7 +200,7 @@ class FitReport:
     __str__ = summary
 
     def _repr_html_(self) -> str:
-        color = {"fits": "#2e7d32", "tight": "#ef6c00", "does-not-fit": "#c62828"}.get(self.verdict, "#555")
+        color = {Verdict.FITS: "#2e7d32", Verdict.TIGHT: "#ef6c00", Verdict.DOES_NOT_FIT: "#c62828"}.get(self.verdict, "#555")
         df = self.to_frame()
         table = df.to_html(index=False, float_format=lambda x: f"{x:.2f}") if len(df) else ""
         extra = "".join(f"<li>{_h(s)}</li>" for s in self.suggestions)
@@ -211,7 +216,7 @@ def _training(i: FitInputs) -> TrainingEstimate:
         context_parallel=i.context_parallel, sequence_parallel=i.sequence_parallel,
         activation_checkpointing=i.activation_checkpointing, logprob_batch=i.logprob_batch,
         logprob_chunk_size=i.logprob_chunk_size, sequence_packing=i.sequence_packing,
-        optimizer_foreach=i.optimizer_foreach, cpu_offload=i.cpu_offload, framework=i.framework,
+        optimizer_foreach=i.optimizer_foreach, cpu_offload=i.cpu_offload, profile=i.profile,
         reference_on_gpu=i.reference_on_gpu)
 
 
@@ -243,12 +248,12 @@ def _need(i: FitInputs, t: TrainingEstimate) -> float:
     return t.peak_gib + _margin(i, t)
 
 
-def _train_verdict(need: float, usable: float, margin: float | None = None) -> str:
+def _train_verdict(need: float, usable: float, margin: float | None = None) -> Verdict:
     if need > usable:
-        return "does-not-fit"
+        return Verdict.DOES_NOT_FIT
     if margin is None:
-        return "tight" if need > TIGHT_FRACTION * usable else "fits"
-    return "tight" if need + margin > usable else "fits"
+        return Verdict.TIGHT if need > TIGHT_FRACTION * usable else Verdict.FITS
+    return Verdict.TIGHT if need + margin > usable else Verdict.FITS
 
 
 def _flag(i: FitInputs, name: str) -> str:
@@ -296,9 +301,10 @@ def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
         margin = _margin(i, t)
         need = round(t.peak_gib + margin, 3)
         verdicts.append(_train_verdict(need, usable, margin))
-        calibrated = i.gpus <= 2 and i.tensor_parallel == 1 and i.context_parallel == 1 and i.framework == "nemo-rl"
-        # verl removes padding, so its real micro-batches are usually shorter than this worst case: never certain
-        certain = i.framework != "verl" and t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
+        calibrated = i.gpus <= 2 and i.tensor_parallel == 1 and i.context_parallel == 1 and i.profile.calibrated
+        # micro-batches the trainer trims or packs are usually shorter than this worst case: never certain
+        certain = not i.profile.tokens_upper_bound and \
+            t.peak_gib > usable * (CERTAIN_CALIBRATED if calibrated else CERTAIN_UNCALIBRATED)
         notes += t.notes
         allowance = _allowance(i, t)
         notes.append(f"margin {margin:.1f} GiB = estimate error {ERROR_MARGIN:.2%} of the peak (largest measured "
@@ -314,10 +320,10 @@ def evaluate(i: FitInputs, *, suggest: bool = True) -> FitReport:
         verdicts.append(g.verdict)
         notes += g.notes + ["vLLM terms follow vLLM's documented behaviour; they were not measured (no vLLM on the "
                             "calibration machine)"]
-        certain = certain or (g.verdict == "does-not-fit" and g.kv_cache_gib < 0)
-    verdict = max(verdicts, key=_RANK.get) if verdicts else "not-applicable"
-    rep = FitReport(i, i.gpu.gib, usable, t, need, g, verdict, bool(certain and verdict == "does-not-fit"), [], notes)
-    if suggest and verdict != "fits":
+        certain = certain or (g.verdict == Verdict.DOES_NOT_FIT and g.kv_cache_gib < 0)
+    verdict = Verdict.worst(verdicts)
+    rep = FitReport(i, i.gpu.gib, usable, t, need, g, verdict, bool(certain and verdict == Verdict.DOES_NOT_FIT), [], notes)
+    if suggest and verdict != Verdict.FITS:
         rep.suggestions = _suggestions(i, rep)
     return rep
 
@@ -382,12 +388,12 @@ def generation_candidates(i: FitInputs) -> list[tuple[str, Any, FitInputs]]:
 def _suggestions(i: FitInputs, rep: FitReport, limit: int = 3) -> list[str]:
     """Single changes, smallest first, that turn the failing side into ``fits`` (else ``tight``)."""
     out: list[str] = []
-    if rep.training is not None and rep.training_need_gib is not None and rep.verdict != "fits" and \
+    if rep.training is not None and rep.training_need_gib is not None and rep.verdict != Verdict.FITS and \
             _train_verdict(rep.training_need_gib, rep.usable_gib,
-                           rep.training_need_gib - rep.training.peak_gib) != "fits":
+                           rep.training_need_gib - rep.training.peak_gib) != Verdict.FITS:
         cands = [(_key(i, name, v), inp) for name, v, inp in training_candidates(i, rep.training.peak_phase)]
         out += _first_fitting(cands, "training", limit)
-    if rep.generation is not None and rep.generation.verdict != "fits":
+    if rep.generation is not None and rep.generation.verdict != Verdict.FITS:
         cands = [(_key(i, name, v), inp) for name, v, inp in generation_candidates(i)]
         out += _first_fitting(cands, "generation", limit)
     return out
@@ -411,9 +417,9 @@ def _first_fitting(cands: list[tuple[str, FitInputs]], side: str, limit: int) ->
         else:
             v = r.generation.verdict
             detail = f"KV cache {r.generation.kv_cache_gib:.1f} GiB, {r.generation.max_concurrent_sequences:g} sequences -> {v}"
-        if v == "fits":
+        if v == Verdict.FITS:
             found.append(f"{text}: {detail}")
-        elif v == "tight" and not fallback:
+        elif v == Verdict.TIGHT and not fallback:
             fallback.append(f"{text}: {detail}")
         if len(found) >= limit:
             break

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbtools.fit._arch import ModelArch
+from nbtools.fit._verdict import Verdict
 
 __all__ = ["GenerationEstimate", "generation_estimate", "RUNTIME_GIB", "VLLM_SLEEP_RESIDUAL_GIB"]
 
@@ -53,7 +54,7 @@ class GenerationEstimate:
     kv_bytes_per_token: int
     kv_gib_per_sequence: float
     max_concurrent_sequences: float
-    verdict: str
+    verdict: Verdict
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -117,7 +118,7 @@ def generation_estimate(
     if colocated and budget + RUNTIME_GIB > capacity_gib:
         problems.append(f"gpu_memory_utilization {gpu_memory_utilization:g} leaves less than the training worker's "
                         f"{RUNTIME_GIB} GiB runtime; vLLM's start-up check fails")
-    verdict = "does-not-fit" if problems else ("tight" if n < 2 else "fits")
+    verdict = Verdict.DOES_NOT_FIT if problems else (Verdict.TIGHT if n < 2 else Verdict.FITS)
     if arch.num_sliding_layers:
         notes.append("sliding-window layers counted with at most their window of KV cache (vLLM's hybrid KV-cache "
                      "manager); older vLLM keeps full-length KV for every layer")

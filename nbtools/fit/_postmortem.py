@@ -25,6 +25,7 @@ from nbtools.fit._estimate import (
     generation_candidates,
     training_candidates,
 )
+from nbtools.fit._verdict import Verdict
 
 __all__ = ["OomMessage", "OomFix", "OomPostmortem", "parse_oom", "postmortem", "postmortem_inputs"]
 
@@ -41,23 +42,8 @@ _FIELDS = {
 }
 _OOM_LINE = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED")
 
-# where each changeable input lives: (NeMo-RL key, verl key); a key under policy./actor_rollout_ref./data. is a
-# recipe key that travels in trainer.overrides, the others are the experiment's own keys
-_KEYS = {
-    "activation_checkpointing": ("policy.dtensor_cfg.activation_checkpointing",
-                                 "actor_rollout_ref.model.enable_gradient_checkpointing"),
-    "micro_batch": ("policy.train_micro_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"),
-    "logprob_batch": ("policy.logprob_batch_size", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"),
-    "logprob_chunk_size": ("policy.logprob_chunk_size", None),
-    "seq_len": ("model.max_total_sequence_length", None),
-    "gpus": ("cluster.worker_replicas", "cluster.worker_replicas"),
-    "expandable_segments": ("trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF", "trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF"),
-    "gpu_memory_utilization": ("trainer.vllm_cfg.gpu_memory_utilization",
-                               "actor_rollout_ref.rollout.gpu_memory_utilization"),
-    "vllm_tensor_parallel": ("trainer.vllm_cfg.tensor_parallel_size",
-                             "actor_rollout_ref.rollout.tensor_model_parallel_size"),
-    "max_model_len": ("trainer.vllm_cfg.max_model_len", None),
-}
+# where each changeable input is set comes from the trainer (``FitInputs.profile.override_keys``); a key under
+# one of these prefixes is a recipe key that travels in trainer.overrides, the others are the experiment's own keys
 _RECIPE_PREFIXES = ("policy.", "actor_rollout_ref.", "data.", "grpo.", "loss_fn.")
 
 
@@ -199,13 +185,11 @@ def _override(i: FitInputs, cfg: Any, key: str, value: Any, name: str) -> str:
 
 
 def _fix(i: FitInputs, rep: FitReport, side: str, cfg: Any) -> OomFix | None:
-    verl = i.framework == "verl"
     cands = training_candidates(i, rep.training.peak_phase if rep.training else "") if side == "training" \
         else generation_candidates(i)
     tight = None
     for name, value, inp in cands:
-        keys = _KEYS.get(name)
-        key = keys[1 if verl else 0] if keys else None
+        key = i.profile.override_keys.get(name)
         if key is None:
             continue
         r = evaluate(inp, suggest=False)
@@ -220,15 +204,15 @@ def _fix(i: FitInputs, rep: FitReport, side: str, cfg: Any) -> OomFix | None:
 
             value = _nodes_for(i, value)
         fix = OomFix(name, value, key, _override(i, cfg, key, value, name), v, round(need, 2), round(usable, 2))
-        if v == "fits":
+        if v == Verdict.FITS:
             return fix
-        if v == "tight" and tight is None:
+        if v == Verdict.TIGHT and tight is None:
             tight = fix
     return tight
 
 
 def _fix_for(i: FitInputs, name: str, value: Any, cfg: Any) -> OomFix | None:
-    key = (_KEYS.get(name) or (None, None))[1 if i.framework == "verl" else 0]
+    key = i.profile.override_keys.get(name)
     if key is None:
         return None
     r = evaluate(i.with_(**{name: value}), suggest=False)
@@ -263,11 +247,11 @@ def postmortem_inputs(i: FitInputs, text: str, cfg: Any = None) -> OomPostmortem
     if owner and owner != term:
         notes.append(f"the failing allocation belongs to {owner} ({terms.get(owner, 0):.2f} GiB in {phase})")
     side = "training"
-    if rep.generation is not None and rep.generation.verdict == "does-not-fit" and (
+    if rep.generation is not None and rep.generation.verdict == Verdict.DOES_NOT_FIT and (
             rep.training is None or rep.training.peak_gib <= rep.usable_gib):
         side, phase, term = "generation", "generation", "kv_cache"
     fix = _fix(i, rep, side, cfg)
-    if rep.training is not None and side == "training" and rep.verdict != "does-not-fit":
+    if rep.training is not None and side == "training" and rep.verdict != Verdict.DOES_NOT_FIT:
         notes.append(f"the estimate says this config fits (need {rep.training_need_gib:.1f} of {rep.usable_gib:.1f} GiB): "
                      "the run held more than estimated" + (
                          f" - {msg.stranded_gib:.2f} GiB reserved but unallocated (blocks the caching allocator "
@@ -286,7 +270,6 @@ def postmortem(text: str, cfg: Any) -> OomPostmortem | None:
     Returns None when ``text`` holds no CUDA out-of-memory line. Without ``cfg`` (a log alone) the message's sizes
     are all there is: the result names no term (pass the experiment to get one).
     """
-    from nbtools import trainers
     from nbtools.errors import NbtoolsError
     from nbtools.fit._experiment import inputs_from_experiment
     from nbtools.fit._gpus import GPUS
@@ -298,12 +281,13 @@ def postmortem(text: str, cfg: Any) -> OomPostmortem | None:
     if cfg is None:
         return sizes_only("no experiment given: pass --experiment EXPERIMENT.yaml (and the run's KEY=VALUE "
                           "overrides) to name the phase, the term and the change that fits")
-    if trainers.get(cfg).miniature:
-        return sizes_only("the CPU rehearsal runs on no GPU, so there is no GPU memory estimate to compare with")
     try:
-        inputs, notes = inputs_from_experiment(cfg)
+        read = inputs_from_experiment(cfg)
     except NbtoolsError as e:  # e.g. the model's config.json cannot be read from here: the diagnosis still stands
         return sizes_only(f"no memory estimate for this experiment ({e})")
+    if read is None:
+        return sizes_only("the CPU rehearsal runs on no GPU, so there is no GPU memory estimate to compare with")
+    inputs, notes = read
     msg = parse_oom(text)
     if msg is not None and msg.capacity_gib and abs(msg.capacity_gib - inputs.gpu.gib) > 0.03 * inputs.gpu.gib:
         # the message knows the card the job really ran on (torch reports a little under the spec's figure)

@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nbtools.fit._arch import ModelArch
+from nbtools.trainers import FitProfile
 
 __all__ = ["TrainingEstimate", "training_estimate", "layer_activation_bytes"]
 
@@ -119,7 +120,7 @@ def training_estimate(
     sequence_packing: bool = False,
     optimizer_foreach: bool | None = None,
     cpu_offload: bool = False,
-    framework: str = "nemo-rl",
+    profile: FitProfile | None = None,
     reference_on_gpu: bool | None = None,
 ) -> TrainingEstimate:
     """Estimate the per-GPU peak of one training step (see the module docstring for every term's formula).
@@ -136,12 +137,14 @@ def training_estimate(
             run with FlashAttention-2 (no attention mask; a contiguous log-softmax input).
         optimizer_foreach: AdamW's ``foreach`` (None: PyTorch's default, foreach on CUDA).
         cpu_offload: ``dtensor_cfg.cpu_offload`` (sharded parameters, gradients and optimizer on the CPU).
-        framework: ``"nemo-rl"`` or ``"verl"`` (verl keeps a bf16 reference policy on the GPU by default).
+        profile: the trainer's actor (``nbtools.trainers.FitProfile``: logits dtype, checkpointing granularity,
+            where the reference policy lives); default the calibrated FSDP2 policy with fp32 logits.
         reference_on_gpu: override where the reference policy lives.
 
     Example:
         >>> training_estimate(arch, micro_batch=2, seq_len=4096, gpus=8).peak_gib
     """
+    profile = profile or FitProfile()
     tp, cp = max(1, tensor_parallel), max(1, context_parallel)
     w = max(1, gpus)
     b, L, v, h = micro_batch, seq_len, arch.vocab_size, arch.hidden_size
@@ -158,14 +161,13 @@ def training_estimate(
     window = arch.sliding_window
     mask_on = bool(window and arch.num_sliding_layers and L > window and not sequence_packing)
     n_slide = arch.num_sliding_layers if mask_on else 0
-    verl = framework == "verl"
     acts = 0.0
     layer_full = 0.0  # one layer's un-checkpointed activations (what verl's whole-layer checkpointing recomputes)
     for sliding in (True, False):
         n = n_slide if sliding else arch.num_layers - n_slide
         hid, inner = layer_activation_bytes(arch, checkpointing=activation_checkpointing, sliding=sliding,
                                             materialized_mask=mask_on)
-        if verl and activation_checkpointing:  # HF gradient checkpointing: each decoder layer keeps its bf16 input
+        if profile.whole_layer_checkpointing and activation_checkpointing:  # each decoder layer keeps its bf16 input
             full_h, full_i = layer_activation_bytes(arch, checkpointing=False, sliding=sliding, materialized_mask=mask_on)
             layer_full = max(layer_full, t * (full_h / sp_div + full_i / tp)) if n else layer_full
             hid, inner = 2 * h, 0
@@ -182,18 +184,18 @@ def training_estimate(
     logit_elems = b * L * v / (tp * cp)
     logits_bwd = 3 * 4 * logit_elems
     lp_k = (3 if logprob_chunk_size else 2) * 4
-    if verl:  # bf16 logits, flash-attn's cross-entropy (fp32 per row only; gradient written in place); the
+    if profile.bf16_logits:  # flash-attn's cross-entropy (fp32 per row only; gradient written in place); the
         # log-prob pass also computes the entropy (softmax and its product with the logits, bf16 [T, V] each)
         logits_bwd, lp_k = 2 * 2 * logit_elems, 3 * 2
     ref = 0.0
-    if reference_on_gpu if reference_on_gpu is not None else framework == "verl":
+    if reference_on_gpu if reference_on_gpu is not None else profile.reference_on_gpu:
         ref = 2 * p_loc
 
     root_grad = 2 * (arch.params_embedding + arch.params_lm_head) / tp
     layer_grads = 6 * arch.params_layer / tp
     act_grads = t * (6 * arch.intermediate_size / tp + 8 * h / sp_div)
     recompute = t * 8 * arch.intermediate_size / tp if activation_checkpointing else 0.0
-    if verl and activation_checkpointing:
+    if profile.whole_layer_checkpointing and activation_checkpointing:
         recompute = layer_full
     bwd_buffers = root_grad + layer_grads + act_grads + recompute
 
@@ -220,12 +222,7 @@ def training_estimate(
     phases = {k: sum(d.values()) / GIB for k, d in phases_terms.items()}
     peak_phase = max(phases, key=phases.get)
     terms = {k: round(x / GIB, 3) for k, x in phases_terms[peak_phase].items() if x}
-    notes = []
-    if verl:
-        notes.append("verl (v0.7.0's dp_actor): bf16 logits through flash-attn's cross-entropy, whole-layer gradient "
-                     "checkpointing; tokens per micro-batch as configured (ppo_max_token_len_per_gpu with "
-                     "use_dynamic_bsz, else every sequence at its maximum length - with use_remove_padding real "
-                     "sequences are shorter); verl's actor was not calibrated on a GPU")
+    notes = [profile.note] if profile.note else []
     if tp > 1 or cp > 1:
         notes.append("tensor / context parallel: the TP and CP splits follow the code, not a measurement (calibrated "
                      "on 1 and 2 GPUs of FSDP2 only)")

@@ -151,7 +151,7 @@ class Plan:
         A keep-going plan's script goes on past a failed step (skipping the steps that need it) and ends with the
         list of what is still there; it exits non-zero when anything failed or remains.
         """
-        return render(self)
+        return render(self.kind, self.steps, variables=self.variables, keep_going=self.keep_going)
 
     def argvs(self) -> list[tuple[str, ...]]:
         """Every argv the plan can run: each step's command, check and undo, and the variable look-ups."""

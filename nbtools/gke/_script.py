@@ -7,12 +7,9 @@ exiting non-zero when something failed or remains, so a refused bucket delete ca
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from nbtools.gke._step import Step, _join, _quote
-
-if TYPE_CHECKING:
-    from nbtools.gke._plan import Plan
 
 __all__ = ["render"]
 
@@ -37,27 +34,29 @@ def _set(s: Step) -> str:
     return exp + "; STATES=(" + " ".join(_quote(x) for x in s.states) + ")"
 
 
-def render(plan: Plan) -> str:
-    """The bash text of ``plan`` (see the module docstring)."""
+def render(kind: str, steps: Sequence[Step], *, variables: Mapping[str, tuple[str, ...]] | None = None,
+           keep_going: bool = False) -> str:
+    """The bash text of a plan's ``steps`` (see the module docstring); ``Plan.to_script`` passes its own fields."""
     head = [
         "#!/usr/bin/env bash",
-        f"# nbtools {plan.kind} plan ({len(plan.steps)} steps). Safe to re-run: finished steps are skipped.",
+        f"# nbtools {kind} plan ({len(steps)} steps). Safe to re-run: finished steps are skipped.",
     ]
-    if plan.keep_going:
+    if keep_going:
         head += ["# A failed step does not stop the others; only the steps that need it are skipped.", "set -uo pipefail"]
     else:
         head.append("set -euo pipefail")
     out = head + [""] + _DONE + _GONE
-    for name, cmd in plan.variables.items():
+    for name, cmd in (variables or {}).items():
         out.append(f'{name}="${{{name}:-$({_join(cmd)})}}"')
-    if plan.keep_going:
+    by_name = {s.name: s for s in steps}  # a step's ``within``: the parent whose removal takes it along
+    if keep_going:
         out += ["FAILED=()", "KEPT=()",
                 'failed_() { local d; for d in "$@"; do [[ " ${FAILED[*]:-} " == *" $d "* ]] && return 0; done; return 1; }']
-    for s in plan.steps:
+    for s in steps:
         out += ["", f"# --- {s.name}: {s.what}"]
-        out += _keep_going_step(plan, s) if plan.keep_going else _step(s)
-    if plan.keep_going:
-        out += _report(plan)
+        out += _keep_going_step(s, by_name.get(s.within or "")) if keep_going else _step(s)
+    if keep_going:
+        out += _report(steps, by_name)
     return "\n".join(out) + "\n"
 
 
@@ -71,7 +70,7 @@ def _step(s: Step) -> list[str]:
     return [f"if {_set(s)}; {test} {_join(s.check)}; then echo 'skip {s.name}: {word}'; else", body, "fi"]
 
 
-def _keep_going_step(plan: Plan, s: Step) -> list[str]:
+def _keep_going_step(s: Step, parent: Step | None) -> list[str]:
     lines = []
     first = "if"
     if s.after:
@@ -79,7 +78,6 @@ def _keep_going_step(plan: Plan, s: Step) -> list[str]:
         lines.append(f"if failed_ {deps}; then echo 'skip {s.name}: needs {', '.join(s.after)}, which did not complete'; "
                      f"FAILED+=({_quote(s.name)})")
         first = "elif"
-    parent = plan._get(s.within)
     if parent is not None and parent.check:
         lines.append(f"{first} {_set(parent)}; gone_ {_join(parent.check)}; then echo 'skip {s.name}: gone with {parent.name}'")
         first = "elif"
@@ -97,14 +95,14 @@ def _keep_going_step(plan: Plan, s: Step) -> list[str]:
     return lines
 
 
-def _report(plan: Plan) -> list[str]:
+def _report(steps: Sequence[Step], by_name: Mapping[str, Step]) -> list[str]:
     out = ["", "# --- what is still there (one list check per resource)", "LEFT=0",
            'still_() { echo "still there (or not checkable): $1"; LEFT=1; }']
-    for s in plan.steps:
+    for s in steps:
         if not s.check:
             continue
         label = _quote(f"{s.name} ({s.what})")
-        parent = plan._get(s.within)
+        parent = by_name.get(s.within or "")
         cond = f"{_set(s)}; gone_ {_join(s.check)}"
         if parent is not None and parent.check:
             cond = f"{{ {_set(parent)}; gone_ {_join(parent.check)}; }} || {{ {cond}; }}"

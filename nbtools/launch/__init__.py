@@ -6,6 +6,10 @@ Re-running ``submit`` with the same config re-attaches to the job instead of sta
 ``supervise`` follows it and resubmits after a preemption (``resubmit``: attempt 2, 3, … from the newest ``step_N``);
 ``diagnose`` says why a job ended.
 
+The modules, each importing only those before it: ``lint`` (the known traps) -> ``_submit`` (build, send, submit) ->
+``_diagnose`` (pure: log text, status and events -> ``Diagnosis``) -> ``_attempts`` (the record beside the logs) ->
+``_retry`` (the I/O between attempts: ``diagnose``, ``resubmit``) -> ``_supervise`` (the loop).
+
 Example:
     >>> spec = nbtools.launch.build(cfg)          # the exact entrypoint and runtime env
     >>> report = nbtools.launch.lint(cfg)         # findings with fixes; report.ok
@@ -14,19 +18,14 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-from nbtools import _paths, trainers
-from nbtools._escape import html as _h
-from nbtools.config import Experiment
-from nbtools.errors import ConfigError, Fix, LintError, NotFoundError
 from nbtools.launch import recipes, runtime_env
-from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
-from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
+from nbtools.launch._attempts import Attempt, attempts, read_attempts
+from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
+from nbtools.launch._retry import diagnose, resubmit
+from nbtools.launch._submit import LaunchSpec, build, build_prepare, follow, submit, submit_prepare
 from nbtools.launch._supervise import SupervisedRun, supervise
-from nbtools.launch.lint import Finding, LintReport, StepsSource, existing_steps_in, lint
+from nbtools.launch.lint import Finding, LintReport, existing_steps_in, lint
 
 __all__ = [
     "LaunchSpec",
@@ -43,6 +42,7 @@ __all__ = [
     "existing_steps_in",
     "recipes",
     "runtime_env",
+    "Cause",
     "Diagnosis",
     "diagnose",
     "diagnose_log",
@@ -53,188 +53,3 @@ __all__ = [
     "supervise",
     "SupervisedRun",
 ]
-
-
-@_paths.tidy_reprs
-@dataclass(frozen=True)
-class LaunchSpec:
-    """Everything a submission sends, shown before it is sent (secrets are never part of it)."""
-
-    entrypoint: str
-    submission_id: str
-    runtime_env: dict[str, Any]
-    metadata: dict[str, str]
-    backend: str
-    address: str
-    command: str  # the trainer command alone (what you would paste into a shell on the head)
-    files: dict[str, bytes] = field(default_factory=dict)  # uploaded in the job's working_dir
-    secret_names: tuple[str, ...] = ()  # env vars delivered through the working_dir secrets file (names only)
-    lines: tuple[str, ...] = ()  # the command split for display (head, then one override per line)
-
-    def pretty(self) -> str:
-        """The command with one override per line, ready to copy into a shell."""
-        return " \\\n    ".join(self.lines) if self.lines else self.command
-
-    def __str__(self) -> str:
-        return self.entrypoint
-
-    def _repr_html_(self) -> str:
-        env = self.runtime_env.get("env_vars", {})
-        rows = "".join(f"<tr><td><code>{_h(k)}</code></td><td><code>{_h(str(v))}</code></td></tr>" for k, v in env.items())
-        extra = ""
-        if self.files:
-            extra += f"<p>working_dir files: {', '.join(_h(f) for f in self.files)}</p>"
-        if self.secret_names:
-            extra += (
-                f"<p>secrets from your environment: {', '.join(self.secret_names)} (in a working_dir file the job "
-                "deletes on start; values never shown)</p>"
-            )
-        return (
-            f"<b>{_h(self.backend)} job <code>{_h(self.submission_id)}</code></b> "
-            f"&rarr; {_h(self.address)}<pre>{_h(self.pretty())}</pre>"
-            f"<details><summary>runtime env ({len(env)} vars)</summary><table>{rows}</table></details>{extra}"
-        )
-
-
-def _metadata(cfg: Experiment, *, role: str = "train") -> dict[str, str]:
-    trainer = trainers.get(cfg)
-    md = {
-        "nbtools.experiment": cfg.name,
-        "nbtools.config_hash": cfg.config_hash(),
-        "nbtools.backend": cfg.backend,
-        "nbtools.role": role,
-        "nbtools.trainer": trainer.name,
-    }
-    if not trainer.miniature:
-        md["nbtools.image"] = cfg.images.resolved_image
-        md.update(trainer.metadata(cfg))
-        md["nbtools.log_dir"] = cfg.log_dir
-        md["nbtools.checkpoint_dir"] = cfg.checkpoint_dir
-    return md
-
-
-def build(cfg: Experiment) -> LaunchSpec:
-    """The job for ``cfg``: entrypoint, runtime env (no secrets), submission id, metadata, uploaded files.
-
-    Example:
-        >>> spec = nbtools.launch.build(cfg)
-        >>> spec.entrypoint.startswith("cd /opt/nemo-rl && python -u examples/run_grpo")
-        True
-    """
-    job = trainers.get(cfg).job(cfg)
-    env = {"env_vars": runtime_env.env_vars(cfg), **job.runtime_env}
-    secrets = runtime_env.secret_values(cfg) if job.secrets else {}
-    entry = (runtime_env.secrets_prelude() if secrets else "") + job.command
-    return LaunchSpec(
-        entry, cfg.submission_id, env, _metadata(cfg), cfg.backend, cfg.dashboard_url, job.command,
-        files=job.files, secret_names=tuple(sorted(secrets)), lines=job.lines,
-    )
-
-
-def build_prepare(cfg: Experiment) -> LaunchSpec:
-    """verl's dataset -> parquet step as its own job (run once before training; writes to the shared mount)."""
-    trainer = trainers.get(cfg)
-    command = trainer.prepare_command(cfg)
-    if command is None:
-        raise ConfigError(
-            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {trainer.name!r} on "
-            f"{cfg.backend!r}", fix=Fix("use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')",
-                                        cli="use a verl experiment on gke/ray (e.g. the recipe "
-                                            "'tutorial-002-verl-qwen2.5-32b')"),
-        )
-    secrets = runtime_env.secret_values(cfg)
-    entry = (runtime_env.secrets_prelude() if secrets else "") + command
-    sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
-    return LaunchSpec(
-        entry, sid, {"env_vars": runtime_env.env_vars(cfg)}, _metadata(cfg, role="prepare"), cfg.backend,
-        cfg.dashboard_url, command, secret_names=tuple(sorted(secrets)),
-    )
-
-
-def _send(spec: LaunchSpec, cfg: Experiment):
-    from nbtools import jobs
-
-    try:
-        return jobs.attach(spec.address, spec.submission_id)
-    except NotFoundError:
-        pass
-    renv = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.runtime_env.items()}
-    secrets = runtime_env.secret_values(cfg) if spec.secret_names else {}
-    if spec.files or secrets:
-        renv["working_dir"] = runtime_env.upload_working_dir(spec.address, spec.files, secrets)
-    return jobs.submit(
-        spec.address, entrypoint=spec.entrypoint, submission_id=spec.submission_id, runtime_env=renv,
-        metadata=spec.metadata,
-    )
-
-
-def submit(
-    cfg: Experiment,
-    *,
-    resume: bool | None = None,
-    existing_steps: StepsSource = None,
-    cluster_gpus: int | None = None,
-    ignore_fit: bool = False,
-):
-    """Submit ``cfg``'s job, or re-attach to it when a job with its submission id exists on that cluster.
-
-    A new submission is linted first and refused (``LintError`` listing each finding and its fix) when any finding
-    is blocking.
-
-    Args:
-        cfg: the experiment.
-        resume: allow a checkpoint_dir that already holds ``step_N`` (default ``trainer.resume``).
-        existing_steps: see :func:`lint` (for gke/ray when the checkpoint dir is not visible here).
-        cluster_gpus: the cluster's GPUs (default: ``cluster.total_gpus`` on gke, the dashboard's count on ray).
-        ignore_fit: submit even when ``nbtools.fit`` says the config certainly does not fit in GPU memory.
-
-    Returns:
-        nbtools.jobs.Job
-
-    Example:
-        >>> job = nbtools.launch.submit(cfg)
-        >>> job.id == cfg.submission_id
-        True
-    """
-    from nbtools import jobs
-
-    spec = build(cfg)
-    try:
-        return jobs.attach(spec.address, spec.submission_id)
-    except NotFoundError:
-        pass
-    if cluster_gpus is None:
-        from nbtools import backends
-
-        cluster_gpus = backends.get(cfg).gpus()
-    report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume, ignore_fit=ignore_fit)
-    if not report.ok:
-        raise LintError(report.blocking, fix=Fix("apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then "
-                                                 "submit again", cli="apply each finding's fix (`nbtools launch "
-                                                 "EXPERIMENT.yaml --lint-only` shows them all), then launch again"))
-    return _send(spec, cfg)
-
-
-def submit_prepare(cfg: Experiment):
-    """Submit (or re-attach to) verl's data-preparation job; returns ``nbtools.jobs.Job``."""
-    return _send(build_prepare(cfg), cfg)
-
-
-def follow(cfg: Experiment, job, *, timeout: float | None = None):
-    """Follow ``job`` with a progress bar from its ``Step k/N`` lines (``nbtools.jobs.follow_with_progress``).
-
-    Reaching ``timeout`` returns the current status (``RUNNING``) and leaves the job running, on every backend: a
-    GRPO run can outlast any cell; call again to continue the bar where it stopped. A job that ends FAILED or
-    STOPPED raises JobFailedError with its log tail.
-
-    Example:
-        >>> nbtools.launch.follow(cfg, job, timeout=1000)
-        <JobStatus.SUCCEEDED: 'SUCCEEDED'>
-    """
-    from nbtools import jobs
-    from nbtools.errors import NotReadyError
-
-    try:
-        return jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=timeout)
-    except NotReadyError:
-        return job.status()

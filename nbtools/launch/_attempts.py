@@ -7,8 +7,10 @@ last step reached, step resumed from, cause, steps redone, GPU-hours lost) is a 
 (``<logs_url>/nbtools-attempts.json``, a local path or ``gs://``), written atomically, so a notebook re-run or
 another machine finds it.
 
+This module is the record alone; reading an attempt back from the cluster and submitting the next one is
+``_retry``'s (``launch.resubmit``).
+
 Example:
-    >>> job = nbtools.launch.resubmit(cfg)        # attempt 2 (3, …), resuming from the newest step_N
     >>> nbtools.launch.attempts(cfg)               # the record as a DataFrame
 """
 
@@ -26,10 +28,10 @@ import pandas as pd
 
 from nbtools import storage
 from nbtools._layout import STEP_RE
-from nbtools.errors import CheckpointError, ConflictError, Fix, NotFoundError
+from nbtools.errors import CheckpointError, NotFoundError
 
-__all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "resubmit",
-           "finalize", "record_url", "steps_from_log"]
+__all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "record_url",
+           "steps_from_log", "save", "charge", "cluster_gpus", "record_first", "update"]
 
 RECORD_NAME = "nbtools-attempts.json"
 _STEP = re.compile(r"Step (\d+)/(\d+)")
@@ -141,7 +143,7 @@ def read_attempts(cfg) -> list[Attempt]:
     return [Attempt(**{k: v for k, v in r.items() if k in names}) for r in rows]
 
 
-def _save(cfg, items: list[Attempt]) -> None:
+def save(cfg, items: list[Attempt]) -> None:
     data = _load(cfg)
     data["experiment"] = cfg.name
     data["runs"][cfg.submission_id] = [a.to_dict() for a in items]
@@ -197,40 +199,7 @@ def steps_from_log(log: str) -> tuple[int | None, int | None, dict[int, float]]:
     return done, resumed, times
 
 
-def finalize(cfg, attempt: Attempt, job=None) -> Attempt:
-    """Fill an ended attempt from the cluster: status, times, last step and (when it did not succeed) diagnosis."""
-    from nbtools import jobs
-    from nbtools.launch._diagnose import diagnose
-
-    try:
-        job = job or jobs.attach(cfg.dashboard_url, attempt.submission_id)
-    except NotFoundError:  # the cluster was replaced or its head restarted: the job went with it
-        if not attempt.terminal:
-            attempt.status, attempt.cause, attempt.retry = "LOST", "lost-node", True
-            attempt.evidence = f"the cluster at {cfg.dashboard_url} no longer knows job {attempt.submission_id!r}"
-            attempt.fix = "resubmit (nbtools.launch.resubmit(cfg)): the run resumes from the newest complete step_N"
-        return attempt
-    info = job.info()
-    attempt.status = info.status.value
-    attempt.started = info.start_time / 1000 if info.start_time else attempt.started
-    attempt.ended = info.end_time / 1000 if info.end_time else attempt.ended
-    if not attempt.terminal:
-        return attempt
-    done, resumed, times = steps_from_log(job.logs())
-    attempt.last_step = done if done is not None else attempt.last_step
-    if resumed is not None:  # what the trainer says it resumed from beats what was on disk at submission
-        attempt.resumed_from = resumed
-    ckpt = newest_checkpoint(cfg) or 0
-    attempt.step_seconds = {str(k): v for k, v in times.items() if k > ckpt}
-    if attempt.status == "SUCCEEDED":
-        attempt.cause, attempt.retry, attempt.evidence, attempt.fix = "succeeded", False, "", ""
-    elif not attempt.cause:
-        d = diagnose(cfg, attempt.submission_id)
-        attempt.cause, attempt.retry, attempt.evidence, attempt.fix = d.cause, d.retry, d.evidence, d.fix
-    return attempt
-
-
-def _charge(prev: Attempt, resumed_from: int | None) -> None:
+def charge(prev: Attempt, resumed_from: int | None) -> None:
     """The cost of ``prev``'s loss once we know where the next attempt resumes: steps redone, wall s, GPU-hours."""
     base = resumed_from or 0
     if prev.last_step is None:
@@ -247,7 +216,7 @@ def _charge(prev: Attempt, resumed_from: int | None) -> None:
         prev.gpu_hours_lost = round(prev.gpus * prev.lost_s / 3600, 4)
 
 
-def _gpus(cfg) -> int | None:
+def cluster_gpus(cfg) -> int | None:
     from nbtools import backends
 
     try:
@@ -261,74 +230,13 @@ def record_first(cfg, job) -> list[Attempt]:
     items = read_attempts(cfg)
     if not items:
         items = [Attempt(1, job.id, started=time.time(), status="PENDING", resumed_from=newest_checkpoint(cfg),
-                         gpus=_gpus(cfg))]
-        _save(cfg, items)
+                         gpus=cluster_gpus(cfg))]
+        save(cfg, items)
     return items
-
-
-def resubmit(cfg, *, force: bool = False):
-    """Submit the next attempt of ``cfg``'s run with its own submission id, resuming from the newest ``step_N``.
-
-    The previous attempt must have ended (its status, last step and cause are recorded first); the trainer resumes
-    by itself from the highest complete ``step_N`` in the checkpoint dir, and the record keeps which one that was.
-
-    Args:
-        cfg: the experiment (the same config as the first attempt: the record is kept per submission id).
-        force: resubmit even when the last attempt's cause is not one a retry fixes (OOM, user error).
-
-    Raises:
-        NotFoundError: nothing was submitted yet (launch it first).
-        ConflictError: the last attempt is still running, or it failed for a reason a retry does not fix.
-
-    Example:
-        >>> job = nbtools.launch.resubmit(cfg)
-        >>> job.id
-        'local-rehearsal-1a2b3c4d5e-attempt2'
-    """
-    from nbtools import jobs
-    from nbtools.launch import _send, build
-
-    items = read_attempts(cfg)
-    if not items:
-        try:
-            first = jobs.attach(cfg.dashboard_url, cfg.submission_id)
-        except NotFoundError:
-            raise NotFoundError(f"expected a first attempt {cfg.submission_id!r} to retry, found none on "
-                                f"{cfg.dashboard_url}", fix=Fix("launch it first: nbtools.launch.submit(cfg) (or "
-                                "nbtools.launch.supervise(cfg))", cli="launch it first: `nbtools launch EXPERIMENT.yaml` "
-                                "(or with --supervise)")) from None
-        items = record_first(cfg, first)
-    last = items[-1] = finalize(cfg, items[-1])
-    _save(cfg, items)  # the diagnosis is kept even when this refuses to resubmit
-    if not last.terminal:
-        raise ConflictError(f"attempt {last.n} ({last.submission_id}) is still {last.status}",
-                            fix=Fix("follow it (nbtools.launch.follow(cfg, job)) or stop it (job.stop()) before "
-                                    "submitting another attempt", cli="follow it (`nbtools launch EXPERIMENT.yaml "
-                                    f"--follow`) or stop it (`nbtools jobs stop EXPERIMENT.yaml --id {last.submission_id}`) "
-                                    "before submitting another attempt"))
-    if last.status == "SUCCEEDED" and not force:
-        raise ConflictError(f"attempt {last.n} ({last.submission_id}) already SUCCEEDED; nothing to resume",
-                            fix="change the config (e.g. more grpo.max_num_steps) to train further")
-    if last.retry is False and not force:
-        raise ConflictError(f"attempt {last.n} ended with cause {last.cause!r}, which a retry does not fix",
-                            fix=Fix(f"{last.fix} (or pass force=True to retry anyway)",
-                                    cli=f"the diagnosis names the fix (`nbtools diagnose {last.submission_id} --experiment "
-                                        "EXPERIMENT.yaml`); or pass --force to retry anyway"))
-    resumed = newest_checkpoint(cfg)
-    _charge(last, resumed)
-    n = last.n + 1
-    spec = build(cfg)
-    spec = dataclasses.replace(spec, submission_id=attempt_id(cfg, n), metadata={
-        **spec.metadata, "nbtools.attempt": str(n), "nbtools.run": cfg.submission_id,
-        "nbtools.resumed_from": str(resumed if resumed is not None else 0)})
-    job = _send(spec, cfg)
-    items.append(Attempt(n, job.id, started=time.time(), resumed_from=resumed, gpus=_gpus(cfg)))
-    _save(cfg, items)
-    return job
 
 
 def update(cfg, attempt: Attempt) -> None:
     """Store one attempt's fields back into the record."""
     items = read_attempts(cfg)
     items = [attempt if a.n == attempt.n else a for a in items]
-    _save(cfg, items)
+    save(cfg, items)

@@ -36,7 +36,8 @@ def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
                 "(only config.json is fetched)"),
         ))
         return None
-    if report.verdict in ("fits", "not-applicable"):
+    V = fit.Verdict
+    if report.verdict in (V.FITS, V.NOT_APPLICABLE):
         return report
     parts = []
     if report.training is not None:
@@ -45,13 +46,14 @@ def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
                      f"with allocator headroom) vs {report.usable_gib:.1f} GiB usable on {report.inputs.gpu.label}")
     if report.generation is not None and report.generation.problems:
         parts.append("; ".join(report.generation.problems))
-    elif report.generation is not None and report.generation.verdict != "fits":
+    elif report.generation is not None and report.generation.verdict is not V.FITS:
         parts.append(f"vLLM's KV cache holds only {report.generation.max_concurrent_sequences:g} sequence(s) of "
                      "max_model_len")
-    blocking = report.verdict == "does-not-fit" and report.certain and not ignore
-    verdict = "certainly does not fit" if report.certain and report.verdict == "does-not-fit" else report.verdict
+    certain = report.certain and report.verdict is V.DOES_NOT_FIT
+    blocking = certain and not ignore
+    verdict = "certainly does not fit" if certain else report.verdict.value
     fix = "; ".join(report.suggestions) or "lower the micro-batch or the sequence length, or add GPUs"
-    if report.verdict == "does-not-fit" and report.certain:
+    if certain:
         fix = Fix(fix + " (or launch anyway with ignore_fit=True)", cli=fix + " (or launch anyway with --ignore-fit)")
     first = report.suggestions[0] if report.suggestions else ""
     key = first.removeprefix("set ").split("=", 1)[0] if first.startswith("set ") else "cluster.gpu_type"

@@ -25,8 +25,10 @@ from nbtools import _paths
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import NotFoundError, NotReadyError
-from nbtools.launch._attempts import Attempt, finalize, read_attempts, record_first, resubmit, update
-from nbtools.launch._diagnose import Diagnosis
+from nbtools.launch._attempts import Attempt, read_attempts, record_first, update
+from nbtools.launch._diagnose import Cause, Diagnosis
+from nbtools.launch._retry import finalize, resubmit
+from nbtools.launch._submit import submit
 
 __all__ = ["SupervisedRun", "supervise"]
 
@@ -76,7 +78,7 @@ class SupervisedRun:
                     cost += f", {a.lost_s:.1f} s"
                 if a.gpu_hours_lost is not None:
                     cost += f", {a.gpu_hours_lost:.3f} GPU-h"
-            why = f" ({a.cause})" if a.cause and a.cause != "succeeded" else ""
+            why = f" ({a.cause})" if a.cause and a.cause != Cause.SUCCEEDED else ""
             lines.append(f"  {a.n}. {a.submission_id}: {a.status}{why}, resumed from "
                          f"{a.resumed_from if a.resumed_from is not None else 'scratch'}, reached step "
                          f"{a.last_step if a.last_step is not None else '?'}{cost}")
@@ -139,7 +141,7 @@ class _HealthWatch:
 def _unhealthy(attempt: Attempt, report) -> Attempt:
     """Record why the supervisor stopped the attempt (its cause survives ``finalize``, which keeps a set cause)."""
     bad = report.unhealthy
-    attempt.cause, attempt.retry = "unhealthy", False
+    attempt.cause, attempt.retry = Cause.UNHEALTHY.value, False
     attempt.evidence = "\n".join([f"stopped by supervise(stop_when_unhealthy=True): {report.summary()}"]
                                   + [f"{c.check}: {c.message}" for c in bad])
     attempt.fix = "; ".join(f"{c.check}: {c.fix}" for c in bad) + " — then launch again"
@@ -176,7 +178,7 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
         (True, ['preempted', 'succeeded'])
     """
     from nbtools import jobs
-    from nbtools.launch import submit
+
     if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
         from nbtools.errors import ConfigError, Fix
 
@@ -210,8 +212,7 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
         update(cfg, current)
         if current.status == "SUCCEEDED":
             return SupervisedRun(cfg.name, "SUCCEEDED", read_attempts(cfg), max_attempts)
-        d = Diagnosis(current.cause, bool(current.retry), current.evidence, current.fix, current.submission_id,
-                      current.status)
+        d = Diagnosis(Cause(current.cause), current.evidence, current.fix, current.submission_id, current.status)
         if not d.retry:
             return SupervisedRun(cfg.name, current.status, read_attempts(cfg), max_attempts, d,
                                  note=f"not retried: {d.cause} is not something a new attempt fixes")

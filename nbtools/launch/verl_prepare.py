@@ -15,6 +15,7 @@ import shlex
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.launch import runtime_env
+from nbtools.launch._submit import LaunchSpec, metadata, send
 from nbtools.trainers import verl as _verl
 from nbtools.trainers.verl_prepare import PARTIAL, is_hub_id, require_verl, targets
 
@@ -22,12 +23,10 @@ __all__ = ["data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs"]
 
 
 def _spec(cfg: Experiment, command: str, sid: str, role: str, *, extra_env: dict | None = None):
-    from nbtools.launch import LaunchSpec, _metadata
-
     secrets = runtime_env.secret_values(cfg)
     entry = (runtime_env.secrets_prelude() if secrets else "") + command
     env = {"env_vars": {**runtime_env.env_vars(cfg), **(extra_env or {})}}
-    return LaunchSpec(entry, sid, env, _metadata(cfg, role=role), cfg.backend, cfg.dashboard_url, command,
+    return LaunchSpec(entry, sid, env, metadata(cfg, role=role), cfg.backend, cfg.dashboard_url, command,
                       secret_names=tuple(sorted(secrets)))
 
 
@@ -85,6 +84,4 @@ def prepare_jobs(cfg: Experiment) -> list:
 
 def submit_prepare_jobs(cfg: Experiment) -> list:
     """Submit (or re-attach to) every preparation job; returns the ``nbtools.jobs.Job`` list."""
-    from nbtools.launch import _send
-
-    return [_send(spec, cfg) for spec in prepare_jobs(cfg)]
+    return [send(spec, cfg) for spec in prepare_jobs(cfg)]

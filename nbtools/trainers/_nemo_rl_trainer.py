@@ -7,8 +7,10 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.trainers import nemo_rl
 from nbtools.trainers._findings import LintReport
+from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers._nemo_rl_lint import check_nemo_rl
 from nbtools.trainers._protocol import TrainerJob
+from nbtools.trainers._tree import config_tree
 from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 
 __all__ = ["NemoRl"]
@@ -34,6 +36,9 @@ class NemoRl:
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Config rules only a NeMo-RL run has (none beyond the config's own yet)."""
         return []
+
+    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
+        return _fit_inputs(cfg, self.name)
 
     def job(self, cfg: Experiment) -> TrainerJob:
         lines = nemo_rl.command_lines(cfg)
@@ -79,3 +84,65 @@ class NemoRl:
 
     def hub_tag(self) -> str:
         return NAME
+
+
+# fit inputs -> where each is set: shown in suggestions (``FitInputs.keys``) and, as a KEY=VALUE override,
+# by the OOM post-mortem (``FitProfile.override_keys``); a key under policy./actor_rollout_ref./data. is a recipe
+# key that travels in trainer.overrides, the others are the experiment's own keys
+_FIT_KEYS = {
+    "activation_checkpointing": "policy.dtensor_cfg.activation_checkpointing",
+    "micro_batch": "policy.train_micro_batch_size",
+    "logprob_batch": "policy.logprob_batch_size",
+    "logprob_chunk_size": "policy.logprob_chunk_size",
+    "seq_len": "model.max_total_sequence_length",
+    "gpus": "cluster.worker_replicas",
+    "expandable_segments": ALLOC_KEY,
+    "gpu_memory_utilization": "trainer.vllm_cfg.gpu_memory_utilization",
+    "vllm_tensor_parallel": "trainer.vllm_cfg.tensor_parallel_size",
+    "max_model_len": "trainer.vllm_cfg.max_model_len",
+}
+_FIT_OVERRIDES = {**_FIT_KEYS, "expandable_segments": "trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF"}
+
+
+def _fit_inputs(cfg: Experiment, name: str) -> tuple[dict[str, Any], list[str]]:
+    """NeMo-RL's fit inputs: the recipe's keys as the launch's overrides leave them (``FitInputs`` fields, notes)."""
+    tree = nemo_rl.recipe_tree(cfg) or config_tree(cfg.images.nemo_rl_version, nemo_rl.DEFAULT_RECIPE) or {}
+
+    def r(key: str, default: Any = None) -> Any:
+        v = nemo_rl.resolved(cfg, tree, key)
+        return default if v is None or v == "null" else v
+
+    notes = []
+    if as_bool(r("policy.megatron_cfg.enabled", False)):
+        notes.append("the recipe trains with Megatron-Core, which nbtools does not model; the estimate uses the DTensor "
+                     "(FSDP2) policy's terms for the same batch")
+    colocated = as_bool(r("policy.generation.colocated.enabled", True))
+    seq = as_int(r("policy.max_total_sequence_length"), cfg.model.max_total_sequence_length)
+    micro = as_int(r("policy.train_micro_batch_size"), 1)
+    foreach = r("policy.optimizer.kwargs.foreach")
+    d = {
+        "profile": FitProfile(trainer=name, override_keys=_FIT_OVERRIDES),
+        "micro_batch": micro,
+        "seq_len": seq,
+        "logprob_batch": as_int(r("policy.logprob_batch_size"), micro),
+        "logprob_chunk_size": as_int(r("policy.logprob_chunk_size"), 0) or None,
+        "activation_checkpointing": as_bool(r("policy.dtensor_cfg.activation_checkpointing", False)),
+        "tensor_parallel": as_int(r("policy.dtensor_cfg.tensor_parallel_size"), 1),
+        "context_parallel": as_int(r("policy.dtensor_cfg.context_parallel_size"), 1),
+        "sequence_parallel": as_bool(r("policy.dtensor_cfg.sequence_parallel", False)),
+        "sequence_packing": as_bool(r("policy.sequence_packing.enabled", False)),
+        "cpu_offload": as_bool(r("policy.dtensor_cfg.cpu_offload", False)),
+        "optimizer_foreach": None if foreach is None else as_bool(foreach),
+        "expandable_segments": expandable(cfg.trainer.env_vars, r("policy.dtensor_cfg.env_vars") or {}),
+        "colocated": colocated,
+        "generation_nodes": 0 if colocated else as_int(r("policy.generation.colocated.resources.num_nodes"), 0),
+        "gpus": training_gpus(cfg, colocated, r("policy.generation.colocated.resources.num_nodes"),
+                               r("policy.generation.colocated.resources.gpus_per_node")),
+        "gpu_memory_utilization": as_float(r("policy.generation.vllm_cfg.gpu_memory_utilization"), 0.6),
+        "max_model_len": as_int(r("policy.generation.vllm_cfg.max_model_len"), seq),
+        "vllm_tensor_parallel": as_int(r("policy.generation.vllm_cfg.tensor_parallel_size"), 1),
+        "kv_cache_dtype": str(r("policy.generation.vllm_cfg.kv_cache_dtype", "auto")),
+        "enforce_eager": as_bool(r("policy.generation.vllm_cfg.enforce_eager", False)),
+        "keys": dict(_FIT_KEYS, gpus_per_node=str(cfg.cluster.gpus_per_node)),
+    }
+    return d, notes

@@ -60,6 +60,10 @@ class Trainer(Protocol):
     def job(self, cfg: Experiment) -> TrainerJob:
         """The command (and files, runtime_env) of the training job."""
 
+    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]] | None:
+        """The GPU memory fit's inputs read from this trainer's own keys (``nbtools.fit.FitInputs`` fields, with a
+        ``profile``: a :class:`FitProfile`) and notes; None where it runs on no GPU (the CPU rehearsal)."""
+
     def prepare_command(self, cfg: Experiment) -> str | None:
         """The command of a data-preparation job run before training, or None where the trainer needs none."""
 

@@ -68,6 +68,10 @@ class Rehearsal:
                           f"save would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`"))
         return p
 
+    def fit_inputs(self, cfg: Experiment) -> None:
+        """None: the rehearsal trains on CPU ranks, so there is no GPU memory to fit."""
+        return None
+
     def job(self, cfg: Experiment) -> TrainerJob:
         from nbtools import rehearsal
 

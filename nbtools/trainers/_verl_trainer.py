@@ -8,6 +8,7 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.trainers import verl
 from nbtools.trainers._findings import LintReport
+from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
 from nbtools.trainers._protocol import TrainerJob
 from nbtools.trainers._verl_lint import check_verl
 from nbtools.trainers.releases import VERL, VerlRelease
@@ -47,6 +48,9 @@ class Verl:
                         "remove it for verl (verl's custom_reward_function.path/name go in trainer.overrides)"))
         return out
 
+    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
+        return _fit_inputs(cfg, self.name)
+
     def job(self, cfg: Experiment) -> TrainerJob:
         lines = verl.command_lines(cfg)
         return TrainerJob(" ".join(lines), tuple(lines))
@@ -80,3 +84,81 @@ class Verl:
 
     def hub_tag(self) -> str:
         return NAME
+
+
+_FIT_KEYS = {
+    "activation_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "micro_batch": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "logprob_batch": "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "seq_len": "data.max_response_length (with data.max_prompt_length)",
+    "gpus": "cluster.worker_replicas",
+    "expandable_segments": ALLOC_KEY,
+    "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "vllm_tensor_parallel": "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "max_model_len": "data.max_response_length",
+}
+_FIT_OVERRIDES = {**{k: v for k, v in _FIT_KEYS.items() if k not in ("seq_len", "max_model_len")},
+                   "expandable_segments": "trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF",
+                   "logprob_chunk_size": None, "seq_len": None, "max_model_len": None}
+
+
+# verl v0.7.0's dp_actor (verl/workers/actor/dp_actor.py): bf16 logits through flash-attn's cross-entropy, the
+# log-prob pass computing the entropy too, HF gradient checkpointing of whole decoder layers, and a bf16 reference
+# policy on the GPU unless actor_rollout_ref.ref.fsdp_config.param_offload
+_FIT_NOTE = ("verl (v0.7.0's dp_actor): bf16 logits through flash-attn's cross-entropy, whole-layer gradient "
+              "checkpointing; tokens per micro-batch as configured (ppo_max_token_len_per_gpu with use_dynamic_bsz, "
+              "else every sequence at its maximum length - with use_remove_padding real sequences are shorter); "
+              "verl's actor was not calibrated on a GPU")
+
+
+def _fit_inputs(cfg: Experiment, name: str) -> tuple[dict[str, Any], list[str]]:
+    """verl's fit inputs, read from its Hydra overrides over v0.7.0's defaults (``FitInputs`` fields, notes)."""
+    from nbtools.trainers.nemo_rl import parse_override
+
+    o: dict[str, str] = {}
+    for text in cfg.trainer.overrides:
+        _, key, value = parse_override(text)
+        if value is not None:
+            o[key] = value.strip("'\"")
+    notes = []
+    micro_key = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+    if micro_key not in o:
+        notes.append(f"{micro_key} is not set; the estimate assumes 1")
+    micro = as_int(o.get(micro_key), 1)
+    seq = as_int(o.get("data.max_prompt_length"), 512) + as_int(o.get("data.max_response_length"), 512)
+    lp_batch = as_int(o.get("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"), micro)
+    keys = dict(_FIT_KEYS)
+    # verl v0.7.0 defaults (verl/trainer/config/model/hf_model.yaml, actor/actor.yaml): use_remove_padding true,
+    # use_dynamic_bsz false, ppo_max_token_len_per_gpu 16384 (log_prob_max_token_len_per_gpu follows it)
+    rmpad = as_bool(o.get("actor_rollout_ref.model.use_remove_padding", True))
+    if as_bool(o.get("actor_rollout_ref.actor.use_dynamic_bsz", False)):
+        tokens = as_int(o.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), 16384)
+        lp_tokens = as_int(o.get("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"), tokens)
+        notes.append(f"use_dynamic_bsz: micro-batches of up to {tokens} tokens (ppo_max_token_len_per_gpu), not "
+                     f"{micro} padded sequences")
+        micro, seq, lp_batch = 1, tokens, max(1, round(lp_tokens / tokens))
+        keys["seq_len"] = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    # verl removes padding (or packs tokens dynamically): its real micro-batches are usually shorter than the
+    # worst case the estimate takes, so its verdict is never certain
+    profile = FitProfile(trainer=name, calibrated=False, tokens_upper_bound=True, bf16_logits=True,
+                         whole_layer_checkpointing=True, reference_on_gpu=True, note=_FIT_NOTE,
+                         override_keys=_FIT_OVERRIDES)
+    d = {
+        "profile": profile,
+        "micro_batch": micro,
+        "seq_len": seq,
+        "sequence_packing": rmpad,
+        "logprob_batch": lp_batch,
+        "activation_checkpointing": as_bool(o.get("actor_rollout_ref.model.enable_gradient_checkpointing", True)),
+        "cpu_offload": as_bool(o.get("actor_rollout_ref.actor.fsdp_config.param_offload", False)),
+        "reference_on_gpu": not as_bool(o.get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
+        "expandable_segments": expandable(cfg.trainer.env_vars),
+        "colocated": True,
+        "gpus": cfg.cluster.worker_replicas * cfg.cluster.gpus_per_node,
+        "gpu_memory_utilization": as_float(o.get("actor_rollout_ref.rollout.gpu_memory_utilization"), 0.5),
+        "max_model_len": seq,
+        "vllm_tensor_parallel": as_int(o.get("actor_rollout_ref.rollout.tensor_model_parallel_size"),
+                                     cfg.model.tensor_parallel_size),
+        "keys": dict(keys, gpus_per_node=str(cfg.cluster.gpus_per_node)),
+    }
+    return d, notes
