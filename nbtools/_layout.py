@@ -10,7 +10,8 @@ import posixpath
 import re
 from pathlib import Path
 
-__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "VERL_ROLLOUT_DIR", "VERL_VALIDATION_DIR", "VERL_TENSORBOARD_DIR", "exp_dirs", "step_dirs", "resumed_chain", "weights_dir", "finetuned_model_path"]
+__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "VERL_ROLLOUT_DIR", "VERL_VALIDATION_DIR", "VERL_TENSORBOARD_DIR", "VERL_STEP_RE",
+           "VERL_DUMP_RE", "exp_dirs", "step_dirs", "resumed_chain", "weights_dir", "finetuned_model_path"]
 
 EXP_RE = re.compile(r"^exp_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -20,6 +21,8 @@ TRAIN_RE = re.compile(r"^train_data_step(\d+)\.jsonl$")
 VERL_ROLLOUT_DIR = "rollout_data"
 VERL_VALIDATION_DIR = "validation_data"
 VERL_TENSORBOARD_DIR = "tensorboard"
+VERL_STEP_RE = re.compile(r"^global_step_(\d+)$")  # verl's checkpoint of step N (ray_trainer._save_checkpoint)
+VERL_DUMP_RE = re.compile(r"^(\d+)\.jsonl$")  # verl's dump of step N (ray_trainer._dump_generations)
 
 
 def _numbered(parent: str | os.PathLike, pattern: re.Pattern) -> list[tuple[int, Path]]:

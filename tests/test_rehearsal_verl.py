@@ -153,3 +153,31 @@ def test_console_and_tensorboard_carry_verls_names(run):
 
 def test_console_line_is_verls_format():
     assert verl_layout.console_line({"a/b": 1, "c": 0.5, "text": "x", "flag": True}, 3) == "step:3 - a/b:1 - c:0.5 - flag:True"
+
+
+def test_the_notebooks_calls_read_the_verl_run(run):
+    """What notebooks 03, 05, 06 and 08 call, on the log_dir / checkpoint_dir URLs, answers for verl's layout."""
+    cfg, _, _ = run
+    out = nbtools.launch.outputs(cfg)
+    assert (out.tensorboard_files, out.train_dumps) == (2, 4), out  # one event file per process (resumed once)
+    assert [Path(c).name for c in out.checkpoints] == ["global_step_2", "global_step_3", "global_step_4"]
+    assert out.exp_dir == cfg.logs_url
+    opened = nbtools.trajectories.open_run(cfg.logs_url)
+    assert isinstance(opened, nbtools.trajectories.VerlRun) and opened.steps == [1, 2, 3, 4]
+    assert opened.val_steps == [0, 2, 3, 4]
+    report = nbtools.health.check(opened, config=cfg)
+    assert len(report) > 0
+    names = nbtools.checkpoints.overview(nbtools.checkpoints.list_checkpoints(cfg.checkpoints_url))["checkpoint"]
+    assert names.tolist() == ["global_step_1", "global_step_2", "global_step_3", "global_step_4"]
+    # verl logs each step's advantage extremes, not each sample's: the re-scoring checks its recomputed advantages
+    # against those, and the check fails for the wrong settings
+    df = opened.read()
+    mix = nbtools.rewards.combine(nbtools.rewards.trained_with(cfg))
+    truth = nbtools.rewards.ground_truth(cfg)
+    g = cfg.grpo
+    right = nbtools.rewards.rescore(df, mix, ground_truth=truth, leave_one_out=g.use_leave_one_out_baseline,
+                                    normalize=g.normalize_rewards, progress=False).summary()
+    wrong = nbtools.rewards.rescore(df, mix, ground_truth=truth, leave_one_out=not g.use_leave_one_out_baseline,
+                                    normalize=g.normalize_rewards, progress=False).summary()
+    assert right["stored_advantage_max_diff"] < 1e-4 < wrong["stored_advantage_max_diff"], (right, wrong)
+    assert right["changed_rewards"] == 0
