@@ -181,3 +181,15 @@ def test_the_notebooks_calls_read_the_verl_run(run):
                                     normalize=g.normalize_rewards, progress=False).summary()
     assert right["stored_advantage_max_diff"] < 1e-4 < wrong["stored_advantage_max_diff"], (right, wrong)
     assert right["changed_rewards"] == 0
+
+
+def test_supervision_reads_verls_console_and_checkpoints(run):
+    from nbtools.launch._attempts import newest_checkpoint, steps_from_log
+    from nbtools.launch.lint import existing_steps_in
+
+    cfg, first, second = run
+    done, resumed, times = steps_from_log(first)
+    assert (done, resumed, sorted(times)) == (3, None, [1, 2, 3])
+    done, resumed, times = steps_from_log(second)
+    assert (done, resumed, sorted(times)) == (4, 3, [4]) and times[4] > 0
+    assert existing_steps_in(cfg.checkpoints_url) == [1, 2, 3, 4] and newest_checkpoint(cfg) == 4
