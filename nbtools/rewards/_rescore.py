@@ -94,8 +94,8 @@ class RescoreResult:
     mix: RewardMix
     leave_one_out: bool
     normalize: bool
-    # where the trainer logged only each step's advantage max and min (verl): step, max, min
-    logged_extremes: pd.DataFrame | None = None
+    # where the trainer logged only each step's advantage max and min (verl): {step: {"max", "min"}}
+    logged_extremes: dict | None = None
 
     @property
     def flipped_to_signal(self) -> int:
@@ -175,10 +175,10 @@ class RescoreResult:
         step's extremes, the same over those (each step's recomputed max and min against the logged ones)."""
         s, ext = self.samples, self.logged_extremes
         diff = _max_abs_diff(s["old_advantage"], s["stored_advantage"])
-        if not np.isnan(diff) or ext is None or ext.empty:
+        if not np.isnan(diff) or not ext:
             return diff
         mine = s.groupby("step")["old_advantage"].agg(["max", "min"])
-        both = mine.join(ext.set_index("step"), rsuffix="_logged", how="inner")
+        both = mine.join(pd.DataFrame.from_dict(ext, orient="index"), rsuffix="_logged", how="inner")
         if both.empty:
             return diff
         return float(np.nanmax(np.abs(both[["max", "min"]].to_numpy(float) - both[["max_logged", "min_logged"]].to_numpy(float))))

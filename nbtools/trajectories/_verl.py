@@ -267,15 +267,16 @@ class VerlRun:
 _EXTREME_TAGS = {"critic/advantages/max": "max", "critic/advantages/min": "min"}
 
 
-def _logged_extremes(tb_dir: Path) -> pd.DataFrame:
-    """``step, max, min`` of ``critic/advantages/*`` in the run's TensorBoard dir (empty when there is none)."""
+def _logged_extremes(tb_dir: Path) -> dict[int, dict[str, float]]:
+    """``{step: {"max", "min"}}`` of ``critic/advantages/*`` in the run's TensorBoard dir ({} when there is none; a
+    plain dict, as DataFrame.attrs must compare equal when frames are concatenated)."""
     rows: dict[int, dict[str, float]] = {}
     for f in event_files(tb_dir) if tb_dir.is_dir() else []:
         for ev in events(f, [], migrate=False):
             for v in ev.summary.value if ev.HasField("summary") else []:
                 if v.tag in _EXTREME_TAGS and v.HasField("simple_value"):
                     rows.setdefault(int(ev.step), {})[_EXTREME_TAGS[v.tag]] = float(v.simple_value)
-    return pd.DataFrame([{"step": k, **v} for k, v in sorted(rows.items())], columns=["step", "max", "min"])
+    return {k: v for k, v in sorted(rows.items()) if set(v) == {"max", "min"}}
 
 
 def _groups(df: pd.DataFrame) -> pd.Series:
