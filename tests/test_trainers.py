@@ -87,6 +87,8 @@ def test_the_package_wires_the_registries_into_the_config():
 ALLOWED = {
     "nbtools/config/_tables.py": "trainer.kind's default value: the config is the floor and cannot ask the registry",
     "nbtools/backends/_types.py": "LOCAL_SECTIONS: the config section named `rehearsal`, which only a local run reads",
+    "nbtools/rehearsal/writers.py": "the rehearsal's writers keyed by trainers.Layout, the value trainers.get(cfg).layout "
+                                    "names (a registry, not a branch on the trainer)",
 }
 
 

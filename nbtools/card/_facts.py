@@ -254,7 +254,7 @@ def _merged(cfg: Any, model_dir: Path, merge: Any, notes: list[str]) -> tuple[Me
     manifest = _manifest(model_dir)
     source = getattr(merge, "source", None) or manifest.get("source")
     name = storage.name_of(str(source)) if source else None
-    m = re.fullmatch(r"step_(\d+)", name or "")
+    m = re.fullmatch(r"(?:global_)?step_(\d+)", name or "")  # NeMo-RL's step_N, verl's global_step_N
     step = int(m.group(1)) if m else None
     ckpt_dir = _first_dir([_here(cfg, storage.parent_of(str(source))) if source else None, cfg.checkpoints_url,
                            storage.join(storage.parent_of(str(model_dir)), "checkpoints")])
@@ -267,7 +267,7 @@ def _merged(cfg: Any, model_dir: Path, merge: Any, notes: list[str]) -> tuple[Me
         kept = [{"step": int(r["step"]), "value": _num(r.get(c.metric_name)) if c.metric_name else None}
                 for r in table.to_dict("records")]
         if kept:
-            best_step = int(storage.name_of(checkpoints.best(ckpt_dir, c.metric_name, c.higher_is_better)).split("_")[1])
+            best_step = int(storage.name_of(checkpoints.best(ckpt_dir, c.metric_name, c.higher_is_better)).rsplit("_", 1)[1])
     if step is None:
         notes.append("this directory has no merge manifest (checksums.json) naming its checkpoint: merged step unknown")
     elif not info:

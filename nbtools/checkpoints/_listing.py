@@ -267,7 +267,7 @@ def overview(checkpoints: pd.DataFrame) -> pd.DataFrame:
         >>> nbtools.checkpoints.overview(nbtools.checkpoints.list_checkpoints(cfg.checkpoints_url))
     """
     df = checkpoints.copy()
-    out = pd.DataFrame({"checkpoint": [f"step_{s}" for s in df["step"]],
+    out = pd.DataFrame({"checkpoint": [storage.name_of(str(p)) for p in df["path"]],
                         "state": ["ok" if p is None or p != p else f"damaged: {p}" for p in df["problem"]],
                         "layout": df["layout"]})
     metrics = [c for c in df.columns if c.startswith("val:")]

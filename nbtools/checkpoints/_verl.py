@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from nbtools import storage
+from nbtools import _layout, storage
 from nbtools.checkpoints._sources import Chunk, SourceTensor
 from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
 from nbtools.errors import CheckpointError, Fix, NotFoundError
@@ -38,7 +38,7 @@ __all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_ste
            "list_verl_checkpoints", "latest_verl", "best_verl", "read_verl_sources", "read_verl_world_size"]
 
 VERL_LAYOUT = "verl_fsdp"
-VERL_STEP_RE = re.compile(r"^global_step_(\d+)$")
+VERL_STEP_RE = _layout.VERL_STEP_RE
 TRACKER = "latest_checkpointed_iteration.txt"
 _RANK_RE = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 _RESYNC = ("re-copy the complete global_step_N/actor directory from where verl wrote it "
@@ -127,7 +127,8 @@ def _step_problem(step: str, n: int, tracked: int | None) -> tuple[int | None, i
     actor = storage.join(step, "actor")
     names = _ls(actor)
     if not names:
-        return None, None, "no actor/ directory (verl writes the policy under global_step_N/actor)"
+        return None, None, ("no actor/ directory (verl writes the policy under global_step_N/actor, and "
+                            "trainer.max_actor_ckpt_to_keep removes it from older saves, leaving data.pt)")
     try:
         ws, version = _world_size(actor, names)
     except CheckpointError as e:

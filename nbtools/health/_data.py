@@ -94,8 +94,8 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
         mix = None
     if hasattr(run, "logs_url") and not isinstance(run, (str, os.PathLike)):
         run = run.logs_url
-    traj = run if isinstance(run, trajectories.Run) else None
-    where = (traj.remote or str(traj.path)) if traj is not None else _label(run)
+    traj = run if isinstance(run, (trajectories.Run, trajectories.VerlRun)) else None
+    where = (traj.remote or str(getattr(traj, "log_dir", None) or traj.path)) if traj is not None else _label(run)
     if traj is None:
         try:
             traj = trajectories.open_run(run, cache=cache, think_tag=think_tag, answer_tag=answer_tag)

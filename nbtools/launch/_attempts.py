@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools import storage
-from nbtools._layout import STEP_RE
+from nbtools._layout import STEP_RE, VERL_STEP_RE
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "record_url",
@@ -37,7 +37,10 @@ RECORD_NAME = "nbtools-attempts.json"
 _STEP = re.compile(r"Step (\d+)/(\d+)")
 _DONE = re.compile(r"Training Results")
 _STEP_TIME = re.compile(r"Total step time:\s*([\d.]+)\s*s")
-_RESUMED = re.compile(r"Resuming from checkpoint \S*?step_(\d+)")
+_RESUMED = re.compile(r"Resuming from checkpoint \S*?step_(\d+)|Load from checkpoint folder: \S*?global_step_(\d+)")
+# verl prints one console line per finished step (aggregate_logger.concat_dict_to_str), its wall time among them
+_VERL_DONE = re.compile(r"(?:^|[\s|)\]])step:(\d+) - ")
+_VERL_TIME = re.compile(r" - timing_s/step:(?:np\.\w+\()?([\d.]+(?:[eE][-+]?\d+)?)")
 
 
 @dataclass
@@ -171,7 +174,7 @@ def newest_checkpoint(cfg) -> int | None:
         entries = storage.ls(cfg.checkpoints_url)
     except (FileNotFoundError, NotFoundError):
         return None
-    steps = [int(m.group(1)) for e in entries if e.is_dir and (m := STEP_RE.match(e.name))]
+    steps = [int(m.group(1)) for e in entries if e.is_dir and (m := STEP_RE.match(e.name) or VERL_STEP_RE.match(e.name))]
     return max(steps) if steps else None
 
 
@@ -179,7 +182,8 @@ def steps_from_log(log: str) -> tuple[int | None, int | None, dict[int, float]]:
     """(last step whose training finished, step resumed from, {step: wall seconds}) from a trainer's log.
 
     NeMo-RL (and the rehearsal) print ``===== Step k/N =====`` when step k starts, ``Training Results`` when its
-    update is done and ``Total step time: …s`` after it.
+    update is done and ``Total step time: …s`` after it; verl prints ``step:k - … - timing_s/step:… - …`` when step
+    k is done, and ``Load from checkpoint folder: …/global_step_k`` when it resumes.
 
     Example:
         >>> steps_from_log("Step 1/3\nTraining Results:\n  Total step time: 0.5s\nStep 2/3\n")
@@ -188,14 +192,18 @@ def steps_from_log(log: str) -> tuple[int | None, int | None, dict[int, float]]:
     current = done = resumed = None
     times: dict[int, float] = {}
     for line in log.splitlines():
-        if (m := _STEP.search(line)) is not None:
+        if (m := _VERL_DONE.search(line)) is not None:
+            if (t := _VERL_TIME.search(line)) is not None:  # step 0 (validation before training) has no step time
+                done = int(m.group(1))
+                times[done] = float(t.group(1))
+        elif (m := _STEP.search(line)) is not None:
             current = int(m.group(1))
         elif current is not None and _DONE.search(line):
             done = current
         elif done is not None and (m := _STEP_TIME.search(line)) is not None:
             times[done] = float(m.group(1))
         elif resumed is None and (m := _RESUMED.search(line)) is not None:
-            resumed = int(m.group(1))
+            resumed = int(m.group(1) or m.group(2))
     return done, resumed, times
 
 

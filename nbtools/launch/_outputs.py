@@ -1,4 +1,4 @@
-"""What a launched run has produced so far: job status plus the NeMo-RL artifacts, read where they live.
+"""What a launched run has produced so far: job status plus the trainer's artifacts, read where they live.
 
 Why: notebook 03 ends by checking that the run did what it claims (a job that did not fail, and — once it
 finished — its logs, TensorBoard events, per-step dumps and checkpoints), on any backend: the artifacts are
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nbtools import _paths, storage
+from nbtools import _paths, storage, trainers
 from nbtools._escape import html as _h
-from nbtools._layout import EXP_RE, STEP_RE
+from nbtools._layout import EXP_RE, STEP_RE, TRAIN_RE, VERL_DUMP_RE, VERL_STEP_RE
 from nbtools.config import Experiment
 from nbtools.errors import NbtoolsError
 
@@ -55,7 +55,7 @@ class RunOutputs:
     def _repr_html_(self) -> str:
         rows = [
             ("job", self.submission_id), ("status", self.status), ("logs", self.exp_dir or self.logs_url),
-            ("TensorBoard event files", self.tensorboard_files), ("train_data_step*.jsonl", self.train_dumps),
+            ("TensorBoard event files", self.tensorboard_files), ("training dumps", self.train_dumps),
             ("checkpoints", ", ".join(storage.name_of(c) for c in self.checkpoints) or "none"),
         ]
         body = "".join(f"<tr><td>{k}</td><td><code>{_h(str(v))}</code></td></tr>" for k, v in rows)
@@ -71,16 +71,37 @@ class RunOutputs:
     __repr__ = __str__
 
 
+def _events(url: str) -> int:
+    return sum(1 for e in storage.ls(url) if "tfevents" in e.name) if storage.exists(url) else 0
+
+
 def _count(url: str) -> tuple[str | None, int, int]:
-    """(latest exp dir, TensorBoard event files, train dumps) under a log_dir URL."""
+    """(latest exp dir, TensorBoard event files, train dumps) under a NeMo-RL log_dir URL."""
     exps = sorted((int(m.group(1)), e.url) for e in storage.ls(url) if e.is_dir and (m := EXP_RE.match(e.name)))
     if not exps:
         return None, 0, 0
     exp = exps[-1][1]
-    dumps = sum(1 for e in storage.ls(exp) if e.name.startswith("train_data_step") and e.name.endswith(".jsonl"))
-    tb_dir = storage.join(exp, "tensorboard")
-    tb = sum(1 for e in storage.ls(tb_dir) if "tfevents" in e.name) if storage.exists(tb_dir) else 0
-    return exp, tb, dumps
+    dumps = sum(1 for e in storage.ls(exp) if TRAIN_RE.match(e.name))
+    return exp, _events(storage.join(exp, "tensorboard")), dumps
+
+
+def _count_dumps(cfg: Experiment, dirs) -> tuple[str | None, int, int]:
+    """(log_dir, event files in TENSORBOARD_DIR, ``{step}.jsonl`` rollout dumps): a trainer that writes its dumps and
+    TensorBoard to directories of their own (verl)."""
+    roll = cfg.url(dirs.rollout_dir)
+    dumps = sum(1 for e in storage.ls(roll) if VERL_DUMP_RE.match(e.name)) if storage.exists(roll) else 0
+    return cfg.logs_url, _events(cfg.url(dirs.tensorboard_dir)), dumps
+
+
+def _checkpoints(url: str) -> list[tuple[int, str]]:
+    """``step_N`` dirs, or ``global_step_N`` dirs that still hold their ``actor/`` (verl keeps data.pt of older ones)."""
+    out = []
+    for e in storage.ls(url):
+        if e.is_dir and (m := STEP_RE.match(e.name)):
+            out.append((int(m.group(1)), e.url))
+        elif e.is_dir and (m := VERL_STEP_RE.match(e.name)) and storage.exists(storage.join(e.url, "actor")):
+            out.append((int(m.group(1)), e.url))
+    return sorted(out)
 
 
 def outputs(cfg: Experiment, job=None) -> RunOutputs:
@@ -92,10 +113,11 @@ def outputs(cfg: Experiment, job=None) -> RunOutputs:
     logs, ckpts = cfg.logs_url, cfg.checkpoints_url
     exp, tb, dumps, steps, problem = None, 0, 0, [], ""
     try:
+        dirs = trainers.get(cfg).output_dirs(cfg)
         if storage.exists(logs):
-            exp, tb, dumps = _count(logs)
+            exp, tb, dumps = _count_dumps(cfg, dirs) if dirs.rollout_dir else _count(logs)
         if storage.exists(ckpts):
-            steps = sorted((int(m.group(1)), e.url) for e in storage.ls(ckpts) if e.is_dir and (m := STEP_RE.match(e.name)))
+            steps = _checkpoints(ckpts)
     except NbtoolsError as e:
         problem = str(e).splitlines()[0]
     return RunOutputs(submission_id=sid, status=status, logs_url=logs, checkpoints_url=ckpts, exp_dir=exp,

@@ -33,13 +33,16 @@ def existing_steps_in(checkpoint_dir: str | Path) -> list[int]:
     """The ``step_N`` numbers in a checkpoint dir — a local path or a URL such as the run's bucket (``tmp_step_N``
     is incomplete, not counted); [] when it does not exist yet."""
     from nbtools import storage
-    from nbtools._layout import STEP_RE
+    from nbtools._layout import STEP_RE, VERL_STEP_RE
 
     if storage.is_remote(checkpoint_dir):
         if storage.info(str(checkpoint_dir)) is None:
             return []
-        return sorted(int(m.group(1)) for e in storage.ls(checkpoint_dir) if e.is_dir and (m := STEP_RE.match(e.name)))
-    return [n for n, _ in step_dirs(checkpoint_dir)]
+        return sorted(int(m.group(1)) for e in storage.ls(checkpoint_dir)
+                      if e.is_dir and (m := STEP_RE.match(e.name) or VERL_STEP_RE.match(e.name)))
+    local = Path(checkpoint_dir).expanduser()
+    verl = [int(m.group(1)) for p in (local.iterdir() if local.is_dir() else []) if p.is_dir() and (m := VERL_STEP_RE.match(p.name))]
+    return sorted([n for n, _ in step_dirs(checkpoint_dir)] + verl)
 
 
 def ray_compatibility(client: str, cluster: str, *, pinned_by: str = "the cluster's image") -> Finding | None:

@@ -97,6 +97,8 @@ class RescoreResult:
     mix: RewardMix
     leave_one_out: bool
     normalize: bool
+    # where the trainer logged only each step's advantage max and min (verl): {step: {"max", "min"}}
+    logged_extremes: dict | None = None
 
     @property
     def flipped_to_signal(self) -> int:
@@ -145,7 +147,8 @@ class RescoreResult:
         """Totals over the whole run (samples, groups, mean rewards, signal groups, flips in both directions).
 
         ``stored_advantage_max_diff`` compares the advantages recomputed from the stored rewards with the ones the
-        trainer stored: near 0 confirms the grouping and the leave_one_out/normalize settings match the run.
+        trainer stored (verl: each step's logged max and min): near 0 confirms the grouping and the
+        leave_one_out/normalize settings match the run.
         """
         s, g = self.samples, self.groups
         changed = ~np.isclose(
@@ -164,11 +167,24 @@ class RescoreResult:
                 "flipped_to_signal": self.flipped_to_signal,
                 "flipped_to_no_signal": self.flipped_to_no_signal,
                 "new_accuracy": _accuracy(s["new_correct"]),
-                "stored_advantage_max_diff": _max_abs_diff(s["old_advantage"], s["stored_advantage"]),
+                "stored_advantage_max_diff": self._stored_diff(),
             },
             dtype=object,
             name="rescore",
         )
+
+    def _stored_diff(self) -> float:
+        """|recomputed - stored| advantages at most; where the run stored no advantage per sample but logged each
+        step's extremes, the same over those (each step's recomputed max and min against the logged ones)."""
+        s, ext = self.samples, self.logged_extremes
+        diff = _max_abs_diff(s["old_advantage"], s["stored_advantage"])
+        if not np.isnan(diff) or not ext:
+            return diff
+        mine = s.groupby("step")["old_advantage"].agg(["max", "min"])
+        both = mine.join(pd.DataFrame.from_dict(ext, orient="index"), rsuffix="_logged", how="inner")
+        if both.empty:
+            return diff
+        return float(np.nanmax(np.abs(both[["max", "min"]].to_numpy(float) - both[["max_logged", "min_logged"]].to_numpy(float))))
 
     def _repr_html_(self) -> str:
         mix = _h(repr(self.mix))
@@ -270,5 +286,6 @@ def rescore(
         }
     )
     return RescoreResult(
-        samples=out, groups=groups, mix=mix, leave_one_out=leave_one_out, normalize=normalize
+        samples=out, groups=groups, mix=mix, leave_one_out=leave_one_out, normalize=normalize,
+        logged_extremes=df.attrs.get("logged_advantage_extremes"),
     )

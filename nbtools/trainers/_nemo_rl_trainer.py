@@ -9,7 +9,7 @@ from nbtools.trainers import nemo_rl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers._nemo_rl_lint import check_nemo_rl
-from nbtools.trainers._protocol import TrainerJob
+from nbtools.trainers._protocol import OutputDirs, TrainerJob
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 
@@ -27,6 +27,7 @@ class NemoRl:
     eval_plan = "run-eval-job"
     code_on_storage = False  # the image holds the checkout (/opt/nemo-rl)
     metric_family = "nemo_rl"
+    layout = "nemo_rl"
 
     def __init__(self, cfg: Experiment):
         self.spec: NemoRlRelease = NEMO_RL[cfg.images.nemo_rl_version]
@@ -39,6 +40,9 @@ class NemoRl:
 
     def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
         return _fit_inputs(cfg, self.name)
+
+    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+        return OutputDirs("nemo_rl", cfg.log_dir, cfg.checkpoint_dir, cfg.log_dir)
 
     def job(self, cfg: Experiment) -> TrainerJob:
         lines = nemo_rl.command_lines(cfg)

@@ -44,7 +44,7 @@ import os
 from pathlib import Path
 
 from nbtools import storage
-from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
+from nbtools._layout import EXP_RE, VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR, exp_dirs, resumed_chain
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
@@ -93,6 +93,11 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
     if exp is None and is_verl_dump_dir(p) and not _has_dumps(p):  # verl's trainer.rollout_data_dir
         return open_verl_run(p, think_tag=think_tag, answer_tag=answer_tag)
+    dumps = [p / VERL_ROLLOUT_DIR, p / VERL_VALIDATION_DIR]  # a log_dir where nbtools points verl's dumps
+    if exp is None and any(is_verl_dump_dir(d) for d in dumps) and not exp_dirs(p):
+        run = open_verl_run(*(d if d.is_dir() else None for d in dumps), think_tag=think_tag, answer_tag=answer_tag)
+        run.log_dir = p  # where the run's TensorBoard dir is too (health checks read both)
+        return run
     exps = exp_dirs(p)
     if exp is not None:
         try:

@@ -32,11 +32,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR
+from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
 
 __all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir"]
 
-VERL_FILE_RE = re.compile(r"^(\d+)\.jsonl$")
+VERL_FILE_RE = VERL_DUMP_RE
 _BASE = ("step", "idx", "prompt", "response", "env_observation", "reward", "generation_length", "input_length",
          "advantage", "think", "answer", "group", "ground_truth")
 _RENAMED = {"input", "output", "gts", "score", "step"}
@@ -83,6 +85,8 @@ class VerlRun:
         self.dirs = {"train": Path(rollout_dir).expanduser() if rollout_dir is not None else None,
                      "val": Path(validation_dir).expanduser() if validation_dir is not None else None}
         self.path = self.dirs["train"] or self.dirs["val"]
+        self.log_dir: Path | None = None  # the log_dir it was opened from (open_run), where TENSORBOARD_DIR is too
+        self.remote: str | None = None  # read from local directories only
         self.think_tag, self.answer_tag = think_tag, answer_tag
         self.segments = [str(self.path)]
         self.overlap: dict[str, list[int]] = {"train": [], "val": []}
@@ -208,6 +212,8 @@ class VerlRun:
         if columns is not None:
             out = out[[c for c in columns if c in out]]
         out.attrs.update(pending_bytes=sum(self._pending.values()), skipped=self.skipped, missing_steps=missing)
+        if kind == "train" and self.log_dir is not None:
+            out.attrs["logged_advantage_extremes"] = _logged_extremes(self.log_dir / VERL_TENSORBOARD_DIR)
         return out
 
     def search(self, text: str, *, kind: str = "train", step: int | range | list[int] | None = None,
@@ -255,6 +261,23 @@ class VerlRun:
         s = self.steps
         span = f"steps {s[0]}..{s[-1]} ({len(s)} files)" if s else "no steps yet"
         return f"VerlRun({str(self.path)!r}, {span}, val steps {len(self.val_steps)})"
+
+
+# verl logs each step's advantage extremes over the response tokens (metric_utils.compute_data_metrics), not each
+# sample's advantage: what a re-scoring can check its recomputed advantages against
+_EXTREME_TAGS = {"critic/advantages/max": "max", "critic/advantages/min": "min"}
+
+
+def _logged_extremes(tb_dir: Path) -> dict[int, dict[str, float]]:
+    """``{step: {"max", "min"}}`` of ``critic/advantages/*`` in the run's TensorBoard dir ({} when there is none; a
+    plain dict, as DataFrame.attrs must compare equal when frames are concatenated)."""
+    rows: dict[int, dict[str, float]] = {}
+    for f in event_files(tb_dir) if tb_dir.is_dir() else []:
+        for ev in events(f, [], migrate=False):
+            for v in ev.summary.value if ev.HasField("summary") else []:
+                if v.tag in _EXTREME_TAGS and v.HasField("simple_value"):
+                    rows.setdefault(int(ev.step), {})[_EXTREME_TAGS[v.tag]] = float(v.simple_value)
+    return {k: v for k, v in sorted(rows.items()) if set(v) == {"max", "min"}}
 
 
 def _groups(df: pd.DataFrame) -> pd.Series:
