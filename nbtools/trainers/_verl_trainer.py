@@ -29,8 +29,8 @@ class Verl:
 
     def __init__(self, cfg: Experiment):
         self.release = cfg.trainer.verl_ref
-        # a pinned tag nbtools has no entry for runs with the newest entry's facts
-        self.spec: VerlRelease = VERL.get(self.release) or VERL[list(VERL)[-1]]
+        # a pinned tag nbtools has no entry for runs with the newest entry's facts (the lint warns: keys unchecked)
+        self.spec: VerlRelease = verl.release(cfg)
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
@@ -76,7 +76,7 @@ class Verl:
         return [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], NAME
 
     def version(self, cfg: Experiment) -> str:
-        return "(from the image)"
+        return self.release  # the tag copied to the bucket; the image holds only verl's dependencies
 
     def hub_tag(self) -> str:
         return NAME
