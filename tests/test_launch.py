@@ -14,7 +14,7 @@ import pytest
 import nbtools
 from nbtools.config import from_dict, load, to_dict
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.launch import build, build_prepare, lint, recipes, runtime_env
+from nbtools.launch import build, lint, recipes, runtime_env, verl_prepare
 from nbtools.launch.lint import ray_compatibility
 from nbtools.trainers import nemo_rl, verl
 
@@ -193,12 +193,12 @@ def test_local_backend_runs_the_rehearsal(tmp_path, monkeypatch):
 
 def test_verl_prepare_step_is_its_own_job():
     cfg = _cfg("tutorial-002-verl-qwen2.5-32b")
-    spec = build_prepare(cfg)
-    assert spec.entrypoint == "cd /data/verl && python3 examples/data_preprocess/gsm8k.py --local_save_dir /data/gsm8k"
+    spec = verl_prepare.data_job(cfg)  # the one preparation job builder (launch.verl_prepare)
+    assert "cd /data/verl; python3 examples/data_preprocess/gsm8k.py --local_save_dir /data/gsm8k/.nbtools-prepare.partial" in spec.entrypoint
     assert spec.submission_id.startswith("verl-qwen2-5-32b-gsm8k-prep-gsm8k-") and spec.submission_id != cfg.submission_id
     assert verl.data_dir(cfg) == "/data/gsm8k"
     with pytest.raises(ConfigError, match="fix: use a verl experiment"):
-        build_prepare(_cfg("tutorial-004-qwen2.5-1.5b"))
+        verl_prepare.prepare_jobs(_cfg("tutorial-004-qwen2.5-1.5b"))
 
 
 def test_config_sections_gained_fields_with_defaults():

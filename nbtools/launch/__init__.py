@@ -20,7 +20,7 @@ from typing import Any
 from nbtools import _paths, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, LintError, NotFoundError
+from nbtools.errors import LintError, NotFoundError
 from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
 from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
@@ -31,10 +31,8 @@ from nbtools.launch.lint import Finding, LintReport, StepsSource, existing_steps
 __all__ = [
     "LaunchSpec",
     "build",
-    "build_prepare",
     "lint",
     "submit",
-    "submit_prepare",
     "follow",
     "outputs",
     "RunOutputs",
@@ -131,24 +129,6 @@ def build(cfg: Experiment) -> LaunchSpec:
     )
 
 
-def build_prepare(cfg: Experiment) -> LaunchSpec:
-    """verl's dataset -> parquet step as its own job (run once before training; writes to the shared mount)."""
-    trainer = trainers.get(cfg)
-    command = trainer.prepare_command(cfg)
-    if command is None:
-        raise ConfigError(
-            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {trainer.name!r} on "
-            f"{cfg.backend!r}; fix: use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')"
-        )
-    secrets = runtime_env.secret_values(cfg)
-    entry = (runtime_env.secrets_prelude() if secrets else "") + command
-    sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
-    return LaunchSpec(
-        entry, sid, {"env_vars": runtime_env.env_vars(cfg)}, _metadata(cfg, role="prepare"), cfg.backend,
-        cfg.dashboard_url, command, secret_names=tuple(sorted(secrets)),
-    )
-
-
 def _send(spec: LaunchSpec, cfg: Experiment):
     from nbtools import jobs
 
@@ -209,11 +189,6 @@ def submit(
     if not report.ok:
         raise LintError(report.blocking, fix="apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then submit again")
     return _send(spec, cfg)
-
-
-def submit_prepare(cfg: Experiment):
-    """Submit (or re-attach to) verl's data-preparation job; returns ``nbtools.jobs.Job``."""
-    return _send(build_prepare(cfg), cfg)
 
 
 def follow(cfg: Experiment, job, *, timeout: float | None = None):
