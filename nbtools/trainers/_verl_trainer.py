@@ -23,7 +23,7 @@ class Verl:
     name = NAME
     label = "verl"
     miniature = False
-    eval_plan = "none"  # evaluation jobs are NeMo-RL's run_eval.py
+    eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
     code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
     metric_family = "verl"
 
