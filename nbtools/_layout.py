@@ -1,5 +1,7 @@
-"""NeMo-RL's on-disk run layout, shared by every reader and writer: ``<log_dir>/exp_NNN`` and
-``<checkpoint_dir>/step_N`` (``tmp_step_N`` being written and ``old_step_N`` being replaced never count)."""
+"""The on-disk run layouts, shared by every reader and writer: NeMo-RL's ``<log_dir>/exp_NNN`` and
+``<checkpoint_dir>/step_N`` (``tmp_step_N`` being written and ``old_step_N`` being replaced never count), and where
+nbtools points verl's dumps and TensorBoard inside ``log_dir`` (``VERL_*_DIR``: the verl trainer's overrides and
+environment use them, the readers look there)."""
 
 from __future__ import annotations
 
@@ -8,11 +10,16 @@ import posixpath
 import re
 from pathlib import Path
 
-__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "exp_dirs", "step_dirs", "resumed_chain", "weights_dir", "finetuned_model_path"]
+__all__ = ["EXP_RE", "STEP_RE", "TRAIN_RE", "VERL_ROLLOUT_DIR", "VERL_VALIDATION_DIR", "VERL_TENSORBOARD_DIR", "exp_dirs", "step_dirs", "resumed_chain", "weights_dir", "finetuned_model_path"]
 
 EXP_RE = re.compile(r"^exp_(\d+)$")
 STEP_RE = re.compile(r"^step_(\d+)$")
 TRAIN_RE = re.compile(r"^train_data_step(\d+)\.jsonl$")
+# verl writes wherever its keys say; nbtools sets them under log_dir: trainer.rollout_data_dir,
+# trainer.validation_data_dir and TENSORBOARD_DIR
+VERL_ROLLOUT_DIR = "rollout_data"
+VERL_VALIDATION_DIR = "validation_data"
+VERL_TENSORBOARD_DIR = "tensorboard"
 
 
 def _numbered(parent: str | os.PathLike, pattern: re.Pattern) -> list[tuple[int, Path]]:

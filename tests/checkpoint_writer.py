@@ -106,7 +106,7 @@ def write_checkpoints(jobs: list[Job], world_size: int) -> None:
                            join=True, start_method="fork")
 
 
-def write_tokenizer(path: Path, vocab: int) -> None:
+def tiny_tokenizer(vocab: int):
     """A tiny WordLevel tokenizer built in code (no hub download)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -114,9 +114,13 @@ def write_tokenizer(path: Path, vocab: int) -> None:
     words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3} | {f"w{i}": i for i in range(4, vocab)}
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
                                    unk_token="<unk>")
-    fast.save_pretrained(str(path))
+
+
+def write_tokenizer(path: Path, vocab: int) -> None:
+    """:func:`tiny_tokenizer` saved to ``path``."""
+    tiny_tokenizer(vocab).save_pretrained(str(path))
 
 
 def write_step_files(step_dir: Path, layout: str, config, *, step: int, metric: float | None = None,

@@ -92,6 +92,8 @@ ALLOWED = {
     "nbtools/fit/_training.py": "fit's memory model parameter `framework` (fit)",
     "nbtools/card/_experiment.py": "the config's own section names `local` and `rehearsal` (data)",
     "nbtools/fit/_postmortem.py": "the OOM post-mortem reads fit's `framework` to name the override keys (fit)",
+    "nbtools/rehearsal/writers.py": "the rehearsal's writers keyed by trainers.Layout, the value trainers.get(cfg).layout "
+                                    "names (a registry, not a branch on the trainer)",
 }
 
 

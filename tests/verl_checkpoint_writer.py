@@ -1,4 +1,5 @@
-"""Test helper: write real verl v0.7.0 FSDP checkpoints (``global_step_N/actor/``) with torch.distributed on CPU.
+"""Test helper: write real verl v0.7.0 FSDP checkpoints (``global_step_N/actor/``) with torch.distributed on CPU,
+through nbtools' one writer of verl's layout (``nbtools.rehearsal.verl_layout``, which the rehearsal uses too).
 
 SOURCE: verl v0.7.0 (github.com/volcengine/verl, tag v0.7.0, Apache-2.0), read, not copied:
 - ``verl/utils/checkpoint/fsdp_checkpoint_manager.py`` ``save_checkpoint``: every rank ``torch.save``s
@@ -16,14 +17,15 @@ Ranks are forked (gloo over a FileStore), as in tests/checkpoint_writer.py.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from checkpoint_writer import write_tokenizer
+from checkpoint_writer import tiny_tokenizer
+
+from nbtools.rehearsal import verl_layout
 
 
 def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list[int], config, state_dict,
@@ -49,21 +51,12 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
                 model(input_ids=ids, labels=ids).loss.backward()
                 optim.step()
                 optim.zero_grad()
-            actor = Path(run_dir) / f"global_step_{step}" / "actor"
-            actor.mkdir(parents=True, exist_ok=True)
-            dist.barrier()
-            torch.save(model.state_dict(), actor / f"model_world_size_{world}_rank_{rank}.pt")
-            torch.save(optim.state_dict(), actor / f"optim_world_size_{world}_rank_{rank}.pt")
-            torch.save({"lr_scheduler": None, "rng": {"cpu": torch.get_rng_state()}},
-                       actor / f"extra_state_world_size_{world}_rank_{rank}.pt")
+            actor = verl_layout.step_dir(run_dir, step) / "actor"
+            verl_layout.save_actor(actor, model, optim, rank=rank, world=world,
+                                   tokenizer=tiny_tokenizer(config.vocab_size) if rank == 0 else None)
             if rank == 0:
-                config.save_pretrained(actor / "huggingface")
-                write_tokenizer(actor / "huggingface", config.vocab_size)
-                (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}, indent=4))
+                verl_layout.finish_step(run_dir, step, {"_sampler_iter_yielded": step})
             dist.barrier()
-            if rank == 0:
-                torch.save({"_sampler_iter_yielded": step}, actor.parent / "data.pt")
-                (Path(run_dir) / "latest_checkpointed_iteration.txt").write_text(str(step))
     finally:
         dist.destroy_process_group()
 

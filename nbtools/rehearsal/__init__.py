@@ -1,7 +1,8 @@
-"""The local backend's miniature, real GRPO run: tiny HF Llama, FSDP2 on 2 CPU ranks, NeMo-RL's artifacts.
+"""The local backend's miniature, real GRPO run: tiny HF Llama, FSDP2 on 2 CPU ranks, the imitated trainer's files.
 
-Submitted as a Ray job like any NeMo-RL run; what it writes under ``cfg.log_dir`` / ``cfg.checkpoint_dir`` is read
-by the same code that reads a GKE run. The warm-started policy is saved to ``<run_dir>/baseline_hf``.
+Submitted as a Ray job like any NeMo-RL or verl run; what it writes under ``cfg.log_dir`` / ``cfg.checkpoint_dir``
+(NeMo-RL's layout, or verl's when the experiment's ``trainer.kind`` is verl: ``writers``) is read by the same code
+that reads a GKE run. The warm-started policy is saved to ``<run_dir>/baseline_hf``.
 
 Example:
     >>> cmd = nbtools.rehearsal.entrypoint(cfg)     # what launch.build(cfg) submits for backend "local"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import os
 import signal
 import time
@@ -24,14 +23,14 @@ import torch.distributed as dist
 
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
-from nbtools.rehearsal import _grpo, artifacts, checkpoint
+from nbtools.rehearsal import _grpo, writers
 from nbtools.rehearsal._sampling import Engine
 from nbtools.rehearsal.model import build_model, build_tokenizer, save_hf
 from nbtools.rehearsal.task import baseline_dir, make_split
 
 __all__ = ["run_rank", "load_config", "preload", "PAUSE_ENV"]
 
-PAUSE_ENV = "NBTOOLS_REHEARSAL_CHECKPOINT_PAUSE"  # test hook: "[step:]seconds" to wait inside tmp_step_N before the rename
+PAUSE_ENV = writers.PAUSE_ENV
 SFT_BATCH = 64
 
 
@@ -104,7 +103,7 @@ class _Run:
         self.mix = rewards.combine(r.reward_functions)
         self.train_set, self.held_out = make_split(cfg)
         self.tok = build_tokenizer()
-        self.layout = checkpoint.layout_of(cfg.checkpointing.dtensor_v2, cfg.checkpointing.model_save_format)
+        self.out = writers.writer_for(cfg, rank=rank, world=world, say=self.say)  # the imitated trainer's files
         self.t0 = time.perf_counter()
 
     def say(self, *lines: str) -> None:
@@ -122,9 +121,8 @@ class _Run:
         from torch.distributed.fsdp import fully_shard
 
         cfg, g, r = self.cfg, self.cfg.grpo, self.cfg.rehearsal
-        ckpt = self._bcast(checkpoint.latest_checkpoint(cfg.checkpoint_dir) if self.rank == 0 else None)
-        self.exp_dir = Path(self._bcast(str(artifacts.next_experiment_dir(cfg.log_dir)) if self.rank == 0 else None))
-        self.say(f"📊 Using log directory: {self.exp_dir}")
+        ckpt = self._bcast(self.out.latest() if self.rank == 0 else None)
+        self.out.begin(self._bcast)
         base = baseline_dir(cfg)
         if ckpt is not None and (base / "config.json").exists():
             from transformers import AutoModelForCausalLM
@@ -149,6 +147,7 @@ class _Run:
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         self.model = model
+        self.out.model_config = model.config
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.engine = Engine(model.config)  # the generation worker; refitted from the policy before each rollout
         self.opt = torch.optim.AdamW(model.parameters(), lr=g.learning_rate, betas=tuple(r.adam_betas), weight_decay=0.0,
@@ -163,22 +162,14 @@ class _Run:
         self.state: dict[str, Any] = {"consumed_samples": 0, "current_step": 0, "current_epoch": 0, "total_steps": 0,
                                       "total_valid_tokens": 0, "val_reward": None, "sampler_name": None}
         if ckpt is not None:
-            self.say(f"Resuming from checkpoint {ckpt} (auto-resume: highest step_N in {cfg.checkpoint_dir})")
-            info = json.loads((ckpt / "training_info.json").read_text())
-            self.state.update({k: info[k] for k in self.state if k in info})
-            found = checkpoint.load_policy(model, self.opt, ckpt / "policy", layout=checkpoint.detect_layout(ckpt))
-            if not found:
+            self.say(f"Resuming from checkpoint {ckpt} (auto-resume: the latest checkpoint in {cfg.checkpoint_dir})")
+            if not self.out.resume(ckpt, model, self.opt, self.sched, self.sampler, self.state):
                 self.say("WARNING: no optimizer state in the checkpoint; starting a fresh optimizer")
-            self.sampler.load_state_dict(torch.load(ckpt / "train_dataloader.pt", weights_only=True))
             done = int(self.state["total_steps"])  # the schedule continues where it stopped
             self.sched.last_epoch = done
             for group, base_lr in zip(self.opt.param_groups, self.sched.base_lrs, strict=True):
                 group["lr"] = base_lr * self.lr_at(done)
-        self.master_config = artifacts.nemo_rl_config(cfg, self.exp_dir, world_size=self.world)
-        self.logger = artifacts.MetricsLogger(self.exp_dir, enabled=cfg.logging.tensorboard and self.rank == 0)
-        if self.rank == 0:
-            self.logger.log_hyperparams(self.master_config)
-        self.logger.log_metrics({"total_setup_time_s": time.perf_counter() - self.t0}, 0, "timing/setup")
+        self.out.setup_done(time.perf_counter() - self.t0)
 
     # -- loop -------------------------------------------------------------------------------------------------
     def train(self) -> None:
@@ -192,10 +183,10 @@ class _Run:
             self.validate(0)
         for step in range(start + 1, self.N + 1):
             self.step(step)
-        self.logger.close()
+        logs = self.out.close()
         dist.barrier()
         self.say(f"Training finished: {self.N - start} steps in {time.perf_counter() - self.t0:.1f}s. "
-                 f"Logs: {self.exp_dir}  Checkpoints: {self.cfg.checkpoint_dir}")
+                 f"Logs: {logs}  Checkpoints: {self.cfg.checkpoint_dir}")
 
     def step(self, step: int) -> None:
         g, c, r = self.cfg.grpo, self.cfg.checkpointing, self.cfg.rehearsal
@@ -245,7 +236,7 @@ class _Run:
                           current_step=self.sampler.batch_idx, current_epoch=self.sampler.epoch,
                           total_valid_tokens=self.state["total_valid_tokens"] + int(metrics["global_valid_toks"]))
         val = None
-        if g.val_period > 0 and step % g.val_period == 0:
+        if g.val_period > 0 and (step % g.val_period == 0 or (step == self.N and self.out.validate_at_end)):
             val = self.validate(step)
         if c.enabled and (step % c.save_period == 0 or step == self.N):
             tic = time.perf_counter()
@@ -256,12 +247,7 @@ class _Run:
         lap("logging")
         timing["total_step_time"] = time.perf_counter() - t_step
         timing["valid_tokens_per_sec_per_gpu"] = metrics["global_valid_toks"] / timing["total_step_time"] / self.world
-        self.logger.log_metrics(metrics, step, "train")
-        self.logger.log_metrics(timing, step, "timing/train")
-        self.say("📊 Training Results:", f"  • Loss: {metrics['loss']:.4f}",
-                 f"  • Generation KL Error: {metrics['gen_kl_error']:.4f}", f"  • Avg Reward: {metrics['reward']:.4f}",
-                 f"  • Mean Generation Length: {metrics['mean_gen_tokens_per_sample']:.4f}", "",
-                 "⏱️  Timing:", f"  • Total step time: {timing['total_step_time']:.2f}s")
+        self.out.step_done(step, metrics, timing, val, epoch=self.sampler.epoch)
 
     def refit(self) -> None:
         """Policy weights → generation engine (NeMo-RL's refit before generation), once per policy update."""
@@ -334,15 +320,13 @@ class _Run:
             "rewards": ro.rewards.tolist(), "prompt_ids": ro.prompt_ids.tolist(),
             "response_ids": [ro.response_ids(i) for i in range(n)],
             "env_ids": [_grpo.encode(o) for o in ro.observations], "advantages": adv.tolist(),
+            "gts": [p.ground_truth for p in ro.problems], "correct": ro.correct.tolist(),
             "generation_logprobs": [ro.gen_logprobs[i, : int(ro.lengths[i])].tolist() for i in range(n)],
             "prev_logprobs": [full_lp[i, : plen + int(ro.lengths[i])].tolist() for i in range(n)],
         }
-        writer = self.world - 1  # the last rank writes the dump while rank 0 writes TensorBoard and stdout
-        parts = self._gather(mine, dst=writer)
-        if self.rank == writer:
-            merged = {k: [x for part in parts for x in part[k]] for k in mine}
-            recs = artifacts.train_records(**merged, pad_id=_grpo.PAD)
-            artifacts.write_jsonl(self.exp_dir / f"train_data_step{step}.jsonl", recs)
+        parts = self._gather(mine, dst=self.out.dump_rank)
+        if self.rank == self.out.dump_rank:
+            self.out.train_samples(step, {k: [x for part in parts for x in part[k]] for k in mine})
 
     # -- validation -------------------------------------------------------------------------------------------
     def validate(self, step: int) -> dict[str, float]:
@@ -359,43 +343,17 @@ class _Run:
                            temperature=self.cfg.grpo.temperature, generator=gen)
         part = {"prompts": [p.prompt for p in ro.problems][:keep], "responses": ro.responses[:keep],
                 "observations": ro.observations[:keep], "rewards": ro.rewards.tolist()[:keep],
-                "lengths": ro.lengths.tolist()[:keep]}
+                "lengths": ro.lengths.tolist()[:keep], "gts": [p.ground_truth for p in ro.problems][:keep],
+                "correct": ro.correct.tolist()[:keep]}
         parts = self._gather(part)
         metrics: dict[str, float] = {}
         if self.rank == 0:
             merged = {k: [x for p in parts for x in p[k]] for k in part}
-            artifacts.write_jsonl(self.exp_dir / f"val_data_step{step}.jsonl",
-                                  artifacts.val_records(merged["prompts"], merged["responses"], merged["observations"],
-                                                        merged["rewards"]))
             metrics = {"accuracy": float(np.mean(merged["rewards"])), "avg_length": float(np.mean(merged["lengths"]))}
-            self.logger.log_metrics(metrics, step, "validation")
-            self.logger.log_metrics({"total_validation_time": time.perf_counter() - t}, step, "timing/validation")
-            self.say("📊 Validation Results:", f"    • Accuracy: {metrics['accuracy']:.4f}",
-                     f"    • Average response length: {metrics['avg_length']:.1f} tokens",
-                     f"    • Samples processed: {len(merged['rewards'])}")
+            self.out.validation(step, merged, metrics, time.perf_counter() - t)
         return metrics
 
     # -- checkpointing ----------------------------------------------------------------------------------------
     def save(self, step: int, train_metrics: dict, val_metrics: dict | None) -> None:
-        c = self.cfg.checkpointing
-        self.say(f"Saving checkpoint for step {step}...")
-        tmp = Path(self.cfg.checkpoint_dir) / f"tmp_step_{step}"
-        if self.rank == 0:
-            info = checkpoint.training_info(self.state, step, c.metric_name, train_metrics, val_metrics)
-            checkpoint.init_tmp_checkpoint(self.cfg.checkpoint_dir, step, training_info=info, config=self.master_config)
-        dist.barrier()
-        checkpoint.save_policy(self.model, self.opt, tmp / "policy", layout=self.layout, rank=self.rank,
-                               save_optimizer=c.save_optimizer, scheduler=self.sched)
-        if self.rank == 0:
-            torch.save(self.sampler.state_dict(), tmp / "train_dataloader.pt")
-            self.tok.save_pretrained(str(tmp / "policy" / "tokenizer"))
-            at, _, secs = os.environ.get(PAUSE_ENV, "").rpartition(":")
-            pause = float(secs or 0) if at in ("", str(step)) else 0.0
-            if pause:
-                print(f"(test hook) pausing {pause}s inside {tmp}", flush=True)
-                time.sleep(pause)
-        dist.barrier()
-        if self.rank == 0:
-            checkpoint.finalize_checkpoint(tmp, step)
-            checkpoint.remove_old_checkpoints(self.cfg.checkpoint_dir, keep_top_k=c.keep_top_k, metric_name=c.metric_name,
-                                              higher_is_better=c.higher_is_better, save_period=c.save_period)
+        self.out.save(step, model=self.model, optimizer=self.opt, scheduler=self.sched, sampler=self.sampler,
+                      tokenizer=self.tok, state=self.state, metrics=train_metrics, val=val_metrics)

@@ -21,13 +21,13 @@ from nbtools import backends
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
-from nbtools.trainers._protocol import CodePresent, EvalPlan, Trainer, TrainerJob
+from nbtools.trainers._protocol import CodePresent, EvalPlan, Layout, OutputDirs, Trainer, TrainerJob
 from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 from nbtools.trainers.releases import NEMO_RL, VERL
 
 __all__ = [
-    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
+    "REGISTRY", "Trainer", "TrainerJob", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
 ]
 
@@ -130,9 +130,8 @@ def get(cfg: Experiment) -> Trainer:
         >>> nbtools.trainers.get(cfg).label
         'NeMo-RL'
     """
-    if _rehearses(cfg):
-        return Rehearsal(cfg)
-    return trainer_class(cfg.trainer.kind)(cfg)
+    imitated = trainer_class(cfg.trainer.kind)(cfg)
+    return Rehearsal(cfg, imitated) if _rehearses(cfg) else imitated
 
 
 def checks(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:

@@ -8,7 +8,7 @@ from nbtools.config import Experiment
 from nbtools.trainers import nemo_rl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._nemo_rl_lint import check_nemo_rl
-from nbtools.trainers._protocol import TrainerJob
+from nbtools.trainers._protocol import OutputDirs, TrainerJob
 from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 
 __all__ = ["NemoRl"]
@@ -25,6 +25,7 @@ class NemoRl:
     eval_plan = "run-eval-job"
     code_on_storage = False  # the image holds the checkout (/opt/nemo-rl)
     metric_family = "nemo_rl"
+    layout = "nemo_rl"
 
     def __init__(self, cfg: Experiment):
         self.spec: NemoRlRelease = NEMO_RL[cfg.images.nemo_rl_version]
@@ -34,6 +35,9 @@ class NemoRl:
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Config rules only a NeMo-RL run has (none beyond the config's own yet)."""
         return []
+
+    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+        return OutputDirs("nemo_rl", cfg.log_dir, cfg.checkpoint_dir, cfg.log_dir)
 
     def job(self, cfg: Experiment) -> TrainerJob:
         lines = nemo_rl.command_lines(cfg)

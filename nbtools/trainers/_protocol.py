@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent"]
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "OutputDirs"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
@@ -18,6 +18,22 @@ CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's sourc
 # run_eval.py on the cluster, as vLLM generations over the experiment's test split on the cluster
 # (nbtools.evals.vllm_generate), or not at all (the message names the fix).
 EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
+
+# Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find):
+# NeMo-RL's exp_NNN / step_N, or verl's global_step_N / {step}.jsonl dumps / console lines.
+Layout = Literal["nemo_rl", "verl"]
+
+
+@dataclass(frozen=True)
+class OutputDirs:
+    """Where a run writes, as its jobs see the paths: the layout, and each directory that layout has."""
+
+    layout: Layout
+    log_dir: str
+    checkpoint_dir: str
+    tensorboard_dir: str  # NeMo-RL: log_dir (each exp_NNN has its own tensorboard/); verl: TENSORBOARD_DIR
+    rollout_dir: str | None = None  # verl's trainer.rollout_data_dir ({step}.jsonl per training step)
+    validation_dir: str | None = None  # verl's trainer.validation_data_dir
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,7 @@ class Trainer(Protocol):
         eval_plan: how its runs are evaluated (:data:`EvalPlan`).
         code_on_storage: its source runs from the shared storage (copied there by the provisioning plan).
         metric_family: the key of its scalar names in ``trainers.METRIC_NAMES``.
+        layout: which trainer's files its runs leave (:data:`Layout`).
     """
 
     name: str
@@ -52,11 +69,15 @@ class Trainer(Protocol):
     eval_plan: EvalPlan
     code_on_storage: bool
     metric_family: str
+    layout: Layout
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Configuration problems only this trainer has: (the keys each reads, the message naming key, value and fix);
         ``config.load`` reports them with everything else."""
+
+    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+        """Where its runs write (log, checkpoint, TensorBoard and dump directories), as the jobs see them."""
 
     def job(self, cfg: Experiment) -> TrainerJob:
         """The command (and files, runtime_env) of the training job."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import TrainerJob
+from nbtools.trainers._protocol import OutputDirs, Trainer, TrainerJob
 
 __all__ = ["Rehearsal", "REHEARSAL_METRICS"]
 
@@ -26,18 +26,25 @@ REHEARSAL_METRICS: dict[str, tuple[str, ...]] = {
 
 
 class Rehearsal:
-    """The CPU rehearsal: NeMo-RL's artifact layout from a tiny model, no GPUs, images or pods."""
+    """The CPU rehearsal: a tiny model, no GPUs, images or pods, writing the files of the trainer it stands in for
+    (``imitates``: the experiment's ``trainer.kind``), under that trainer's names and layout."""
 
     name = "rehearsal"
     release = ""
-    label = "nbtools rehearsal (NeMo-RL artifact layout)"
     miniature = True
     eval_plan = "held-out-local"
     code_on_storage = False
-    metric_family = "nemo_rl"  # it logs NeMo-RL's scalar names
 
-    def __init__(self, cfg: Experiment):
+    def __init__(self, cfg: Experiment, imitates: Trainer):
         self.cfg = cfg
+        self.imitates = imitates
+        self.label = f"nbtools rehearsal ({imitates.label} artifact layout)"
+        self.metric_family = imitates.metric_family  # it logs that trainer's scalar names
+        self.layout = imitates.layout
+
+    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+        """The imitated trainer's directories (the local backend places log_dir and checkpoint_dir under run_dir)."""
+        return self.imitates.output_dirs(cfg)
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:

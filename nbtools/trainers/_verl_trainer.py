@@ -8,7 +8,7 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.trainers import verl
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import TrainerJob
+from nbtools.trainers._protocol import OutputDirs, TrainerJob
 from nbtools.trainers._verl_lint import check_verl
 from nbtools.trainers.releases import VERL, VerlRelease
 
@@ -26,6 +26,7 @@ class Verl:
     eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
     code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
     metric_family = "verl"
+    layout = "verl"
 
     def __init__(self, cfg: Experiment):
         self.release = cfg.trainer.verl_ref
@@ -47,6 +48,10 @@ class Verl:
                         "remove it for verl (verl's custom_reward_function.path/name go in trainer.overrides)"))
         return out
 
+    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+        return OutputDirs("verl", cfg.log_dir, cfg.checkpoint_dir, verl.tensorboard_dir(cfg),
+                          rollout_dir=verl.rollout_dir(cfg), validation_dir=verl.validation_dir(cfg))
+
     def job(self, cfg: Experiment) -> TrainerJob:
         lines = verl.command_lines(cfg)
         return TrainerJob(" ".join(lines), tuple(lines))
@@ -57,7 +62,7 @@ class Verl:
     def job_env(self, cfg: Experiment) -> dict[str, str]:
         env = {"PYTHONPATH": verl.code_dir(cfg)}
         if cfg.logging.tensorboard:
-            env["TENSORBOARD_DIR"] = f"{cfg.log_dir.rstrip('/')}/tensorboard"
+            env["TENSORBOARD_DIR"] = verl.tensorboard_dir(cfg)
         return env
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:

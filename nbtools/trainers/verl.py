@@ -13,12 +13,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from nbtools import _layout
 from nbtools.config import Experiment
 from nbtools.trainers.nemo_rl import hydra_value, parse_override
 from nbtools.trainers.releases import VERL, VerlRelease
 
-__all__ = ["code_dir", "data_dir", "overrides", "effective", "command", "command_lines", "prepare_command", "KL_LOSS_TYPE",
-           "release", "known_release"]
+__all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command",
+           "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release"]
 
 # verl's GRPO KL estimator (ppo_trainer.yaml `kl_loss_type: low_var_kl # for grpo`): k3, as NeMo-RL's default
 KL_LOSS_TYPE = "low_var_kl"
@@ -45,6 +46,25 @@ def code_dir(cfg: Experiment) -> str:
 def data_dir(cfg: Experiment) -> str:
     """Where the parquet files live (``<mount>/gsm8k`` by default)."""
     return cfg.data.data_dir or f"{cfg.storage.mount_path.rstrip('/')}/{cfg.data.dataset.lower()}"
+
+
+def _under_log_dir(cfg: Experiment, name: str) -> str:
+    return f"{cfg.log_dir.rstrip('/')}/{name}"
+
+
+def rollout_dir(cfg: Experiment) -> str:
+    """``trainer.rollout_data_dir``: one ``{step}.jsonl`` of the training generations per step (``<log_dir>/rollout_data``)."""
+    return _under_log_dir(cfg, _layout.VERL_ROLLOUT_DIR)
+
+
+def validation_dir(cfg: Experiment) -> str:
+    """``trainer.validation_data_dir``: the validation generations of each validated step."""
+    return _under_log_dir(cfg, _layout.VERL_VALIDATION_DIR)
+
+
+def tensorboard_dir(cfg: Experiment) -> str:
+    """``TENSORBOARD_DIR`` (verl/utils/tracking.py reads it; without it verl writes under its working directory)."""
+    return _under_log_dir(cfg, _layout.VERL_TENSORBOARD_DIR)
 
 
 def _base(cfg: Experiment) -> list[tuple[str, Any]]:
@@ -75,6 +95,8 @@ def _base(cfg: Experiment) -> list[tuple[str, Any]]:
         ("trainer.test_freq", g.val_period),
         ("trainer.total_training_steps", g.max_num_steps),
         ("trainer.default_local_dir", cfg.checkpoint_dir),
+        ("trainer.rollout_data_dir", rollout_dir(cfg)),
+        ("trainer.validation_data_dir", validation_dir(cfg)),
     ]
 
 
