@@ -8,6 +8,7 @@ Hydra hands main_ppo. ``transfer_queue_image`` writes the image-side package ver
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,8 +18,12 @@ ASSETS = TESTS / "assets" / "verl"
 __all__ = ["write_verl_checkout", "transfer_queue_image"]
 
 
-def write_verl_checkout(dest: str | Path, tag: str) -> Path:
-    """Write the stand-in checkout of verl ``tag`` at ``dest`` (replacing it) and return ``dest``."""
+def write_verl_checkout(dest: str | Path, tag: str, *, rehearsal_config: str | Path | None = None) -> Path:
+    """Write the stand-in checkout of verl ``tag`` at ``dest`` (replacing it) and return ``dest``.
+
+    With ``rehearsal_config`` (a local-backend experiment whose ``trainer.kind`` is verl: the simulated image's tiny
+    model and task), the double trains; without it, it only checks commands (``VERL_SIM_CONFIG_ONLY=1``).
+    """
     dest = Path(dest)
     config = ASSETS / tag / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml"
     if not config.is_file():
@@ -30,6 +35,9 @@ def write_verl_checkout(dest: str | Path, tag: str) -> Path:
     shutil.copyfile(config, dest / "verl" / "trainer" / "config" / "ppo_trainer.yaml")
     (dest / "verl" / "version").mkdir(parents=True, exist_ok=True)
     (dest / "verl" / "version" / "version").write_text(tag.removeprefix("v") + "\n")
+    if rehearsal_config is not None:
+        (dest / "sim_gke.json").write_text(json.dumps({"nbtools_root": str(TESTS.parent),
+                                                       "rehearsal_config": str(rehearsal_config)}))
     return dest
 
 

@@ -124,3 +124,47 @@ def test_missing_parquet_fails_the_job(tmp_path):
     cfg = _cfg(tmp_path, "v0.7.0", **{"data.data_dir": str(tmp_path / "nowhere")})
     r = _job(cfg, tmp_path)
     assert r.returncode != 0 and f"Unable to find '{tmp_path / 'nowhere' / 'train.parquet'}'" in r.stderr
+
+
+def _image_rehearsal(tmp_path: Path) -> Path:
+    """The simulated image's model and task: experiments/local-verl.yaml, made tiny."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "experiments" / "local-verl.yaml").read_text())
+    data["rehearsal"].update(num_train=64, num_test=16, warmup_steps=5)
+    data["grpo"].update(max_val_samples=8)
+    path = tmp_path / "image-rehearsal.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dumps", [True, False], ids=["dumps", "no-dumps"])
+def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, dumps):
+    tag = "v0.7.0"
+    cfg = _cfg(tmp_path, tag, **{"grpo.num_prompts_per_step": 4, "grpo.num_generations_per_prompt": 4,
+                                 "grpo.max_num_steps": 2, "grpo.val_period": 2, "checkpointing.save_period": 1,
+                                 "checkpointing.checkpoint_dir": str(tmp_path / "exp" / "checkpoints"),
+                                 "logging.log_dir": str(tmp_path / "exp" / "logs")})
+    if not dumps:  # verl's default: no rollout or validation dumps at all
+        cfg = cfg.replace(**{"trainer.overrides": [*cfg.trainer.overrides, "trainer.rollout_data_dir=null",
+                                                   "trainer.validation_data_dir=null"]})
+    write_verl_checkout(cfg.trainer.code_dir, tag, rehearsal_config=_image_rehearsal(tmp_path))
+    t = trainers.get(cfg)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN", "NBTOOLS_RUNS_DIR")}
+    env.update(t.job_env(cfg))
+    r = subprocess.run(["sh", "-c", t.job(cfg).command], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    ckpt, logs = tmp_path / "exp" / "checkpoints", tmp_path / "exp" / "logs"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    assert sorted(p.name for p in ckpt.glob("global_step_*")) == ["global_step_1", "global_step_2"]
+    assert any((ckpt / "global_step_2" / "actor").glob("model_world_size_*_rank_0.pt"))
+    assert list((logs / "tensorboard").glob("events.out.tfevents.*"))  # TENSORBOARD_DIR of the job's env
+    assert "step:2 - " in r.stdout  # verl's console lines
+    rollouts = sorted(p.name for p in (logs / "rollout_data").glob("*.jsonl"))
+    assert rollouts == (["1.jsonl", "2.jsonl"] if dumps else [])
+    assert (logs / "validation_data").exists() == dumps
+    assert (tmp_path / "exp" / "baseline_hf" / "config.json").is_file()  # the stand-in Hub's model, for 07
+    from nbtools import checkpoints
+
+    assert [int(s) for s in checkpoints.list_checkpoints(str(ckpt))["step"]] == [1, 2]  # nbtools reads it as verl's

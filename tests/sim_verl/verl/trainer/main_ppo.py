@@ -79,7 +79,7 @@ def main(config: DictConfig) -> None:
         print("CONFIG=" + json.dumps({"release": tag, "trainer": trainer, "outputs": outputs(config, row),
                                       "config": OmegaConf.to_container(config, resolve=False)}), flush=True)
         return
-    from sim_verl_train import train  # noqa: PLC0415 - the training half, beside the facts
+    from sim_verl_train import train  # the training half, beside the facts
 
     train(config, row, outputs(config, row))
 
