@@ -139,9 +139,9 @@ def _image_rehearsal(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dumps", [True, False], ids=["dumps", "no-dumps"])
-def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, dumps):
-    tag = "v0.7.0"
+@pytest.mark.parametrize("tag,dumps", [("v0.7.0", True), ("v0.7.0", False), ("v0.9.0", True)],
+                         ids=["v0.7.0-dumps", "v0.7.0-no-dumps", "v0.9.0-dumps"])
+def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, tag, dumps):
     cfg = _cfg(tmp_path, tag, **{"grpo.num_prompts_per_step": 4, "grpo.num_generations_per_prompt": 4,
                                  "grpo.max_num_steps": 2, "grpo.val_period": 2, "checkpointing.save_period": 1,
                                  "checkpointing.checkpoint_dir": str(tmp_path / "exp" / "checkpoints"),
@@ -153,6 +153,7 @@ def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, dumps):
     t = trainers.get(cfg)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN", "NBTOOLS_RUNS_DIR")}
     env.update(t.job_env(cfg))
+    env["PYTHONPATH"] += os.pathsep + str(transfer_queue_image(tmp_path / "image-site"))  # v0.9.0's image has it
     r = subprocess.run(["sh", "-c", t.job(cfg).command], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     ckpt, logs = tmp_path / "exp" / "checkpoints", tmp_path / "exp" / "logs"
@@ -161,6 +162,7 @@ def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, dumps):
     assert any((ckpt / "global_step_2" / "actor").glob("model_world_size_*_rank_0.pt"))
     assert list((logs / "tensorboard").glob("events.out.tfevents.*"))  # TENSORBOARD_DIR of the job's env
     assert "step:2 - " in r.stdout  # verl's console lines
+    assert f"verl {tag} verl.trainer.main_ppo: {'TaskRunnerV1' if tag == 'v0.9.0' else 'TaskRunner'}" in r.stdout
     rollouts = sorted(p.name for p in (logs / "rollout_data").glob("*.jsonl"))
     assert rollouts == (["1.jsonl", "2.jsonl"] if dumps else [])
     assert (logs / "validation_data").exists() == dumps
