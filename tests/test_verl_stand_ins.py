@@ -8,6 +8,7 @@ stand-in must agree on every case below.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,8 +24,17 @@ from nbtools.launch import lint
 from nbtools.trainers.releases import VERL
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "sim_verl"))
-from verl_releases import RELEASES  # noqa: E402
+
+
+def _facts():
+    """The stand-in's facts table, loaded from its file (its dir stays off sys.path: it holds a `verl` double)."""
+    spec = importlib.util.spec_from_file_location("verl_releases", ROOT / "tests" / "sim_verl" / "verl_releases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.RELEASES
+
+
+RELEASES = _facts()
 
 IMAGES = {"v0.7.0": "verlai/verl:vllm011.latest", "v0.9.0": "verlai/verl:vllm024.dev2"}
 
