@@ -79,22 +79,35 @@ def write_checkout(sim, rehearsal: dict) -> None:
                     + yaml.safe_dump(baked, sort_keys=False))
     (sim.code_dir / "sim_gke.json").write_text(json.dumps({"nbtools_root": str(ROOT), "rehearsal_config": str(path),
                                                                 "nemo_rl_version": version}))
+    base = yaml.safe_load((ROOT / "experiments" / getattr(sim, "experiment_base", "gke-b200-gemma3-1b.yaml")).read_text())
+    if base.get("trainer", {}).get("kind") == "verl":  # the verl stand-in trains the same task, in verl's layout
+        from sim_verl_checkout import write_verl_checkout
+
+        tag = str(getattr(sim, "_changes", {}).get("trainer.verl_ref", base["trainer"]["verl_ref"]))
+        verl_baked = {**baked, "trainer": {"kind": "verl", "verl_ref": tag}}
+        verl_path = sim.code_dir / "sim_rehearsal_verl.yaml"
+        verl_path.write_text("# The miniature GRPO the verl test double trains (the simulated image's model).\n"
+                             + yaml.safe_dump(verl_baked, sort_keys=False))
+        write_verl_checkout(sim.verl_dir, tag, rehearsal_config=verl_path)
     (sim.image_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (sim.image_dir / "python").chmod(0o755)
 
 
 def write_experiment(sim, rehearsal: dict, changes: dict) -> None:
-    """``sim.experiment_yaml``: experiments/gke-b200-gemma3-1b.yaml with the sim's project, bucket, mount, checkout,
-    port, and the rehearsal's model size, data and GRPO settings (``grpo.max_num_steps`` = ``sim.steps``)."""
-    data = yaml.safe_load((ROOT / "experiments" / "gke-b200-gemma3-1b.yaml").read_text())
+    """``sim.experiment_yaml``: ``experiments/<sim.experiment_base>`` (gke-b200-gemma3-1b.yaml by default) with the
+    sim's project, bucket, mount, checkout, port, and the rehearsal's model size, data and GRPO settings
+    (``grpo.max_num_steps`` = ``sim.steps``). A verl experiment keeps its dataset (gsm8k, which the verl stand-in's
+    preparation writes from the rehearsal's task) and runs from ``sim.verl_dir``."""
+    data = yaml.safe_load((ROOT / "experiments" / getattr(sim, "experiment_base", "gke-b200-gemma3-1b.yaml")).read_text())
     local = _local()
-    exp = sim.data_dir / "nemo-rl" / sim.name
+    verl = data.get("trainer", {}).get("kind") == "verl"
+    exp = sim.data_dir / ("verl-runs" if verl else "nemo-rl") / sim.name
     data["name"] = sim.name
     data["gcp"]["project"] = PROJECT
     data["storage"] = {"kind": "gcsfuse", "bucket": BUCKET, "mount_path": str(sim.data_dir)}
-    data["trainer"].update(code_dir=str(sim.code_dir), python=sys.executable)
+    data["trainer"].update(code_dir=str(sim.verl_dir if verl else sim.code_dir), python=sys.executable)
     data["model"].update(max_total_sequence_length=local["model"]["max_total_sequence_length"])  # name: the example's
-    data["data"] = dict(local["data"])
+    data["data"] = {"dataset": "gsm8k", "data_dir": str(sim.data_dir / "gsm8k")} if verl else dict(local["data"])
     data["grpo"] = {**local["grpo"], "max_num_steps": sim.steps}
     data["checkpointing"].update(checkpoint_dir=str(exp / "checkpoints"), save_period=local["checkpointing"]["save_period"])
     data["logging"] = {"log_dir": str(exp / "logs"), "tensorboard": True}

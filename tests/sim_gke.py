@@ -116,12 +116,14 @@ class SimGke:
         ready_after: seconds a new pod stays Pending before it is Running and Ready.
         isolate: only the pods (the Ray head's processes) see the run's files at the mount path ``data_dir``; this
             machine reads them from the bucket, as on GKE (sim_files.py; needs ``unshare --mount`` as root).
+        experiment: the file in ``experiments/`` the sim experiment is written from; a verl one runs the verl stand-in
+            (tests/sim_verl, at its ``trainer.verl_ref``) from ``verl_dir``.
     """
 
     def __init__(self, root: str | os.PathLike, *, name: str = "sim-grpo", steps: int = 300, ray: bool = True,
                  mirror: bool = True, provisioned: bool = False, changes: dict[str, Any] | None = None,
                  rehearsal: dict[str, Any] | None = None, ready_after: float = 0.2, head_cpus: int = 4,
-                 isolate: bool = True):
+                 isolate: bool = True, experiment: str = "gke-b200-gemma3-1b.yaml"):
         self.root = Path(root).resolve()
         self.name, self.steps = name, steps
         self._want_ray, self._want_mirror, self._provisioned = ray, mirror, provisioned
@@ -132,6 +134,8 @@ class SimGke:
         self.backing_dir = self.root / "pods" / "data" if isolate else self.data_dir  # where the pods' files are
         self.flush_dir = self.root / "pods" / "flush"  # a job's exiting processes ask the gcsfuse stand-in here
         self.code_dir = self.root / "opt" / "nemo-rl"  # the image's /opt/nemo-rl (trainer.code_dir)
+        self.experiment_base = experiment  # the file in experiments/ the sim experiment is written from
+        self.verl_dir = self.root / "opt" / "verl"  # a verl experiment's trainer.code_dir (sim_verl_checkout.py)
         self.shims_dir = self.root / "shims"
         self.bin_dir = self.shims_dir / "bin"
         self.kubeconfig = self.root / "kube" / "config"

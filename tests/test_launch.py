@@ -14,7 +14,7 @@ import pytest
 import nbtools
 from nbtools.config import from_dict, load, to_dict
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.launch import build, build_prepare, lint, recipes, runtime_env
+from nbtools.launch import build, lint, recipes, runtime_env, verl_prepare
 from nbtools.launch.lint import ray_compatibility
 from nbtools.trainers import nemo_rl, verl
 
@@ -67,7 +67,9 @@ EXPECTED = {
         "actor_rollout_ref.actor.kl_loss_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl trainer.logger=console "
         "trainer.project_name=nbtools trainer.experiment_name=verl-qwen2-5-32b-gsm8k trainer.val_before_train=false "
         "trainer.n_gpus_per_node=8 trainer.nnodes=2 trainer.save_freq=10 trainer.test_freq=10 trainer.total_training_steps=58 "
-        "trainer.default_local_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/checkpoints data.max_prompt_length=512 "
+        "trainer.default_local_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/checkpoints "
+        "trainer.rollout_data_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/logs/rollout_data "
+        "trainer.validation_data_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/logs/validation_data data.max_prompt_length=512 "
         "data.max_response_length=512 actor_rollout_ref.actor.ppo_mini_batch_size=256 "
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 "
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
@@ -193,12 +195,12 @@ def test_local_backend_runs_the_rehearsal(tmp_path, monkeypatch):
 
 def test_verl_prepare_step_is_its_own_job():
     cfg = _cfg("tutorial-002-verl-qwen2.5-32b")
-    spec = build_prepare(cfg)
-    assert spec.entrypoint == "cd /data/verl && python3 examples/data_preprocess/gsm8k.py --local_save_dir /data/gsm8k"
+    spec = verl_prepare.data_job(cfg)  # the one preparation job builder (launch.verl_prepare)
+    assert "cd /data/verl; python3 examples/data_preprocess/gsm8k.py --local_save_dir /data/gsm8k/.nbtools-prepare.partial" in spec.entrypoint
     assert spec.submission_id.startswith("verl-qwen2-5-32b-gsm8k-prep-gsm8k-") and spec.submission_id != cfg.submission_id
     assert verl.data_dir(cfg) == "/data/gsm8k"
     with pytest.raises(ConfigError, match="fix: use a verl experiment"):
-        build_prepare(_cfg("tutorial-004-qwen2.5-1.5b"))
+        verl_prepare.prepare_jobs(_cfg("tutorial-004-qwen2.5-1.5b"))
 
 
 def test_config_sections_gained_fields_with_defaults():

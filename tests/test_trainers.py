@@ -32,7 +32,7 @@ def test_each_backend_runs_the_trainer_the_registry_names():
     verl = trainers.get(_cfg("gke-b200-verl.yaml"))
     assert local.miniature and local.eval_plan == "held-out-local" and not local.release
     assert (nemo.name, nemo.release, nemo.miniature, nemo.eval_plan) == ("nemo-rl", "v0.7.0", False, "run-eval-job")
-    assert (verl.name, verl.release, verl.code_on_storage, verl.eval_plan) == ("verl", "v0.7.0", True, "none")
+    assert (verl.name, verl.release, verl.code_on_storage, verl.eval_plan) == ("verl", "v0.7.0", True, "generate-job")
     for t in (local, nemo, verl):
         assert isinstance(t, trainers.Trainer), f"{type(t).__name__} does not implement every Trainer verb"
 

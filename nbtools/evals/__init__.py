@@ -16,6 +16,7 @@ from __future__ import annotations
 from nbtools.evals import stats
 from nbtools.evals.compare import Comparison, as_result, compare
 from nbtools.evals.flow import eval_dir, evaluate, local_models, models
+from nbtools.evals.generate_job import build_generate_job, generate_jobs
 from nbtools.evals.job import (
     EvalJob,
     EvalJobs,
@@ -46,6 +47,8 @@ __all__ = [
     "ScoreLog",
     "as_result",
     "build_eval_job",
+    "build_generate_job",
+    "generate_jobs",
     "collect",
     "compare",
     "dataset_names",

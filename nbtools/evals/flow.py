@@ -3,8 +3,9 @@
 Why: the notebook must evaluate baseline and fine-tuned *the same way*; this picks the models, problems, grader
 and output directory from the experiment so the two calls differ only in ``which``. What runs depends on the
 trainer that produced the run: the local rehearsal is evaluated here on its held-out split (``evaluate_local``);
-a NeMo-RL run is evaluated by NeMo-RL's ``run_eval.py`` as a Ray job on the cluster, whose per-sample results
-are read back from where the pods wrote them (the bucket on GKE). Either way the per-problem table is saved
+a NeMo-RL run is evaluated by NeMo-RL's ``run_eval.py`` as a Ray job on the cluster, a verl run by vLLM generations
+over its test split (``nbtools.evals.vllm_generate``, same output format), whose per-sample results are read back
+from where the pods wrote them (the bucket on GKE). Either way the per-problem table is saved
 under ``<run_dir>/eval/`` so the comparison is paired and a re-run is instant.
 
 Example:
@@ -20,6 +21,7 @@ from typing import Literal
 from nbtools import _paths, trainers
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
+from nbtools.evals.generate_job import generate_jobs
 from nbtools.evals.job import collect, eval_jobs, finetuned_model_path
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
@@ -109,11 +111,14 @@ def evaluate(
             temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
             batch_size=batch_size, out_dir=out, progress_desc=f"{which} ({mode})",
         )
-    if trainer.eval_plan != "run-eval-job":
-        raise ConfigError(f"trainer.kind: evaluation jobs use NeMo-RL's run_eval.py; this run's trainer is {trainer.name!r}; "
-                          "fix: evaluate the merged model with NeMo-RL's image (a nemo-rl experiment on the same cluster)")
-    kw = {"max_model_len": max_model_len} if max_model_len else {}
-    jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
+    if trainer.eval_plan == "generate-job":  # the experiment's own test split, so `dataset` does not apply
+        jobs = generate_jobs(cfg, num_tests_per_prompt=n, temperature=temperature, max_new_tokens=max_model_len)
+    elif trainer.eval_plan == "run-eval-job":
+        kw = {"max_model_len": max_model_len} if max_model_len else {}
+        jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
+    else:
+        raise ConfigError(f"trainer.kind: {trainer.name!r} runs have no evaluation job in nbtools; fix: evaluate the "
+                          "merged model with a nemo-rl experiment's run_eval.py on the same cluster")
     spec = jobs[0 if which == "baseline" else 1]
     spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
     job = spec.submit()

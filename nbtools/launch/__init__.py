@@ -23,17 +23,15 @@ from nbtools.launch._attempts import Attempt, attempts, read_attempts
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
 from nbtools.launch._retry import diagnose, resubmit
-from nbtools.launch._submit import LaunchSpec, build, build_prepare, follow, submit, submit_prepare
+from nbtools.launch._submit import LaunchSpec, build, follow, submit
 from nbtools.launch._supervise import SupervisedRun, supervise
 from nbtools.launch.lint import Finding, LintReport, existing_steps_in, lint
 
 __all__ = [
     "LaunchSpec",
     "build",
-    "build_prepare",
     "lint",
     "submit",
-    "submit_prepare",
     "follow",
     "outputs",
     "RunOutputs",

@@ -12,11 +12,11 @@ from typing import Any
 from nbtools import _paths, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, Fix, LintError, NotFoundError
+from nbtools.errors import Fix, LintError, NotFoundError
 from nbtools.launch.lint import StepsSource, lint
 from nbtools.launch.runtime_env import env_vars, secret_values, secrets_prelude, upload_working_dir
 
-__all__ = ["LaunchSpec", "build", "build_prepare", "metadata", "send", "submit", "submit_prepare", "follow"]
+__all__ = ["LaunchSpec", "build", "metadata", "send", "submit", "follow"]
 
 
 @_paths.tidy_reprs
@@ -95,25 +95,6 @@ def build(cfg: Experiment) -> LaunchSpec:
     )
 
 
-def build_prepare(cfg: Experiment) -> LaunchSpec:
-    """verl's dataset -> parquet step as its own job (run once before training; writes to the shared mount)."""
-    trainer = trainers.get(cfg)
-    command = trainer.prepare_command(cfg)
-    if command is None:
-        raise ConfigError(
-            f"trainer.kind: the preparation job is verl's (GSM8K -> parquet); this experiment runs {trainer.name!r} on "
-            f"{cfg.backend!r}", fix=Fix("use a verl experiment on gke/ray, e.g. recipes.get('tutorial-002-verl-qwen2.5-32b')",
-                                        cli="use a verl experiment on gke/ray (e.g. the recipe "
-                                            "'tutorial-002-verl-qwen2.5-32b')"))
-    secrets = secret_values(cfg)
-    entry = (secrets_prelude() if secrets else "") + command
-    sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
-    return LaunchSpec(
-        entry, sid, {"env_vars": env_vars(cfg)}, metadata(cfg, role="prepare"), cfg.backend,
-        cfg.dashboard_url, command, secret_names=tuple(sorted(secrets)),
-    )
-
-
 def send(spec: LaunchSpec, cfg: Experiment):
     from nbtools import jobs
 
@@ -176,11 +157,6 @@ def submit(
                                                  "submit again", cli="apply each finding's fix (`nbtools launch "
                                                  "EXPERIMENT.yaml --lint-only` shows them all), then launch again"))
     return send(spec, cfg)
-
-
-def submit_prepare(cfg: Experiment):
-    """Submit (or re-attach to) verl's data-preparation job; returns ``nbtools.jobs.Job``."""
-    return send(build_prepare(cfg), cfg)
 
 
 def follow(cfg: Experiment, job, *, timeout: float | None = None):

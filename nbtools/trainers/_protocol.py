@@ -15,8 +15,9 @@ __all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "Output
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
 # How notebook 07 evaluates a run of this trainer: on this machine over the held-out split, as a job of NeMo-RL's
-# run_eval.py on the cluster, or not at all (the message names the fix).
-EvalPlan = Literal["held-out-local", "run-eval-job", "none"]
+# run_eval.py on the cluster, as vLLM generations over the experiment's test split on the cluster
+# (nbtools.evals.vllm_generate), or not at all (the message names the fix).
+EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
 
 # Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find):
 # NeMo-RL's exp_NNN / step_N, or verl's global_step_N / {step}.jsonl dumps / console lines.

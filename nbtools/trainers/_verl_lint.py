@@ -1,4 +1,5 @@
-"""Lint rules for verl runs: a KL coefficient verl would ignore, and the verl source the job ``cd``s into.
+"""Lint rules for verl runs: keys the release's Hydra config refuses, an image or Ray the release cannot run on, a KL
+coefficient verl would ignore, and the verl source the job ``cd``s into.
 
 Why: in verl, ``algorithm.kl_ctrl.kl_coef`` is only read when ``algorithm.use_kl_in_reward=True`` (ray_trainer.py;
 off by default in ppo_trainer.yaml), and ``actor_rollout_ref.actor.kl_loss_coef`` only when ``use_kl_loss=True``; a
@@ -9,14 +10,18 @@ preparation run ``cd <mount>/verl``: without the source there the job dies at it
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from nbtools import backends
 from nbtools.config import Experiment
 from nbtools.errors import Fix
-from nbtools.trainers import verl
+from nbtools.trainers import _tree, verl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
+from nbtools.trainers._verl_tree import verl_tree
+from nbtools.trainers.nemo_rl import parse_override
+from nbtools.trainers.releases import VERL
 from nbtools.trainers.verl_prepare import check_data, check_weights
 
 __all__ = ["check_verl"]
@@ -35,10 +40,99 @@ def _num(value: str | None) -> float:
 
 def check_verl(cfg: Experiment, r: LintReport, code_present: CodePresent = None) -> None:
     """Run the verl rules on ``cfg``, appending to ``r``."""
+    _keys(cfg, r)
+    _image(cfg, r)
     _kl(cfg, r)
     _source(cfg, r, code_present)
     check_data(cfg, r)  # the parquet files the command names (blocking only when known to be absent)
     check_weights(cfg, r)  # the model in the shared HF cache (a warning when known not staged)
+
+
+def _keys(cfg: Experiment, r: LintReport) -> None:
+    """Every override against the release's composed config, as Hydra's struct mode takes it (main_ppo exits 1)."""
+    r.checked.append("verl-keys")
+    ref = cfg.trainer.verl_ref
+    tree = verl_tree(ref) if verl.known_release(cfg) else None
+    if tree is None:
+        r.findings.append(Finding(
+            "warning", "verl-keys", "trainer.verl_ref",
+            f"nbtools has no key table for verl {ref!r}, so no override was checked against its config (Hydra refuses "
+            "an unknown `key=value` when the job starts)",
+            f"pin a release nbtools knows ({', '.join(VERL)}), or add one: an entry in nbtools/trainers/releases.py and "
+            "its verl/trainer/config/_generated_ppo_trainer.yaml under tests/assets/verl/<tag>/ (tools/gen_verl_keys.py)",
+        ))
+        return
+    others = {v: verl_tree(v) or {} for v in VERL if v != ref}
+    user = {text: i for i, text in enumerate(cfg.trainer.overrides)}
+    for text in verl.overrides(cfg):
+        prefix, key, _ = parse_override(text)
+        where = f"trainer.overrides[{user[text]}]" if text in user else "trainer.verl_ref"
+        exists = _tree.has_key(tree, key)
+        if prefix == "" and not exists:
+            near = _tree.closest_keys(tree, key)
+            elsewhere = [v for v, t in others.items() if _tree.has_key(t, key)]
+            r.findings.append(Finding(
+                "blocking", "verl-keys", where,
+                f"`{key}` is not a key of verl {ref}'s trainer config" + (f" (it is one in {', '.join(elsewhere)})"
+                                                                          if elsewhere else "")
+                + f"; main_ppo exits with Hydra's \"Could not override '{key}'\"",
+                (f"did you mean `{near[0]}`? " if near else "") + (
+                    f"write `+{text}` to add it" if text in user else
+                    f"nbtools derives this key; pin `trainer.verl_ref: {elsewhere[-1] if elsewhere else list(VERL)[0]}`"),
+            ))
+        elif prefix == "+" and exists and _tree.get_value(tree, key) is not None:
+            r.findings.append(Finding(
+                "blocking", "verl-keys", where,
+                f"`{key}` already exists in verl {ref}'s trainer config; Hydra refuses `+` for it "
+                "(\"Could not append to config. An item is already at ...\")",
+                f"write `{text[1:]}` (or `+{text}` to add-or-override)",
+            ))
+        elif prefix == "~" and not exists:
+            r.findings.append(Finding(
+                "blocking", "verl-keys", where,
+                f"`{key}` does not exist in verl {ref}'s trainer config; Hydra refuses to delete it",
+                f"remove `{text}`",
+            ))
+
+
+# verl's images are tagged by vLLM release: verlai/verl:vllm011.latest (docs/start/install.rst), vllm024.dev2
+# (docker/Dockerfile.stable.vllm at v0.9.0: "Target: verlai/verl:vllm024.dev2", VLLM_VERSION=0.24.0)
+_VERL_IMAGE = re.compile(r"(?:^|/)verlai/verl:vllm(\d)(\d{2})\b")
+
+
+def _v(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def _image(cfg: Experiment, r: LintReport) -> None:
+    """The image's vLLM and the cluster's Ray against what the release requires (setup.py), and the modules its
+    default trainer imports that an older image lacks."""
+    r.checked.append("verl-image")
+    if not verl.known_release(cfg):
+        return
+    rel = verl.release(cfg)
+    m = _VERL_IMAGE.search(cfg.images.image or "")
+    if m:
+        vllm = (int(m.group(1)), int(m.group(2)))
+        low, high = _v(rel.vllm[0])[:2], _v(rel.vllm[1])[:2] if rel.vllm[1] else None
+        if vllm < low or (high is not None and vllm > high):
+            need = f">={rel.vllm[0]}" + (f",<={rel.vllm[1]}" if rel.vllm[1] else "")
+            extra = (f"; its default trainer ({rel.trainer}) imports {', '.join(rel.imports)}, which images built "
+                     "before that release do not install") if rel.imports else ""
+            r.findings.append(Finding(
+                "blocking", "verl-image", "images.image",
+                f"{cfg.images.image} carries vLLM {vllm[0]}.{vllm[1]}, and verl {rel.version} requires vllm{need} "
+                f"(its setup.py){extra}",
+                f"use the release's image `images.image: {rel.image}` (and its Ray in images.ray_version), or pin the "
+                f"verl release this image was built for (`trainer.verl_ref`)",
+            ))
+    ray = cfg.images.ray_version
+    if ray and _v(ray) < _v(rel.ray):
+        r.findings.append(Finding(
+            "blocking", "verl-image", "images.ray_version",
+            f"Ray {ray} is older than verl {rel.version} supports (setup.py ray[default]>={rel.ray})",
+            f"set `images.ray_version` to the Ray of the image ({cfg.images.image}), {rel.ray} or newer",
+        ))
 
 
 def _kl(cfg: Experiment, r: LintReport) -> None:

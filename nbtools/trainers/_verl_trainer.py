@@ -24,15 +24,15 @@ class Verl:
     name = NAME
     label = "verl"
     miniature = False
-    eval_plan = "none"  # evaluation jobs are NeMo-RL's run_eval.py
+    eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
     code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
     metric_family = "verl"
     layout = "verl"
 
     def __init__(self, cfg: Experiment):
         self.release = cfg.trainer.verl_ref
-        # a pinned tag nbtools has no entry for runs with the newest entry's facts
-        self.spec: VerlRelease = VERL.get(self.release) or VERL[list(VERL)[-1]]
+        # a pinned tag nbtools has no entry for runs with the newest entry's facts (the lint warns: keys unchecked)
+        self.spec: VerlRelease = verl.release(cfg)
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
@@ -85,7 +85,7 @@ class Verl:
         return [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], NAME
 
     def version(self, cfg: Experiment) -> str:
-        return "(from the image)"
+        return self.release  # the tag copied to the bucket; the image holds only verl's dependencies
 
     def hub_tag(self) -> str:
         return NAME

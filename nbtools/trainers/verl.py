@@ -16,14 +16,26 @@ from typing import Any
 from nbtools import _layout
 from nbtools.config import Experiment
 from nbtools.trainers.nemo_rl import hydra_value, parse_override
+from nbtools.trainers.releases import VERL, VerlRelease
 
-__all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command", "command_lines", "prepare_command", "KL_LOSS_TYPE"]
+__all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command",
+           "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release"]
 
 # verl's GRPO KL estimator (ppo_trainer.yaml `kl_loss_type: low_var_kl # for grpo`): k3, as NeMo-RL's default
 KL_LOSS_TYPE = "low_var_kl"
 
 # dataset name -> verl's preprocessing script (examples/data_preprocess/<x>.py in the verl checkout)
 PREPROCESS = {"gsm8k": "examples/data_preprocess/gsm8k.py", "math": "examples/data_preprocess/math_dataset.py"}
+
+
+def known_release(cfg: Experiment) -> bool:
+    """Whether ``trainer.verl_ref`` is a release nbtools carries facts for (``trainers.releases.VERL``)."""
+    return cfg.trainer.verl_ref in VERL
+
+
+def release(cfg: Experiment) -> VerlRelease:
+    """The release facts for ``trainer.verl_ref``; a tag without an entry runs with the newest entry's (the lint says so)."""
+    return VERL.get(cfg.trainer.verl_ref) or VERL[list(VERL)[-1]]
 
 
 def code_dir(cfg: Experiment) -> str:
@@ -113,9 +125,9 @@ def effective(cfg: Experiment) -> dict[str, str]:
 
 
 def command_lines(cfg: Experiment) -> list[str]:
-    """The training command as display lines (``cd <verl> && python3 -m verl.trainer.main_ppo``, then one per key)."""
+    """The training command as display lines (``cd <verl> && python3 -m <the release's entry point>``, then one per key)."""
     python = cfg.trainer.python or "python3"
-    head = f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} -m verl.trainer.main_ppo"
+    head = f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} -m {release(cfg).module}"
     return [head] + [shlex.quote(o) for o in overrides(cfg)]
 
 

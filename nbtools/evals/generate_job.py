@@ -1,0 +1,90 @@
+"""The evaluation jobs of a trainer whose eval plan is ``generate-job`` (verl): ``nbtools.evals.vllm_generate`` as a
+Ray job in the trainer's image, over the test split its preparation job wrote, one job per model.
+
+Why: notebook 07 compares baseline and fine-tuned per problem; with the same program, problems, decoding and scorer
+for both, and the output in NeMo-RL's run_eval.py format, ``evals.collect`` and the paired statistics work unchanged.
+
+Example:
+    >>> base, tuned = nbtools.evals.generate_jobs(cfg)
+    >>> base.entrypoint
+    'python3 -m nbtools.evals.vllm_generate --data /data/gsm8k/test.parquet --model Qwen/Qwen2.5-32B-Instruct ...'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+
+from nbtools import trainers
+from nbtools._layout import finetuned_model_path
+from nbtools.config import Experiment
+from nbtools.errors import ConfigError, Fix
+from nbtools.evals.job import LOCAL_MODELS, EvalJob, EvalJobs, _slug
+from nbtools.trainers.verl_prepare import targets
+
+__all__ = ["build_generate_job", "generate_jobs"]
+
+
+def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_tests_per_prompt: int = 1,
+                       temperature: float = 0.0, max_new_tokens: int | None = None,
+                       copy_to_local: bool | None = None) -> EvalJob:
+    """Build (not submit) the generation job for one model (a Hub id or an HF directory on the shared mount).
+
+    Args:
+        cfg: the experiment (its test split, GPUs per node, generation length, HF cache).
+        model_name: what the job loads.
+        label: names the submission id and the save path (``<dirname(log_dir)>/eval/test_<label>``).
+        num_tests_per_prompt: samples per problem.
+        temperature: 0 for greedy (then one sample).
+        max_new_tokens: the answer's token budget; default the experiment's generation length.
+        copy_to_local: load from the GPU node's local disk (copied by :meth:`EvalJob.prepare`), not via gcsfuse mmap;
+            default: on GKE for a model under the gcsfuse mount (the merged model).
+
+    Raises:
+        ConfigError: greedy with several samples, or fewer than one sample.
+    """
+    if num_tests_per_prompt < 1 or (temperature == 0 and num_tests_per_prompt > 1):
+        raise ConfigError(f"num_tests_per_prompt={num_tests_per_prompt} at temperature={temperature}: greedy decoding "
+                          "gives one answer", fix=Fix("num_tests_per_prompt=1 for greedy, or a temperature > 0 to sample "
+                                                      "several", cli="one sample per problem for greedy decoding, or a "
+                                                      "temperature above 0 to sample several"))
+    _, _, test = targets(cfg)
+    if max_new_tokens is None:
+        max_new_tokens = int(cfg.model.max_total_sequence_length)
+    save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"test_{_slug(label)}")
+    from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
+    from nbtools.jobs.carry import carry_env
+
+    mount = str(cfg.storage.mount_path or "").rstrip("/")
+    on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
+    copy = on_fuse if copy_to_local is None else bool(copy_to_local)
+    loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
+        if copy else model_name
+    args = ["--data", test, "--model", loaded, "--save-path", save_path, "--n", str(num_tests_per_prompt),
+            "--temperature", str(float(temperature)), "--max-tokens", str(max_new_tokens), "--seed", str(cfg.grpo.seed),
+            "--tensor-parallel-size", str(cfg.model.tensor_parallel_size)]
+    python = cfg.trainer.python or "python3"
+    entrypoint = f"{shlex.quote(python)} -u -m nbtools.evals.vllm_generate " + " ".join(shlex.quote(a) for a in args)
+    digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
+    env = {"PYTHONUNBUFFERED": "1", **({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {})}
+    metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": test}
+    return EvalJob(label=label, model_name=model_name, dataset_name=test, num_tests_per_prompt=num_tests_per_prompt,
+                   temperature=float(temperature), save_path=save_path, config="nbtools.evals.vllm_generate",
+                   overrides=tuple(args), entrypoint=entrypoint, submission_id=f"{cfg.name}-eval-test-{_slug(label)}-{digest}",
+                   address=cfg.dashboard_url, runtime_env=carry_env(env), metadata=metadata,
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
+
+
+def generate_jobs(cfg: Experiment, *, num_tests_per_prompt: int = 1, temperature: float = 0.0,
+                  max_new_tokens: int | None = None) -> EvalJobs:
+    """The baseline and fine-tuned (merged) jobs, built the same way (labels ``<which>-<greedy|sampledN>``).
+
+    Example:
+        >>> base_job, tuned_job = generate_jobs(cfg)
+    """
+    mode = "greedy" if temperature == 0 else f"sampled{num_tests_per_prompt}"
+    models = {"baseline": trainers.get(cfg).baseline_model(cfg), "fine-tuned": finetuned_model_path(cfg)}
+    return EvalJobs(build_generate_job(cfg, model, label=f"{which}-{mode}", num_tests_per_prompt=num_tests_per_prompt,
+                                       temperature=temperature, max_new_tokens=max_new_tokens)
+                    for which, model in models.items())

@@ -1,0 +1,65 @@
+"""TEST DOUBLE of the part of vLLM that ``nbtools.evals.vllm_generate`` uses: ``LLM(model=..., seed=...,
+tensor_parallel_size=..., max_model_len=...)``, ``SamplingParams(n, temperature, top_p, top_k, max_tokens, seed)`` and
+``LLM.chat(list of message lists, sampling_params) -> list[RequestOutput]`` whose ``.outputs`` hold ``n``
+``CompletionOutput`` with ``.text`` (vllm/entrypoints/llm.py, vllm/outputs.py). NOT vLLM: it generates with
+transformers on CPU, applying the tokenizer's chat template with ``add_generation_prompt=True`` as ``LLM.chat`` does;
+greedy at temperature 0, else sampled with the request's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int | None = 16
+    seed: int | None = None
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class RequestOutput:
+    prompt: str
+    outputs: list[CompletionOutput]
+
+
+class LLM:
+    def __init__(self, model: str, *, seed: int = 0, tensor_parallel_size: int = 1, max_model_len: int | None = None,
+                 **_: object):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(model)
+        self.model = AutoModelForCausalLM.from_pretrained(model).eval()
+        self.seed = seed
+
+    def chat(self, messages, sampling_params: SamplingParams | None = None, **_: object) -> list[RequestOutput]:
+        import torch
+
+        sp = sampling_params or SamplingParams()
+        out = []
+        for i, conv in enumerate(messages):
+            prompt = self.tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            ids = self.tok(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+            torch.manual_seed((sp.seed if sp.seed is not None else self.seed) + i)
+            greedy = sp.temperature == 0
+            with torch.no_grad():
+                gen = self.model.generate(ids, max_new_tokens=sp.max_tokens or 16, do_sample=not greedy,
+                                          num_return_sequences=sp.n, pad_token_id=self.tok.pad_token_id,
+                                          **({} if greedy else {"temperature": sp.temperature, "top_p": sp.top_p,
+                                                                "top_k": sp.top_k if sp.top_k > 0 else 0}))
+            texts = [self.tok.decode(g[ids.shape[1]:], skip_special_tokens=True) for g in gen]
+            out.append(RequestOutput(prompt, [CompletionOutput(j, t) for j, t in enumerate(texts)]))
+        return out
