@@ -12,6 +12,7 @@ __all__ = [
     "LintError",
     "CheckpointError",
     "ConflictError",
+    "AccessDeniedError",
 ]
 
 
@@ -83,3 +84,7 @@ class CheckpointError(NbtoolsError, ValueError):
 
 class ConflictError(NbtoolsError, FileExistsError):
     """An operation would overwrite or duplicate something that already exists."""
+
+
+class AccessDeniedError(NbtoolsError, PermissionError):
+    """A file, directory or bucket exists but these credentials or permissions may not read (or write) it."""
