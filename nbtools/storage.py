@@ -42,6 +42,7 @@ __all__ = [
 _MANIFEST = ".nbtools-generations.json"
 _LOCK = threading.RLock()
 _FS: dict[str, Any] = {}  # gcsfs filesystems by emulator address ("" for Google)
+_LOCAL: dict[str, Any] = {}  # the local filesystem, by protocol name ("file", "local")
 _GCS = ("gs", "gcs")
 
 
@@ -175,12 +176,18 @@ def filesystem(url: str | os.PathLike):
 
     text = os.fspath(url)
     proto = _protocol(text)
+    local = _LOCAL.get(proto) if "::" not in text else None
+    if local is not None:  # the registry's answer for a plain local path never changes: resolve it once
+        return local, text if _plain(text) else local._strip_protocol(text)
     if proto not in _GCS:
         try:
-            return fsspec.core.url_to_fs(text)
+            fs, path = fsspec.core.url_to_fs(text)
         except (ImportError, ValueError) as e:
             raise DependencyError(f"no filesystem for {text!r}: {e}",
                                   fix=f"install the fsspec implementation for {proto}:// (e.g. pip install s3fs)") from None
+        if proto in ("file", "local") and "::" not in text:
+            _LOCAL[proto] = fs
+        return fs, path
     emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
     with _LOCK:
         fs = _FS.get(emulator)
@@ -250,9 +257,9 @@ def _version(d: dict) -> str:
     return ":".join(str(d.get(k, "")) for k in ("ino", "size", "mtime"))
 
 
-def _entry(url: str, d: dict) -> Entry:
+def _entry(url: str, d: dict, name: str | None = None) -> Entry:
     md5 = d.get("md5Hash") if isinstance(d.get("md5Hash"), str) else ""
-    return Entry(url, name_of(url), int(d.get("size") or 0), _version(d), d.get("type") == "directory", md5)
+    return Entry(url, name or name_of(url), int(d.get("size") or 0), _version(d), d.get("type") == "directory", md5)
 
 
 def _followed(fs, d: dict) -> dict | None:
@@ -281,12 +288,14 @@ def ls(url: str | os.PathLike) -> list[Entry]:
     base = path.rstrip("/")
     if len(items) == 1 and items[0]["name"].rstrip("/") == base and items[0].get("type") != "directory":
         raise NotFoundError(f"expected a directory at {text}, found a file", fix="pass the directory that holds it")
+    prefix = text if text.endswith("/") else text + "/"  # join() of a canonical URL, without a Path per entry
     out = []
     for d in items:
-        name = d["name"].rstrip("/")
-        if name == base or (d := _followed(fs, d)) is None:
+        full = d["name"].rstrip("/")
+        if full == base or (d := _followed(fs, d)) is None:
             continue
-        out.append(_entry(join(text, posixpath.basename(name)), d))
+        name = posixpath.basename(full)
+        out.append(_entry(prefix + name, d, name))
     return sorted(out, key=lambda e: e.name)
 
 
@@ -384,7 +393,15 @@ def glob(url: str | os.PathLike, pattern: str) -> list[str]:
 def _canonical(url: str | os.PathLike) -> str:
     """A URL as given, a local one as its path (``file://`` stripped, ``~`` expanded): the form entries carry."""
     text = os.fspath(url)
+    if _plain(text):
+        return text
     return str(local_path(text)) if not is_remote(text) else text.rstrip("/")
+
+
+def _plain(text: str) -> bool:
+    """An absolute, normalised POSIX path: its own canonical form and fsspec's local path (no Path built for it)."""
+    return (os.sep == "/" and text.startswith("/") and "://" not in text and "//" not in text and "/./" not in text
+            and not text.endswith(("/", "/.")) or text == "/")
 
 
 # -- the cache of remote objects, by generation ---------------------------------------------------------------
