@@ -156,10 +156,11 @@ def cmd_trajectories(a) -> Out:
 
 
 def cmd_metrics(a) -> Out:
-    from nbtools import metrics
+    from nbtools import metrics, storage
 
-    p = Path(a.run)
-    verl = p.is_file() and "tfevents" not in p.name
+    found = storage.info(a.run)  # a path or a URL (gs://…): the same forms on every storage
+    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(a.run)
+    p = storage.fetch(a.run, entry=found) if verl else a.run
     df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
     if df.empty and verl and not _is_text(p):
         from nbtools.errors import NotFoundError
