@@ -166,7 +166,8 @@ def detect_layout(step_dir: str | Path) -> str:
     if _verl.is_verl_step(step_dir):
         return _verl.VERL_LAYOUT
     w = _weights_url(_root(step_dir))
-    top = _names(w)
+    found = _names(w)
+    top = found or {}
     if top.get(".metadata") and not top[".metadata"].is_dir:
         return "dtensor_v1"
     model = _names(storage.join(w, "model")) or {}
@@ -176,9 +177,9 @@ def detect_layout(step_dir: str | Path) -> str:
         return "v2_safetensors"
     if any(n.endswith(".safetensors") for n in _names(storage.join(w, "model", "consolidated")) or {}):
         return "consolidated"
-    if any(n.startswith("iter_") and e.is_dir for n, e in (top or {}).items()):
+    if any(n.startswith("iter_") and e.is_dir for n, e in top.items()):
         return "megatron"
-    seen = sorted(top)[:10] if top is not None else "nothing (directory missing)"
+    seen = sorted(n for n in top if not n.startswith("."))[:10] if found is not None else "nothing (directory missing)"
     raise NotFoundError(
         f"no model weights found under {w}: expected policy/weights/.metadata (DTensor v1), "
         f"policy/weights/model/.metadata or shard-*.safetensors (DTensor v2), model/consolidated/ or iter_* "

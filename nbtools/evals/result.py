@@ -169,7 +169,7 @@ class EvalResult:
         if names is None or not {"results.parquet", "summary.json"} <= names:
             raise NotFoundError(
                 f"expected an evaluation directory with results.parquet and summary.json at {text}, found "
-                f"{sorted(names) if names is not None else 'nothing'}",
+                f"{sorted(n for n in names if not n.startswith('.')) if names is not None else 'nothing'}",
                 fix="run nbtools.evals.evaluate_local(..., out_dir=...) or EvalResult.save(path) first",
             )
         local = storage.mirror(text, include=lambda rel: rel in ("results.parquet", "summary.json"))

@@ -113,7 +113,7 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         return Run(chain[-1], think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir,
                    earlier=chain[:-1])
     elif not exps and not _has_dumps(p) and not (p / "tensorboard").is_dir():
-        raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(os.listdir(p))[:8]}",
+        raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(n for n in os.listdir(p) if not n.startswith('.'))[:8]}",
                             fix=_FIX_NOT_A_RUN)
     return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
 
@@ -145,7 +145,7 @@ def _open_remote(url: str, exp, **kw) -> Run:
         return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
     if not has_dumps and not any(e.name == "tensorboard" for e in entries):
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
-                            f"{[e.name for e in entries][:8]}", fix=_FIX_NOT_A_RUN)
+                            f"{[e.name for e in entries if not e.name.startswith('.')][:8]}", fix=_FIX_NOT_A_RUN)
     return Run(None, remote=url, **kw)
 
 
