@@ -139,8 +139,8 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
     found = storage.info(text)  # the same check, the same error, on every storage
     if found is None:
         raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
-                            fix="pass cfg.logs_url (a path, or gs://… on a cluster) or one exp_NNN dir inside it; "
-                                "the job creates it when it starts")
+                            fix="pass the run's log_dir (cfg.logs_url: a path, or gs://… on a cluster) or one exp_NNN "
+                                "dir inside it; the job creates it when it starts")
     if remote:
         p = storage.fetch(text) if not found.is_dir else storage.mirror(text, include=lambda rel: "tfevents" in rel)
         chain = None
