@@ -15,6 +15,7 @@ __all__ = [
     "LintError",
     "CheckpointError",
     "ConflictError",
+    "AccessDeniedError",
 ]
 
 
@@ -122,3 +123,7 @@ class CheckpointError(NbtoolsError, ValueError):
 
 class ConflictError(NbtoolsError, FileExistsError):
     """An operation would overwrite or duplicate something that already exists."""
+
+
+class AccessDeniedError(NbtoolsError, PermissionError):
+    """A file, directory or bucket exists but these credentials or permissions may not read (or write) it."""

@@ -134,12 +134,16 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
     """
     from nbtools import storage
 
-    if storage.is_remote(path):
-        text = str(path).rstrip("/")
-        found = storage.info(text)
-        if found is None:
-            raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
-                                fix="pass the experiment's logs URL (or an exp_NNN URL); the job creates it when it starts")
+    remote = storage.is_remote(path)
+    text = str(path).rstrip("/") if remote else str(Path(path).expanduser())
+    found = storage.info(text)  # the same check, the same error, on every storage
+    if found is None:
+        raise NotFoundError(f"expected TensorBoard event files under {text}, found nothing there",
+                            fix=Fix("pass the run's log_dir (cfg.logs_url: a path, or gs://… on a cluster) or one exp_NNN "
+                                "dir inside it; the job creates it when it starts",
+                                cli="pass the run's log_dir (a path, or gs://… on a cluster) or one exp_NNN dir inside "
+                                    "it; the job creates it when it starts"))
+    if remote:
         p = storage.fetch(text) if not found.is_dir else storage.mirror(text, include=lambda rel: "tfevents" in rel)
         chain = None
         if found.is_dir and not EXP_RE.match(storage.name_of(text)):  # a log_dir: which exp dirs make the run
@@ -148,10 +152,7 @@ def read_tensorboard(path: str | os.PathLike, run: str | None = None) -> pd.Data
             names = resumed_chain(exps, lambda n: [e.name for e in storage.ls(storage.join(text, n))])
             chain = [p / n for n in names] or None
     else:
-        p, chain = Path(path), None
-    if not p.exists():
-        raise NotFoundError(f"expected TensorBoard event files under {p}, found no such path",
-                            fix="pass the experiment's log_dir (or an exp_NNN dir); the job creates it when it starts")
+        p, chain = Path(text), None
     root, files, earlier = _resolve_tb(p, chain)
     label = run or (root.parent.name if root.name == "tensorboard" else root.name)
     problems: list[dict] = []

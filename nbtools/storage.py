@@ -2,8 +2,10 @@
 
 Why: on GKE the pods write logs, checkpoints and eval results to a bucket they mount with gcsfuse at ``/data``; a
 laptop or a Workbench VM has no such mount. Every reader in nbtools therefore takes a URL and goes through this
-module, which lets fsspec pick the filesystem (``gcsfs`` for ``gs://``, the ecosystem's standard). Local paths are
-read in place, so nothing changes for the local backend. Remote objects are copied once into a local cache keyed
+module, which lets fsspec pick the filesystem for every URL, local paths included (``fsspec.core.url_to_fs``;
+``gcsfs`` for ``gs://``): each verb is one call on that filesystem, and its errors keep their kind on every
+storage (nothing there: ``NotFoundError``; no permission: ``AccessDeniedError``). On top sit only what fsspec
+lacks: local files are read in place (they are their own copies), and remote objects are copied once into a local cache keyed
 by the object's *generation*: an object that is rewritten (a restarted run re-writes step N) has a new generation
 and is fetched again; one that did not change is never fetched twice. Credentials are the user's Application
 Default Credentials (``gcloud auth application-default login``); nothing is stored. ``STORAGE_EMULATOR_HOST``
@@ -28,8 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from nbtools._atomic import publish, temp_name
+from nbtools._atomic import write_bytes as _write_bytes_local
 from nbtools._atomic import write_text as _write_local
-from nbtools.errors import ConflictError, DependencyError, NotFoundError, NotReadyError
+from nbtools.errors import (
+    AccessDeniedError,
+    ConflictError,
+    DependencyError,
+    Fix,
+    NotFoundError,
+    NotReadyError,
+)
 
 __all__ = [
     "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
@@ -38,7 +48,9 @@ __all__ = [
 
 _MANIFEST = ".nbtools-generations.json"
 _LOCK = threading.RLock()
-_FS: dict[tuple, Any] = {}
+_FS: dict[str, Any] = {}  # gcsfs filesystems by emulator address ("" for Google)
+_LOCAL: dict[str, Any] = {}  # the local filesystem, by protocol name ("file", "local")
+_GCS = ("gs", "gcs")
 
 
 @dataclass(frozen=True)
@@ -159,72 +171,114 @@ def _cache_path(url: str) -> Path:
 # -- filesystems --------------------------------------------------------------------------------------------
 
 
-def filesystem(url: str):
-    """``(fs, path)`` for a URL; ``gs://`` uses gcsfs with ADC (anonymous against an emulator).
+def filesystem(url: str | os.PathLike):
+    """``(fs, path)`` for a URL, local paths included, as ``fsspec.core.url_to_fs`` resolves it.
 
-    gcsfs' experimental zonal/HNS layer is not used: it asks a gRPC control plane about every bucket (60 s
-    timeouts against an emulator) and nbtools only lists and reads objects, which the JSON API does for every
-    bucket type.
+    ``gs://`` is the one exception to the registry's choice of class: gcsfs registers its experimental zonal/HNS
+    layer, which asks a gRPC control plane about every bucket (one more request per call where the caller may not
+    read bucket metadata, 60 s timeouts against an emulator); nbtools only lists and reads objects, which the JSON
+    API of gcsfs' core class does for every bucket type. Credentials: ADC (anonymous against an emulator).
     """
     import fsspec
 
-    proto = _protocol(url)
-    if proto != "gs":
+    text = os.fspath(url)
+    proto = _protocol(text)
+    local = _LOCAL.get(proto) if "::" not in text else None
+    if local is not None:  # the registry's answer for a plain local path never changes: resolve it once
+        return local, text if _plain(text) else local._strip_protocol(text)
+    if proto not in _GCS:
         try:
-            return fsspec.core.url_to_fs(url)
+            fs, path = fsspec.core.url_to_fs(text)
         except (ImportError, ValueError) as e:
-            raise DependencyError(f"no filesystem for {url!r}: {e}",
+            raise DependencyError(f"no filesystem for {text!r}: {e}",
                                   fix=f"install the fsspec implementation for {proto}:// (e.g. pip install s3fs)") from None
+        if proto in ("file", "local") and "::" not in text:
+            _LOCAL[proto] = fs
+        return fs, path
     emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
-    key = ("gs", emulator)
     with _LOCK:
-        fs = _FS.get(key)
+        fs = _FS.get(emulator)
         if fs is None:
             try:
                 from gcsfs.core import GCSFileSystem
             except ImportError:
                 raise DependencyError("reading gs:// needs gcsfs", fix="pip install gcsfs") from None
-            token = "anon" if emulator else "google_default"
             try:
-                fs = _FS[key] = GCSFileSystem(token=token, skip_instance_cache=True)
+                fs = _FS[emulator] = GCSFileSystem(token="anon" if emulator else "google_default",
+                                                   skip_instance_cache=True)
             except Exception as e:  # google.auth.exceptions.DefaultCredentialsError and friends
                 raise NotReadyError(
-                    f"no Google credentials to read {url}", reason=f"{type(e).__name__}: {str(e).splitlines()[0]}",
+                    f"no Google credentials to read {text}", reason=f"{type(e).__name__}: {str(e).splitlines()[0]}",
                     fix="run `gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS)",
                 ) from None
-    return fs, url.split("://", 1)[1]
+    return fs, fs._strip_protocol(text)
 
 
-def _remote_call(url: str, fn):
-    """Run a filesystem call; connection and permission problems become typed errors naming the fix."""
+def _call(url: str, fn, *, want: str = ""):
+    """Run one filesystem call; its errors keep their kind, typed, with the fix (same on every filesystem).
+
+    ``want`` ("a file" / "a directory") words the not-found message for the verb.
+    """
+    where = f"{want} at {url}" if want else url
     try:
         return fn()
     except FileNotFoundError:
-        raise NotFoundError(f"expected {url} to exist, found nothing there",
-                            fix="check the URL (bucket, prefix); the job creates its directories when it starts") from None
+        raise NotFoundError(f"expected {where}, found nothing there", fix=_FIX_MISSING) from None
+    except IsADirectoryError:
+        raise NotFoundError(f"expected {want or 'a file'} at {url}, found a directory",
+                            fix=Fix("pass a file's path or URL; list the directory with nbtools.storage.ls",
+                                    cli="pass a file's path or URL (`gcloud storage ls URL` lists a directory)")) from None
+    except NotADirectoryError:
+        raise NotFoundError(f"expected {want or 'a directory'} at {url}, found a file",
+                            fix="pass the directory that holds it") from None
     except PermissionError as e:
-        raise NotFoundError(f"permission denied reading {url}: {e}",
-                            fix="grant your account roles/storage.objectViewer on the bucket, or re-run "
-                            "`gcloud auth application-default login`") from None
+        raise _denied(url, e) from None
     except OSError as e:
-        raise NotReadyError(f"could not reach {url}", reason=f"{type(e).__name__}: {e}",
-                            fix="check your network and credentials, then retry") from None
+        if str(e).startswith("Forbidden"):  # gcsfs raises a plain OSError for HTTP 403 (gcsfs/retry.py)
+            raise _denied(url, e) from None
+        raise NotReadyError(f"could not read {url}", reason=f"{type(e).__name__}: {e}",
+                            fix="check your network and credentials (or the disk), then retry") from None
+    except Exception as e:
+        if getattr(e, "code", None) in (401, 403):  # gcsfs.retry.HttpError: credentials refused
+            raise _denied(url, e) from None
+        raise
 
 
-def _entry_from(url_base: str, d: dict) -> Entry:
-    proto = _protocol(url_base)
-    name = posixpath.basename(d["name"].rstrip("/"))
-    is_dir = d.get("type") == "directory"
-    version = str(d.get("generation") or d.get("etag") or d.get("mtime") or d.get("size") or "")
+def _denied(url: str, e: Exception) -> AccessDeniedError:
+    reason = " ".join(str(e).split())[:300]
+    return AccessDeniedError(
+        f"permission denied on {url} ({reason})",
+        fix="grant your account roles/storage.objectViewer on the bucket (roles/storage.objectUser to write), or "
+            "re-run `gcloud auth application-default login`" if is_remote(url)
+        else "make it readable (chmod u+r) or run as its owner")
+
+
+_FIX_MISSING = Fix("check the URL or path (bucket, prefix; cfg.log_dir / cfg.checkpoint_dir); the job creates its "
+                   "directories when it starts", cli="check the URL or path (bucket, prefix; the experiment's log_dir / "
+                   "checkpoint_dir); the job creates its directories when it starts")
+
+
+def _version(d: dict) -> str:
+    """What changes whenever the bytes may have: the object generation (GCS), an etag, else inode:size:mtime."""
+    for key in ("generation", "etag", "ETag"):
+        if d.get(key):
+            return str(d[key])
+    return ":".join(str(d.get(k, "")) for k in ("ino", "size", "mtime"))
+
+
+def _entry(url: str, d: dict, name: str | None = None) -> Entry:
     md5 = d.get("md5Hash") if isinstance(d.get("md5Hash"), str) else ""
-    return Entry(f"{proto}://{d['name'].rstrip('/')}", name, int(d.get("size") or 0), version, is_dir, md5)
+    return Entry(url, name or name_of(url), int(d.get("size") or 0), _version(d), d.get("type") == "directory", md5)
 
 
-def _local_entry(p: Path, st: os.stat_result | None = None) -> Entry:
-    st = st or p.stat()
-    import stat as _stat
-
-    return Entry(str(p), p.name, st.st_size, f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}", _stat.S_ISDIR(st.st_mode))
+def _followed(fs, d: dict) -> dict | None:
+    """A symbolic link's target (listings report the link itself); None for a dangling link."""
+    if not d.get("islink"):
+        return d
+    try:
+        return {**fs.info(d["name"]), "name": d["name"]}
+    except OSError:
+        return None
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -234,46 +288,44 @@ def ls(url: str | os.PathLike) -> list[Entry]:
     """The directory's children (files and sub-directories), sorted by name.
 
     Raises:
-        NotFoundError: the directory does not exist.
+        NotFoundError: nothing is there, or a file is.
+        AccessDeniedError: the directory cannot be listed with these credentials / permissions.
     """
-    text = os.fspath(url)
-    if not is_remote(text):
-        p = local_path(text)
-        if not p.is_dir():
-            raise NotFoundError(f"expected a directory at {p}, found {'a file' if p.exists() else 'nothing'}",
-                                fix="check the path (the experiment's log_dir / checkpoint_dir)")
-        out = []
-        with os.scandir(p) as it:
-            for e in it:
-                try:
-                    out.append(_local_entry(Path(e.path), e.stat()))
-                except OSError:  # a dangling symlink or a file removed while listing
-                    continue
-        return sorted(out, key=lambda e: e.name)
+    text = _canonical(url)
     fs, path = filesystem(text)
-    items = _remote_call(text, lambda: fs.ls(path, detail=True, refresh=True))
-    return sorted((_entry_from(text, d) for d in items if d["name"].rstrip("/") != path.rstrip("/")),
-                  key=lambda e: e.name)
+    items = _call(text, lambda: fs.ls(path, detail=True, refresh=True), want="a directory")
+    base = path.rstrip("/")
+    if len(items) == 1 and items[0]["name"].rstrip("/") == base and items[0].get("type") != "directory":
+        raise NotFoundError(f"expected a directory at {text}, found a file", fix="pass the directory that holds it")
+    prefix = text if text.endswith("/") else text + "/"  # join() of a canonical URL, without a Path per entry
+    out = []
+    for d in items:
+        full = d["name"].rstrip("/")
+        if full == base or (d := _followed(fs, d)) is None:
+            continue
+        name = posixpath.basename(full)
+        out.append(_entry(prefix + name, d, name))
+    return sorted(out, key=lambda e: e.name)
 
 
 def info(url: str | os.PathLike) -> Entry | None:
-    """The file or directory at ``url``, or None when nothing is there."""
-    text = os.fspath(url)
-    if not is_remote(text):
-        try:
-            return _local_entry(local_path(text))
-        except OSError:
-            return None
+    """The file or directory at ``url``, or None when nothing is there.
+
+    Raises:
+        AccessDeniedError: it cannot be read with these credentials / permissions.
+    """
+    text = _canonical(url)
     fs, path = filesystem(text)
-    try:
-        fs.invalidate_cache(path)
-        d = fs.info(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise NotReadyError(f"could not reach {text}", reason=f"{type(e).__name__}: {e}",
-                            fix="check your network and credentials, then retry") from None
-    return _entry_from(text, d)
+
+    def call():
+        try:
+            fs.invalidate_cache(path)
+            return fs.info(path)
+        except FileNotFoundError:
+            return None
+
+    d = _call(text, call)
+    return None if d is None else _entry(text, d)
 
 
 def exists(url: str | os.PathLike) -> bool:
@@ -285,23 +337,14 @@ def read_bytes(url: str | os.PathLike, start: int | None = None, end: int | None
                version: str | None = None) -> bytes:
     """The bytes ``[start, end)`` of a file (all of it by default): one ranged GET for a remote object.
 
-    ``version`` pins a remote object's generation (``Entry.version``): an offset found in one generation is never
-    read from another. A pinned read of an object rewritten since raises :class:`StaleVersion`.
+    ``version`` pins an object's generation (``Entry.version``): an offset found in one generation is never read
+    from another. A pinned read of an object rewritten since raises :class:`StaleVersion`.
     """
-    text = os.fspath(url)
-    if version is not None and is_remote(text):
+    text = _canonical(url)
+    if version is not None:
         return _read_pinned(text, start, end, version)
-    if not is_remote(text):
-        p = local_path(text)
-        try:
-            with open(p, "rb") as f:
-                if start:
-                    f.seek(start)
-                return f.read(-1 if end is None else max(0, end - (start or 0)))
-        except FileNotFoundError:
-            raise NotFoundError(f"expected a file at {p}, found nothing", fix="check the path") from None
     fs, path = filesystem(text)
-    return _remote_call(text, lambda: fs.cat_file(path, start=start, end=end))
+    return _call(text, lambda: fs.cat_file(path, start=start, end=end), want="a file")
 
 
 class StaleVersion(NotFoundError):
@@ -312,12 +355,12 @@ def _read_pinned(url: str, start: int | None, end: int | None, version: str) -> 
     fs, path = filesystem(url)
     stale = StaleVersion(f"{url} was rewritten: generation {version} is gone",
                          fix="read it again (its listing and index are refreshed)")
-    if _protocol(url) in ("gs", "gcs") and version.isdigit():  # GCS serves exactly that generation, or 404
+    if _protocol(url) in _GCS and version.isdigit():  # GCS serves exactly that generation, or 404
         try:
-            return _remote_call(url, lambda: fs.cat_file(path, start=start, end=end, generation=version))
+            return _call(url, lambda: fs.cat_file(path, start=start, end=end, generation=version))
         except NotFoundError:
             raise stale from None
-    data = _remote_call(url, lambda: fs.cat_file(path, start=start, end=end))
+    data = _call(url, lambda: fs.cat_file(path, start=start, end=end), want="a file")
     now = info(url)  # a filesystem without generations: the version must not have changed around the read
     if now is None or now.version != version:
         raise stale
@@ -330,16 +373,15 @@ def read_text(url: str | os.PathLike) -> str:
 
 
 def write_bytes(url: str | os.PathLike, data: bytes) -> None:
-    """Replace a file with ``data`` so no reader sees it half-written: a temp file, fsync and rename locally; one
-    object upload remotely (GCS makes an object visible only once it is complete)."""
-    text = os.fspath(url)
+    """Replace a file with ``data`` so no reader sees it half-written: one object upload where the store makes
+    an object visible only once complete (GCS); a temp file, fsync and rename on a local disk, which fsspec's
+    local ``pipe_file`` (written in place) does not do."""
+    text = _canonical(url)
     if not is_remote(text):
-        from nbtools._atomic import write_bytes as atomic
-
-        atomic(local_path(text), data, fsync=True)
+        _write_bytes_local(local_path(text), data, fsync=True)
         return
     fs, path = filesystem(text)
-    _remote_call(text, lambda: fs.pipe_file(path, data))
+    _call(text, lambda: fs.pipe_file(path, data))
 
 
 def write_text(url: str | os.PathLike, text: str) -> None:
@@ -355,6 +397,23 @@ def glob(url: str | os.PathLike, pattern: str) -> list[str]:
         return sorted(e.url for e in ls(url) if fnmatch.fnmatch(e.name, pattern))
     except NotFoundError:
         return []
+
+
+def _canonical(url: str | os.PathLike) -> str:
+    """A URL as given, a local one as its path (``file://`` stripped, ``~`` expanded): the form entries carry."""
+    text = os.fspath(url)
+    if _plain(text):
+        return text
+    return str(local_path(text)) if not is_remote(text) else text.rstrip("/")
+
+
+def _plain(text: str) -> bool:
+    """An absolute, normalised POSIX path: its own canonical form and fsspec's local path (no Path built for it)."""
+    return (os.sep == "/" and text.startswith("/") and "://" not in text and "//" not in text and "/./" not in text
+            and not text.endswith(("/", "/.")) or text == "/")
+
+
+# -- the cache of remote objects, by generation ---------------------------------------------------------------
 
 
 def _load_manifest(d: Path) -> dict[str, str]:
@@ -417,17 +476,14 @@ def fetch(url: str | os.PathLike, *, entry: Entry | None = None) -> Path:
     Example:
         >>> storage.fetch("gs://my-bucket/nemo-rl/x/checkpoints/step_30/training_info.json").read_text()
     """
-    text = os.fspath(url)
-    if not is_remote(text):
-        p = local_path(text)
-        if not p.is_file():
-            raise NotFoundError(f"expected a file at {p}, found {'a directory' if p.exists() else 'nothing'}",
-                                fix="check the path")
-        return p
+    text = _canonical(url)
     entry = entry or info(text)
     if entry is None or entry.is_dir:
-        raise NotFoundError(f"expected an object at {text}, found {'a prefix' if entry else 'nothing'}",
-                            fix="check the URL; list its parent with nbtools.storage.ls")
+        raise NotFoundError(f"expected a file at {text}, found {'a directory' if entry else 'nothing there'}",
+                            fix=Fix("check the URL or path; list its parent with nbtools.storage.ls",
+                                    cli="check the URL or path; list its parent (`ls`, or `gcloud storage ls` for gs://)"))
+    if not is_remote(text):  # a file on this machine is its own copy
+        return local_path(text)
     hit = _cached(text, entry)
     if hit is not None:
         return hit
@@ -510,11 +566,11 @@ def _download(items: list[tuple[str, Entry]], *, missing_ok: bool = False) -> li
         except FileNotFoundError:  # one object vanished since the listing: find which, keep the others
             for (u, _), r, tmp in zip(items, rpaths, temps, strict=True):
                 try:
-                    _remote_call(u, lambda r=r, tmp=tmp: fs.get(r, str(tmp)))
+                    _call(u, lambda r=r, tmp=tmp: fs.get(r, str(tmp)))
                 except NotFoundError:
                     gone.append(u)
         except (PermissionError, OSError):
-            _remote_call(items[0][0], lambda: fs.get(rpaths, [str(t) for t in temps]))  # the typed error, named
+            _call(items[0][0], lambda: fs.get(rpaths, [str(t) for t in temps]))  # the typed error, named
         if gone and not missing_ok:
             raise NotFoundError(f"expected {', '.join(gone[:5])} to exist (listed moments ago), found nothing there",
                                 fix="it was deleted or replaced while being read; list and read again")
@@ -561,24 +617,25 @@ def mirror(url: str | os.PathLike, *, include: Callable[[str], bool] | None = No
     Example:
         >>> d = storage.mirror(logs_url, include=lambda rel: "tfevents" in rel)
     """
-    text = os.fspath(url)
-    if not is_remote(text):
-        p = local_path(text)
-        if not p.is_dir():
-            raise NotFoundError(f"expected a directory at {p}, found {'a file' if p.exists() else 'nothing'}",
-                                fix="check the path")
-        return p
+    text = _canonical(url)
     fs, path = filesystem(text)
-    found = _remote_call(text, lambda: fs.find(path, detail=True, withdirs=False, refresh=True))
+    if not is_remote(text):  # a directory on this machine is its own mirror
+        found = info(text)
+        if found is None or not found.is_dir:
+            raise NotFoundError(f"expected a directory at {text}, found {'a file' if found else 'nothing there'}",
+                                fix=_FIX_MISSING)
+        return local_path(text)
+    found = _call(text, lambda: fs.find(path, detail=True, withdirs=False, refresh=True), want="a directory")
     if not found and info(text) is None:
-        raise NotFoundError(f"expected a directory at {text}, found nothing there",
-                            fix="check the URL; the job creates its directories when it starts")
+        raise NotFoundError(f"expected a directory at {text}, found nothing there", fix=_FIX_MISSING)
+    if path.rstrip("/") in found:  # find() of an object's own name is that object
+        raise NotFoundError(f"expected a directory at {text}, found a file", fix="pass the directory that holds it")
     base = path.rstrip("/") + "/"
     wanted: dict[str, Entry] = {}
     for name, d in found.items():
         rel = name[len(base):] if name.startswith(base) else posixpath.basename(name)
         if rel and not rel.endswith("/") and (include is None or include(rel)):
-            wanted[join(text, rel)] = _entry_from(text, d)
+            wanted[join(text, rel)] = _entry(join(text, rel), d)
     stale = [(u, e) for u, e in wanted.items() if _cached(u, e) is None]
     _download(stale)
     root = _cache_path(text)

@@ -82,6 +82,26 @@ def sim_gke(request, tmp_path_factory):
         yield sim
 
 
+@pytest.fixture(scope="module")
+def gcs(request):
+    """A real GCS JSON-API emulator for the test module (tests/gcs_emulator.py: fake-gcs-server, a STAND-IN for
+    Google Cloud Storage that gcsfs talks to through ``STORAGE_EMULATOR_HOST`` while the module runs). The bucket a
+    module names in ``BUCKET = "..."`` is created; put objects with ``gcs.fs.pipe`` / ``gcs.fs.put``."""
+    from gcs_emulator import GcsEmulator
+
+    with GcsEmulator() as g:
+        if getattr(request.module, "BUCKET", None):
+            g.create_bucket(request.module.BUCKET)
+        yield g
+
+
+@pytest.fixture
+def storage_cache(tmp_path, monkeypatch) -> Path:
+    """``NBTOOLS_CACHE_DIR`` in the test's tmp dir: copies of remote objects never outlive (or leak into) a test."""
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -90,3 +90,57 @@ class GcsEmulator:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class ForbiddingGcs:
+    """A GCS JSON API STAND-IN that refuses every request with HTTP 403 and the error body GCS sends an account
+    without access (``{"error": {"code": 403, "message": "<account> does not have storage.objects.list access
+    ...", "errors": [{"reason": "forbidden", ...}]}}``, per Google's JSON API status-code reference), so gcsfs'
+    real response handling runs. Sets ``STORAGE_EMULATOR_HOST`` while entered.
+
+        with ForbiddingGcs():
+            storage.ls("gs://someone-elses-bucket/x")      # AccessDeniedError
+    """
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _refuse(self):
+                import json
+
+                msg = ("reader@example.iam.gserviceaccount.com does not have storage.objects.list access to the "
+                       "Google Cloud Storage bucket. Permission 'storage.objects.list' denied on resource (or it "
+                       "may not exist).")
+                body = json.dumps({"error": {"code": 403, "message": msg, "errors": [
+                    {"message": msg, "domain": "global", "reason": "forbidden"}]}}).encode()
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._old_env: str | None = None
+
+    def __enter__(self) -> ForbiddingGcs:
+        self._thread.start()
+        self._old_env = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = self.url
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        if self._old_env is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = self._old_env

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from gcs_emulator import GcsEmulator
 
 from nbtools import checkpoints as ck
 from nbtools.errors import NotFoundError
 
 BUCKET = "sim-bucket"
+pytestmark = pytest.mark.usefixtures("storage_cache")  # the gcs fixture: tests/conftest.py
 
 
 def _layout(put) -> None:
@@ -25,18 +25,6 @@ def _layout(put) -> None:
         put(f"{d}/policy/weights/.metadata", "x")
     put("latest_checkpoint_status.json", json.dumps({"last_successful_ckpt_save_completion": 1795600800.0,
                                                      "last_checkpoint_step": 3}))
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with GcsEmulator() as g:
-        g.create_bucket(BUCKET)
-        yield g
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
 
 
 @pytest.fixture(params=["disk", "gcs"])

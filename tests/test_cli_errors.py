@@ -369,6 +369,16 @@ def _plan_incomplete(tmp_path):
          keep_going=True).apply(dry_run=False, progress=False)
 
 
+def _access_denied(tmp_path):
+    """A directory this account may not list (root ignores chmod here, so the OS's refusal is what is simulated)."""
+    from unittest import mock
+
+    from nbtools import storage
+
+    with mock.patch("os.scandir", side_effect=PermissionError(13, "Permission denied", str(tmp_path))):
+        storage.ls(tmp_path)
+
+
 # class -> how a user meets it: CLI arguments (run through nbtools.cli.main with --json), or a real raise path
 # whose error goes through the CLI's error layer (no CLI command reaches it without a cluster).
 ERROR_PATHS = {
@@ -383,6 +393,7 @@ ERROR_PATHS = {
     "StaleVersion": ("raise", _stale_version),
     "StepFailedError": ("raise", _step_failed),
     "PlanIncompleteError": ("raise", _plan_incomplete),
+    "AccessDeniedError": ("raise", _access_denied),
 }
 
 

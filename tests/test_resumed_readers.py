@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from gcs_emulator import GcsEmulator
 
 from nbtools import metrics, storage, trajectories
 from nbtools._layout import resumed_chain
@@ -91,21 +90,18 @@ def test_a_fresh_run_in_the_same_log_dir_is_not_spliced(logs):
     assert list(r.step) == [1, 2, 3] and r.value.iloc[0] == pytest.approx(30.01)
 
 
-def test_a_resumed_run_in_a_bucket_reads_like_on_disk(logs, tmp_path, monkeypatch):
-    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
-    with GcsEmulator() as gcs:
-        gcs.create_bucket(BUCKET)
-        gcs.fs.put(str(logs), f"{BUCKET}/run/logs", recursive=True)
-        url = f"gs://{BUCKET}/run/logs"
-        remote, local = trajectories.open_run(url), trajectories.open_run(logs)
-        assert remote.steps == local.steps and remote.overlap == local.overlap == {"train": [6, 7], "val": []}
-        a, b = remote.read(), local.read()
-        assert a.reward.tolist() == b.reward.tolist() and a.attrs["overlap_steps"] == [6, 7]
-        assert remote.record(6, 0)["reward"] == pytest.approx(20.06) and remote.record(3, 0)["reward"] == pytest.approx(10.03)
-        storage.evict(f"{url}/exp_001")
-        assert remote.record(3, 1)["reward"] == pytest.approx(10.03)
-        df = metrics.read_tensorboard(url)
-        assert list(metrics.select(df, "reward").step) == list(range(1, 11)) and df.attrs["overlap_steps"] == [6, 7]
+def test_a_resumed_run_in_a_bucket_reads_like_on_disk(logs, gcs, storage_cache):
+    gcs.fs.put(str(logs), f"{BUCKET}/run/logs", recursive=True)
+    url = f"gs://{BUCKET}/run/logs"
+    remote, local = trajectories.open_run(url), trajectories.open_run(logs)
+    assert remote.steps == local.steps and remote.overlap == local.overlap == {"train": [6, 7], "val": []}
+    a, b = remote.read(), local.read()
+    assert a.reward.tolist() == b.reward.tolist() and a.attrs["overlap_steps"] == [6, 7]
+    assert remote.record(6, 0)["reward"] == pytest.approx(20.06) and remote.record(3, 0)["reward"] == pytest.approx(10.03)
+    storage.evict(f"{url}/exp_001")
+    assert remote.record(3, 1)["reward"] == pytest.approx(10.03)
+    df = metrics.read_tensorboard(url)
+    assert list(metrics.select(df, "reward").step) == list(range(1, 11)) and df.attrs["overlap_steps"] == [6, 7]
 
 
 def test_cli_trajectories_reports_the_resumed_run(logs, capfd):

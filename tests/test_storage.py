@@ -6,24 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
-from gcs_emulator import GcsEmulator
 
 from nbtools import storage
 from nbtools.errors import NotFoundError
 
 BUCKET = "sim-bucket"
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with GcsEmulator() as g:
-        g.create_bucket(BUCKET)
-        yield g
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("storage_cache")  # the gcs fixture: tests/conftest.py
 
 
 def _put(gcs, key: str, data: bytes) -> str:
@@ -143,3 +131,47 @@ def test_a_tampered_or_replaced_cached_copy_is_never_served(gcs, monkeypatch):
     with pytest.raises(NotReadyError, match=r"does not match the object's MD5"):
         storage.fetch(url)
     assert not p.exists()  # nothing damaged was put in place
+
+
+def test_errors_keep_their_kind_on_disk_and_in_a_bucket(gcs, tmp_path):
+    """#26 item 7: one code path per verb, so a missing path, a file where a directory is expected and a directory
+    where a file is expected raise the same typed error on both storages."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f.txt").write_text("x")
+    _put(gcs, "kinds/d/f.txt", b"x")
+    for base in (str(tmp_path), f"gs://{BUCKET}/kinds"):
+        with pytest.raises(NotFoundError, match=r"expected a directory at \S+/nope, found nothing there"):
+            storage.ls(storage.join(base, "nope"))
+        with pytest.raises(NotFoundError, match=r"expected a directory at \S+/d/f\.txt, found a file"):
+            storage.ls(storage.join(base, "d", "f.txt"))
+        with pytest.raises(NotFoundError, match=r"expected a file at \S+/d/nope\.txt, found nothing there"):
+            storage.read_bytes(storage.join(base, "d", "nope.txt"))
+        with pytest.raises(NotFoundError, match=r"expected a file at \S+/d, found a directory"):
+            storage.fetch(storage.join(base, "d"))
+        with pytest.raises(NotFoundError, match=r"expected a directory at \S+/d/f\.txt, found a file"):
+            storage.mirror(storage.join(base, "d", "f.txt"))
+        assert storage.info(storage.join(base, "nope")) is None and storage.glob(storage.join(base, "nope"), "*") == []
+
+
+def test_permission_denied_is_a_permission_error_on_disk_and_in_a_bucket(tmp_path, monkeypatch):
+    """Not a NotFoundError (the old remote branch said "not found" for a 403): the error says permission and how to
+    get it. The bucket is a stand-in answering 403 as GCS does; on disk root ignores chmod, so os.scandir refuses."""
+    from gcs_emulator import ForbiddingGcs
+
+    from nbtools.errors import AccessDeniedError, NbtoolsError
+
+    with ForbiddingGcs():
+        for call in (storage.ls, storage.info, storage.read_bytes):
+            with pytest.raises(AccessDeniedError, match=r"(?s)permission denied on gs://theirs/x.*storage\.objects\.list"
+                                                        r".*roles/storage\.objectViewer") as e:
+                call("gs://theirs/x")
+            assert isinstance(e.value, PermissionError) and isinstance(e.value, NbtoolsError)
+            assert not isinstance(e.value, FileNotFoundError)
+    (tmp_path / "locked").mkdir()
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    with pytest.raises(AccessDeniedError, match=r"(?s)permission denied on \S+/locked.*fix: make it readable"):
+        storage.ls(tmp_path / "locked")

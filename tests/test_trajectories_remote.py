@@ -8,11 +8,11 @@ import json
 
 import pandas as pd
 import pytest
-from gcs_emulator import GcsEmulator
 
 from nbtools import storage, trajectories
 
 BUCKET = "traj-bucket"
+pytestmark = pytest.mark.usefixtures("storage_cache")  # the gcs fixture: tests/conftest.py
 
 
 def _line(step: int, i: int, reward: float) -> str:
@@ -28,18 +28,6 @@ def _write_run(root, steps=3, per=8):
     for s in range(1, steps + 1):
         (exp / f"train_data_step{s}.jsonl").write_text("".join(_line(s, i, i / per) + "\n" for i in range(per)))
     return root / "logs"
-
-
-@pytest.fixture(scope="module")
-def gcs():
-    with GcsEmulator() as g:
-        g.create_bucket(BUCKET)
-        yield g
-
-
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
 
 
 def _upload(gcs, local, prefix):

@@ -23,8 +23,8 @@ import pandas as pd
 
 import nbtools.checkpoints._verl as _verl
 from nbtools import _paths, storage
-from nbtools._layout import STEP_RE, step_dirs, weights_dir
-from nbtools.errors import CheckpointError, NotFoundError
+from nbtools._layout import STEP_RE, weights_dir
+from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
            "in_progress", "checkpoint_status"]
@@ -34,22 +34,28 @@ _TMP_RE = re.compile(r"^tmp_step_(\d+)$")
 
 LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron", _verl.VERL_LAYOUT)
 
+def _at(url: str) -> Path:
+    """What a listing returns for one of its directories: a ``Path`` on this machine, a ``Url`` (str) elsewhere."""
+    return _paths.Url(url) if storage.is_remote(url) else Path(url)
+
+
+def _root(checkpoint_dir: str | Path) -> str:
+    text = str(checkpoint_dir).rstrip("/") or "/"
+    return text if storage.is_remote(text) else str(Path(text).expanduser())
+
+
 def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
-    if storage.is_remote(checkpoint_dir):
-        url = str(checkpoint_dir).rstrip("/")
-        if storage.info(url) is None:
-            raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
-                                fix="check the experiment's checkpointing.checkpoint_dir, or wait until the run "
-                                "saved its first checkpoint")
-        return sorted((int(m.group(1)), _paths.Url(e.url)) for e in storage.ls(url)
-                      if e.is_dir and (m := STEP_RE.match(e.name)))
-    d = Path(checkpoint_dir).expanduser()
-    if not d.is_dir():
-        raise NotFoundError(
-            f"checkpoint_dir {str(d)!r} does not exist",
-            fix="check the experiment's checkpointing.checkpoint_dir, or wait until the run saved its first checkpoint",
-        )
-    return step_dirs(d)  # tmp_step_N (being written) and old_step_N (being replaced) never match
+    """``(N, dir)`` of every complete ``step_N``, lowest first: one listing, the same on every storage."""
+    url = _root(checkpoint_dir)
+    found = storage.info(url)
+    if found is None or not found.is_dir:
+        raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
+                            fix=Fix("check checkpointing.checkpoint_dir (cfg.checkpoint_dir; cfg.checkpoints_url for a "
+                                    "run in a bucket), or wait until the run saved its first checkpoint",
+                                    cli="check the experiment's checkpointing.checkpoint_dir (its gs:// URL for a run in "
+                                        "a bucket), or wait until the run saved its first checkpoint"))
+    # tmp_step_N (being written) and old_step_N (being replaced) never match
+    return sorted((int(m.group(1)), _at(e.url)) for e in storage.ls(url) if e.is_dir and (m := STEP_RE.match(e.name)))
 
 
 def in_progress(checkpoint_dir: str | Path) -> list[int]:
@@ -60,11 +66,7 @@ def in_progress(checkpoint_dir: str | Path) -> list[int]:
         [300]
     """
     try:
-        if storage.is_remote(checkpoint_dir):
-            names = [e.name for e in storage.ls(str(checkpoint_dir).rstrip("/")) if e.is_dir]
-        else:
-            d = Path(checkpoint_dir).expanduser()
-            names = [p.name for p in d.iterdir() if p.is_dir()] if d.is_dir() else []
+        names = [e.name for e in storage.ls(_root(checkpoint_dir)) if e.is_dir]
     except (NotFoundError, OSError):
         return []
     done = {int(m.group(1)) for n in names if (m := STEP_RE.match(n))}
@@ -76,10 +78,8 @@ def checkpoint_status(checkpoint_dir: str | Path) -> dict | None:
 
     Its ``last_checkpoint_step`` is written when a save *starts* finalising: the step may still be ``tmp_step_N``.
     """
-    url = storage.join(str(checkpoint_dir), STATUS_FILE) if storage.is_remote(checkpoint_dir) else None
     try:
-        raw = storage.read_bytes(url) if url else (Path(checkpoint_dir).expanduser() / STATUS_FILE).read_bytes()
-        data = json.loads(raw)
+        data = json.loads(storage.read_bytes(storage.join(_root(checkpoint_dir), STATUS_FILE)))
     except (NotFoundError, OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -111,18 +111,12 @@ def _is_number(v) -> bool:
 
 def _load_info(step_dir: str | Path) -> tuple[dict, str | None]:
     """(fields, problem) of ``training_info.json``; fields are {} when it cannot be used at all."""
-    if storage.is_remote(step_dir):
-        try:
-            raw = storage.read_bytes(storage.join(str(step_dir), "training_info.json"))
-        except NotFoundError:
-            return {}, "training_info.json is missing (NeMo-RL writes it first)"
-    else:
-        p = Path(step_dir) / "training_info.json"
-        if not p.is_file():
-            what = "is a dangling symlink" if p.is_symlink() else "is missing"
-            return {}, f"training_info.json {what} (NeMo-RL writes it first)"
+    url = storage.join(_root(step_dir), "training_info.json")
     try:
-        info = json.loads(raw if storage.is_remote(step_dir) else p.read_bytes())
+        info = json.loads(storage.read_bytes(url))
+    except NotFoundError:
+        what = "is a dangling symlink" if not storage.is_remote(url) and Path(url).is_symlink() else "is missing"
+        return {}, f"training_info.json {what} (NeMo-RL writes it first)"
     except (OSError, UnicodeDecodeError) as e:
         return {}, f"training_info.json cannot be read ({type(e).__name__}: {e})"
     except json.JSONDecodeError as e:
@@ -151,7 +145,7 @@ def read_training_info(step_dir: str | Path) -> dict:
     """
     info, problem = _load_info(step_dir)
     if problem and not info and "missing" not in problem:
-        raise CheckpointError(f"{Path(step_dir) / 'training_info.json'}: {problem}", fix=_DAMAGED)
+        raise CheckpointError(f"{storage.join(_root(step_dir), 'training_info.json')}: {problem}", fix=_DAMAGED)
     return info
 
 
@@ -171,23 +165,23 @@ def detect_layout(step_dir: str | Path) -> str:
         >>> nbtools.checkpoints.detect_layout("runs/local-rehearsal/checkpoints/step_100")
         'v2_safetensors'
     """
-    if storage.is_remote(step_dir):
-        return _remote_layout(str(step_dir).rstrip("/"))
     if _verl.is_verl_step(step_dir):
         return _verl.VERL_LAYOUT
-    w = weights_dir(step_dir)
-    if (w / ".metadata").is_file():
+    w = _weights_url(_root(step_dir))
+    found = _names(w)
+    top = found or {}
+    if top.get(".metadata") and not top[".metadata"].is_dir:
         return "dtensor_v1"
-    model = w / "model"
-    if (model / ".metadata").is_file():
+    model = _names(storage.join(w, "model")) or {}
+    if model.get(".metadata") and not model[".metadata"].is_dir:
         return "v2_torch_save"
-    if any(model.glob("shard-*.safetensors")):
+    if any(n.startswith("shard-") and n.endswith(".safetensors") for n in model):
         return "v2_safetensors"
-    if any((model / "consolidated").glob("*.safetensors")):
+    if any(n.endswith(".safetensors") for n in _names(storage.join(w, "model", "consolidated")) or {}):
         return "consolidated"
-    if any(p.is_dir() for p in w.glob("iter_*")):
+    if any(n.startswith("iter_") and e.is_dir for n, e in top.items()):
         return "megatron"
-    seen = sorted(x.name for x in w.iterdir())[:10] if w.is_dir() else "nothing (directory missing)"
+    seen = sorted(n for n in top if not n.startswith("."))[:10] if found is not None else "nothing (directory missing)"
     raise NotFoundError(
         f"no model weights found under {w}: expected policy/weights/.metadata (DTensor v1), "
         f"policy/weights/model/.metadata or shard-*.safetensors (DTensor v2), model/consolidated/ or iter_* "
@@ -196,32 +190,22 @@ def detect_layout(step_dir: str | Path) -> str:
     )
 
 
-def _remote_layout(step: str) -> str:
-    """detect_layout from listings alone (a bucket): the same rules, the same order."""
-    def names(url: str) -> dict[str, storage.Entry]:
-        try:
-            return {e.name: e for e in storage.ls(url)}
-        except NotFoundError:
-            return {}
+def _names(url: str) -> dict[str, storage.Entry] | None:
+    """{name: entry} of a directory's children; None when it is not there."""
+    try:
+        return {e.name: e for e in storage.ls(url)}
+    except NotFoundError:
+        return None
 
+
+def _weights_url(step: str) -> str:
+    """``step_N/policy/weights`` (also that directory itself, or its ``model/`` subdirectory), on any storage."""
     w = storage.join(step, "policy", "weights")
-    top = names(w)
-    if ".metadata" in top:
-        return "dtensor_v1"
-    model = names(storage.join(w, "model"))
-    if ".metadata" in model:
-        return "v2_torch_save"
-    if any(n.startswith("shard-") and n.endswith(".safetensors") for n in model):
-        return "v2_safetensors"
-    if any(n.endswith(".safetensors") for n in names(storage.join(w, "model", "consolidated"))):
-        return "consolidated"
-    if any(n.startswith("iter_") and e.is_dir for n, e in top.items()):
-        return "megatron"
-    raise NotFoundError(
-        f"no model weights found under {w}: expected policy/weights/.metadata (DTensor v1), policy/weights/model/"
-        f".metadata or shard-*.safetensors (DTensor v2), model/consolidated/ or iter_* (Megatron); saw "
-        f"{sorted(top)[:10] or 'nothing'}",
-        fix="pass a complete step_N directory (not tmp_step_N); the run may still be writing it")
+    if (e := storage.info(w)) is not None and e.is_dir:
+        return w
+    if storage.name_of(step) == "model" and storage.name_of(storage.parent_of(step)) == "weights":
+        return storage.parent_of(step)
+    return step
 
 
 def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:

@@ -5,6 +5,7 @@ Library modules are imported inside each function so ``nbtools --help`` stays fa
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -154,10 +155,11 @@ def cmd_trajectories(a) -> Out:
 
 
 def cmd_metrics(a) -> Out:
-    from nbtools import metrics
+    from nbtools import metrics, storage
 
-    p = Path(a.run)
-    verl = p.is_file() and "tfevents" not in p.name
+    found = storage.info(a.run)  # a path or a URL (gs://…): the same forms on every storage
+    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(a.run)
+    p = storage.fetch(a.run, entry=found) if verl else a.run
     df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
     if df.empty and verl and not _is_text(p):
         from nbtools.errors import NotFoundError
@@ -200,18 +202,26 @@ def cmd_checkpoints(a) -> Out:
                df.to_string(index=False) if len(df) else f"no step_N checkpoints in {a.checkpoint_dir} yet")
 
 
-def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
-    """The path, or a NotFoundError naming the flag/argument (the library would look elsewhere, e.g. the Hub)."""
+def _existing(p: str, flag: str, *, kind: str, fix: str):
+    """What is at ``p`` (a path or a URL: ``storage.Entry``), or a NotFoundError naming the flag/argument (the
+    library would look elsewhere, e.g. the Hub)."""
+    from nbtools import storage
     from nbtools.errors import NotFoundError
 
-    path = Path(p).expanduser()
-    if not path.exists():
+    found = storage.info(p)
+    if found is None:
         raise NotFoundError(f"{flag} {p}: no such file or directory", fix=fix)
-    if kind == "dir" and not path.is_dir():
+    if kind == "dir" and not found.is_dir:
         raise NotFoundError(f"{flag} {p}: is a file, not a directory", fix=fix)
-    if kind == "file" and path.is_dir():
+    if kind == "file" and found.is_dir:
         raise NotFoundError(f"{flag} {p}: is a directory, not a file", fix=fix)
-    return path
+    return found
+
+
+def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
+    """:func:`_existing` for an argument that must be on this machine (what the merge writes or reads in place)."""
+    _existing(str(Path(p).expanduser()), flag, kind=kind, fix=fix)
+    return Path(p).expanduser()
 
 
 def cmd_merge(a) -> Out:
@@ -243,9 +253,11 @@ def _block(b) -> dict:
 
 
 def _read_log(path: str, what: str = "LOGFILE") -> str:
-    p = _existing_path(path, what, kind="file",
-                       fix="save the eval job's log first, e.g. `nbtools jobs logs EXPERIMENT.yaml --id ID > eval.log`")
-    return p.read_text(errors="replace")
+    from nbtools import storage
+
+    found = _existing(path, what, kind="file",
+                      fix="save the eval job's log first, e.g. `nbtools jobs logs EXPERIMENT.yaml --id ID > eval.log`")
+    return storage.fetch(path, entry=found).read_text(errors="replace")
 
 
 def cmd_eval_parse(a) -> Out:
@@ -293,18 +305,23 @@ def _evaluation(arg: str):
 def _load_operand(arg: str):
     import pandas as pd
 
-    from nbtools import evals
+    from nbtools import evals, storage
     from nbtools.errors import NotFoundError
 
     path, _, which = arg.partition("#")  # LOG#2: the second score block of a log
-    p = Path(path)
-    if p.is_dir():
-        return str(p) if (p / "results.parquet").is_file() else evals.load_evaluation_data(p)
-    if p.is_file():
-        if p.name == "evaluation_data.json":
-            return evals.load_evaluation_data(p)
-        if p.suffix in _TABLES:
-            return getattr(pd, _TABLES[p.suffix])(p, **({"lines": True} if p.suffix == ".jsonl" else {}))
+    found = storage.info(path) if path else None  # a path or a URL (gs://…), read the same way
+    p = path
+    if found is not None and found.is_dir:
+        results = storage.info(storage.join(path, "results.parquet"))
+        return path if results is not None and not results.is_dir else evals.load_evaluation_data(path)
+    if found is not None:
+        name = storage.name_of(path)
+        suffix = os.path.splitext(name)[1]
+        if name == "evaluation_data.json":
+            return evals.load_evaluation_data(path)
+        if suffix in _TABLES:
+            local = storage.fetch(path, entry=found)
+            return getattr(pd, _TABLES[suffix])(local, **({"lines": True} if suffix == ".jsonl" else {}))
         blocks = evals.parse_score_blocks(_read_log(path, "A/B"))
         if not blocks:
             raise NotFoundError(f"{p} holds no per-problem table and no NeMo-RL score block",

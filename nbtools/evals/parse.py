@@ -281,14 +281,24 @@ def load_eval_config(save_path: str | Path) -> dict[str, Any]:
         >>> load_eval_config("/data/eval/math500_base")["num_tests_per_prompt"]
         1
     """
-    p = Path(save_path)
-    p = p / "config.json" if p.is_dir() else p
-    if not p.is_file():
+    p = _file_in(save_path, "config.json")
+    if p is None:
         raise NotFoundError(
-            f"expected NeMo-RL's eval config.json at {p}, found nothing",
-            fix="set eval.save_path when running run_eval.py and read it from a mount this machine sees",
+            f"expected NeMo-RL's eval config.json at {save_path}, found nothing",
+            fix="set eval.save_path when running run_eval.py and pass that directory (a path or its gs:// URL)",
         )
     return json.loads(p.read_text())
+
+
+def _file_in(path: str | Path, name: str) -> Path | None:
+    """A local copy of ``path`` (a file) or of ``path/name`` (a directory), on any storage; None when absent."""
+    from nbtools import storage
+
+    found = storage.info(path)
+    if found is not None and found.is_dir:
+        path = storage.join(path, name)
+        found = storage.info(path)
+    return storage.fetch(path, entry=found) if found is not None and not found.is_dir else None
 
 
 def _literal(s: Any) -> Any:
@@ -317,27 +327,31 @@ def load_evaluation_data(path: str | Path, *, num_tests_per_prompt: int | None =
         >>> df = load_evaluation_data("/data/eval/math500_base")
         >>> df.groupby("problem_id").correct.mean().mean()
     """
-    p = Path(path)
-    f = p / "evaluation_data.json" if p.is_dir() else p
-    if not f.is_file():
+    from nbtools import storage
+
+    f = _file_in(path, "evaluation_data.json")
+    if f is None:
         raise NotFoundError(
-            f"expected evaluation_data.json at {f}, found nothing",
+            f"expected evaluation_data.json at {path}, found nothing",
             fix="run run_eval.py with eval.save_path=<dir> (v0.4+) and pass that dir",
         )
     payload = json.loads(f.read_text())
     rows = payload.get("evaluation_data") if isinstance(payload, dict) else None
     if not isinstance(rows, list):
         raise NotFoundError(
-            f"{f} has no top-level 'evaluation_data' list (keys: {list(payload)[:10] if isinstance(payload, dict) else type(payload).__name__})",
+            f"{path} has no top-level 'evaluation_data' list (keys: {list(payload)[:10] if isinstance(payload, dict) else type(payload).__name__})",
             fix="pass the evaluation_data.json written by NeMo-RL's run_eval.py",
         )
-    if num_tests_per_prompt is None:
-        cfg_file = f.parent / "config.json"
-        num_tests_per_prompt = int(json.loads(cfg_file.read_text()).get("num_tests_per_prompt", 1)) if cfg_file.is_file() else 1
+    if num_tests_per_prompt is None:  # config.json beside it (run_eval.py writes both into eval.save_path)
+        text = str(path).rstrip("/") or "/"
+        found = storage.info(text)
+        save_dir = text if found is not None and found.is_dir else storage.parent_of(text)
+        cfg_file = _file_in(storage.join(save_dir, "config.json"), "config.json")
+        num_tests_per_prompt = int(json.loads(cfg_file.read_text()).get("num_tests_per_prompt", 1)) if cfg_file else 1
     df = pd.DataFrame(rows)
     for col in ("prompt", "response", "reward"):
         if col not in df.columns and len(df):
-            raise NotFoundError(f"{f}: samples have no {col!r} field (columns: {list(df.columns)})",
+            raise NotFoundError(f"{path}: samples have no {col!r} field (columns: {list(df.columns)})",
                                 fix="pass the evaluation_data.json written by NeMo-RL's run_eval.py")
     if df.empty:
         return pd.DataFrame(columns=["problem_id", "sample", "sample_index", "prompt", "response", "reward", "correct"])

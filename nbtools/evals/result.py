@@ -147,25 +147,28 @@ class EvalResult:
         Example:
             >>> EvalResult.load(cfg.run_dir / "eval" / "baseline_greedy").accuracy
         """
-        p = Path(path)
-        if not (p / "results.parquet").is_file() or not (p / "summary.json").is_file():
+        from nbtools import storage
+        from nbtools.evals.parse import ScoreBlock
+
+        text = os.fspath(path)  # a directory on disk or a URL (gs://…): read the same way, through storage
+        names = _children(text)
+        if names is None or not {"results.parquet", "summary.json"} <= names:
             raise NotFoundError(
-                f"expected an evaluation directory with results.parquet and summary.json at {p}, found "
-                f"{sorted(x.name for x in p.iterdir()) if p.is_dir() else 'nothing'}",
+                f"expected an evaluation directory with results.parquet and summary.json at {text}, found "
+                f"{sorted(n for n in names if not n.startswith('.')) if names is not None else 'nothing'}",
                 fix=Fix("run nbtools.evals.evaluate_local(..., out_dir=...) or EvalResult.save(path) first",
                         cli="evaluate first (notebook 07 saves the results dir), or pass evaluation_data.json or a "
                             "score block"),
             )
-        from nbtools.evals.parse import ScoreBlock
-
-        summary = json.loads((p / "summary.json").read_text())
+        local = storage.mirror(text, include=lambda rel: rel in ("results.parquet", "summary.json"))
+        summary = json.loads((local / "summary.json").read_text())
         block = summary.get("score_block")
         return cls(
-            table=pd.read_parquet(p / "results.parquet"),
+            table=pd.read_parquet(local / "results.parquet"),
             model=summary.get("model", ""),
             params=summary.get("params", {}),
             score_block=ScoreBlock(**block) if block else None,
-            path=p,
+            path=_paths.Url(text.rstrip("/")) if storage.is_remote(text) else Path(text),
         )
 
     # -- display ------------------------------------------------------------------------------------------
@@ -188,3 +191,13 @@ class EvalResult:
     def __repr__(self) -> str:
         acc = f"{self.accuracy:.3f}" if self.num_problems else "n/a"
         return f"EvalResult(model={self.model!r}, problems={self.num_problems}, n={self.n}, accuracy={acc})"
+
+
+def _children(url: str) -> set[str] | None:
+    """Names in a directory (None when it is not one), on any storage."""
+    from nbtools import storage
+
+    try:
+        return {e.name for e in storage.ls(url)}
+    except NotFoundError:
+        return None

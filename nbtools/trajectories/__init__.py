@@ -82,13 +82,18 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
     if hasattr(path, "logs_url") and not isinstance(path, (str, os.PathLike)):
         path = path.logs_url
     text = os.fspath(path)
-    if storage.is_remote(text):
-        return _open_remote(text, exp, think_tag=think_tag, answer_tag=answer_tag, cache=cache)
-    p = Path(text).expanduser()
-    if not p.is_dir():
-        raise NotFoundError(f"expected a run directory at {p}, found nothing there",
-                            fix="pass the experiment's logs URL (a gke run's logs are in its bucket: gs://…); the job creates "
-                                "<log_dir>/exp_NNN when it starts (notebook 03)")
+    remote = storage.is_remote(text)
+    where = text.rstrip("/") if remote else str(Path(text).expanduser())
+    found = storage.info(where)  # the same check, the same error, on every storage
+    if found is None or not found.is_dir:
+        raise NotFoundError(f"expected a run directory at {where}, found {'a file' if found else 'nothing there'}",
+                            fix=Fix("pass cfg.logs_url (a gke run's logs are in its bucket: gs://…) or one exp_NNN "
+                                    "dir inside it; the job creates <log_dir>/exp_NNN when it starts (notebook 03)",
+                                    cli="pass the run's log_dir (a gke run's logs are in its bucket: gs://…) or one "
+                                        "exp_NNN dir inside it; the job creates <log_dir>/exp_NNN when it starts"))
+    if remote:
+        return _open_remote(where, exp, think_tag=think_tag, answer_tag=answer_tag, cache=cache)
+    p = Path(where)
     if exp is None and EXP_RE.match(p.name):  # an exp dir: no listing, so opening is O(1) in the run size
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
     if exp is None and is_verl_dump_dir(p) and not _has_dumps(p):  # verl's trainer.rollout_data_dir
@@ -117,9 +122,14 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
         return Run(chain[-1], think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir,
                    earlier=chain[:-1])
     elif not exps and not _has_dumps(p) and not (p / "tensorboard").is_dir():
-        raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(os.listdir(p))[:8]}",
-                            fix="pass the NeMo-RL logger.log_dir (the experiment's log_dir) or one exp_NNN dir inside it")
+        raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {p}, found {sorted(n for n in os.listdir(p) if not n.startswith('.'))[:8]}",
+                            fix=_FIX_NOT_A_RUN)
     return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
+
+
+_FIX_NOT_A_RUN = Fix("pass the NeMo-RL logger.log_dir (cfg.logs_url: a path, or gs://… on a cluster) or one exp_NNN dir "
+                     "inside it", cli="pass the run's log_dir (a path, or gs://… on a cluster) or one exp_NNN dir "
+                     "inside it")
 
 
 def _open_remote(url: str, exp, **kw) -> Run:
@@ -148,7 +158,7 @@ def _open_remote(url: str, exp, **kw) -> Run:
         return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
     if not has_dumps and not any(e.name == "tensorboard" for e in entries):
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
-                            f"{[e.name for e in entries][:8]}", fix="pass the run's log URL (the experiment's logs URL) or one exp_NNN inside it")
+                            f"{[e.name for e in entries if not e.name.startswith('.')][:8]}", fix=_FIX_NOT_A_RUN)
     return Run(None, remote=url, **kw)
 
 
