@@ -7,7 +7,9 @@ does: a fresh local Ray head on free ports (timed), the rehearsal submitted as a
 * wall time of the Ray head start, of the job, and of both (budget 120 s), plus the job's CPU seconds (the launcher
   and both ranks, from its last log line) and the load average when the seed started and ended;
 * per-step medians read back from TensorBoard ``timing/train/*`` (generation, policy training, whole step);
-* mean train reward over the first 5 and the last 10 steps (targets ≤ 0.3 and ≥ 0.93), from ``train/reward``;
+* mean train reward over the first 5 and the last 10 steps, from ``train/reward``: the first 5 at chance (0.2 format
+  + 0.8 x 0.1 = 0.28; ≤ 0.32 is 4 standard errors of 640 samples, a start-at-chance check that belongs with the
+  baseline's), the last 10 ≥ 0.93;
 * held-out accuracy (pure correctness) of the warm-started baseline and of the final checkpoint, greedy and sampled
   (T = 1), on all held-out problems (target greedy ≥ 0.95); the baseline's greedy accuracy must stay ≤ 0.5 and its
   sampled accuracy at chance (0.1; ≤ 0.2 allows 4.7 standard errors on 200 problems), so the gain is real;
@@ -45,7 +47,7 @@ from nbtools.rehearsal.task import baseline_dir, held_out_problems  # noqa: E402
 from nbtools.rehearsal.trainer import load_config  # noqa: E402
 
 BUDGET_S = 120.0
-TARGETS = {"first5": 0.3, "last10": 0.93, "greedy": 0.95, "baseline_greedy": 0.5, "baseline_sampled": 0.2}
+TARGETS = {"first5": 0.32, "last10": 0.93, "greedy": 0.95, "baseline_greedy": 0.5, "baseline_sampled": 0.2}
 
 
 def accuracy(model, problems, *, temperature: float, seed: int = 0, max_new: int = 12) -> float:
@@ -136,12 +138,12 @@ def reached(reward: np.ndarray, target: float = TARGETS["last10"], window: int =
 
 
 def _learned(r: dict) -> bool:
-    return (r["first5"] <= TARGETS["first5"] and r["last10"] >= TARGETS["last10"]
-            and r["final_greedy"] >= TARGETS["greedy"])
+    return r["last10"] >= TARGETS["last10"] and r["final_greedy"] >= TARGETS["greedy"]
 
 
 def _weak_baseline(r: dict) -> bool:
-    return r["base_greedy"] <= TARGETS["baseline_greedy"] and r["base_sampled"] <= TARGETS["baseline_sampled"]
+    return (r["base_greedy"] <= TARGETS["baseline_greedy"] and r["base_sampled"] <= TARGETS["baseline_sampled"]
+            and r["first5"] <= TARGETS["first5"])
 
 
 def _verdict(r: dict) -> str:
@@ -189,7 +191,7 @@ def main() -> None:
          lambda r: f"{r['base_greedy']:.3f} / {r['base_sampled']:.3f}"),
         (f"held-out final greedy  ≥ {TARGETS['greedy']}", lambda r: f"{r['final_greedy']:.3f}"),
         ("held-out final sampled (T=1)", lambda r: f"{r['final_sampled']:.3f}"),
-        ("targets (learning, baseline, time)", _verdict),
+        ("targets (learning, weak baseline + chance start, time)", _verdict),
     ]
     width = max(len(label) for label, _ in rows) + 2
     print(f"  {'seed':<{width}}" + "".join(f"{r['seed']:>16}" for r in results))
