@@ -145,6 +145,29 @@ def warm_model():
     return model.eval(), task.make_split(cfg)[1]
 
 
+def test_warm_start_answer_is_the_same_prior_for_every_problem():
+    """The baseline is uninformative by construction: after the config's warm start, the answer digit's distribution
+    is ``answer_prior`` whatever the problem, so greedy decoding answers the preferred digit everywhere and the right
+    digit gets chance probability (before, greedy leaned to the scratchpad's last digit: 0.40-0.52 held-out)."""
+    from nbtools.rehearsal import _grpo
+    from nbtools.rehearsal.model import build_model, build_tokenizer
+
+    cfg = nbtools.config.load(CONFIG)
+    model = build_model(cfg, build_tokenizer())
+    train, held = task.make_split(cfg)
+    _grpo.warm_start(model, train, steps=cfg.rehearsal.warmup_steps, lr=cfg.rehearsal.warmup_lr, batch=32, seed=0,
+                     think=cfg.rehearsal.warmup_think)
+    # teacher-forced up to "<answer>": the next token's distribution over the ten digits, per held-out problem
+    rows = [_grpo.encode(p.prompt) + _grpo.encode(task.format_response(_grpo.think_for(p.digits, "running_max"), "0"))[:6]
+            for p in held]
+    with torch.no_grad():
+        probs = torch.softmax(model.eval()(input_ids=torch.tensor(rows)).logits[:, -1].float(), -1)[:, _grpo._DIGITS]
+    assert torch.equal(probs.argmax(1), torch.full((len(held),), _grpo.PREFERRED_ANSWER))
+    assert torch.allclose(probs.mean(0), _grpo.answer_prior(), atol=0.01), probs.mean(0)
+    right = probs[torch.arange(len(held)), torch.tensor([int(p.ground_truth) for p in held])]
+    assert abs(float(right.mean()) - 0.1) < 0.01  # the right answer gets chance, not more
+
+
 def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
     from nbtools.rehearsal import _grpo
     from nbtools.rehearsal._sampling import Engine

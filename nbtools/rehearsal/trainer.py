@@ -138,7 +138,8 @@ class _Run:
                 dist.broadcast(p.data, src=0)
             if self.rank == 0:
                 save_hf(model, self.tok, base)
-            self.say(f"Warm start (SFT: format + {r.warmup_think} scratchpad, random answers): {r.warmup_steps} steps, "
+            self.say(f"Warm start (SFT: format + {r.warmup_think} scratchpad, answers from the same prior for every "
+                     f"problem; CPU kernels {torch.backends.cpu.get_cpu_capability()}): {r.warmup_steps} steps, "
                      f"loss {loss:.4f}, "
                      f"{time.perf_counter() - t:.1f}s; baseline policy saved to {base}")
         self.ref = copy.deepcopy(model).eval().requires_grad_(False)
