@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from nbtools.demo import check_outputs
 
@@ -186,6 +187,8 @@ def test_empty_results_read_as_one_line_verdicts(tmp_path):
     assert repr(StoppedJobs(prefix="exp-")) == "no job of 'exp-' was running: nothing to stop"
     assert repr(StoppedJobs({"exp-1": "STOPPED"}, prefix="exp-")) == "stopped 1 job(s): exp-1 (STOPPED)"
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", overrides={"local.runs_dir": str(tmp_path)})
+    nowhere = cfg.replace(**{"ray.dashboard_port": free_port()})  # the experiment's jobs: its cluster, '<name>-'
+    assert repr(nbtools.jobs.stop_jobs(nowhere)) == "no job of 'local-rehearsal-' can be running: no Ray cluster answers"
     none = nbtools.tensorboard.stop(cfg)
     assert not none and repr(none) == "no TensorBoard of this experiment was running: nothing to stop"
     assert nbtools.tensorboard.Stopped(123) and repr(nbtools.tensorboard.Stopped(123)) == "TensorBoard (pid 123) stopped"

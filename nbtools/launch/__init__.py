@@ -22,7 +22,7 @@ from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, LintError, NotFoundError
 from nbtools.launch import recipes, runtime_env
-from nbtools.launch._attempts import Attempt, attempts, read_attempts, resubmit
+from nbtools.launch._attempts import Attempt, attach, attempts, read_attempts, resubmit
 from nbtools.launch._diagnose import Diagnosis, diagnose, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
 from nbtools.launch._supervise import SupervisedRun, supervise
@@ -47,6 +47,7 @@ __all__ = [
     "diagnose",
     "diagnose_log",
     "Attempt",
+    "attach",
     "attempts",
     "read_attempts",
     "resubmit",

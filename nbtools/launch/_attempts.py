@@ -266,6 +266,24 @@ def record_first(cfg, job) -> list[Attempt]:
     return items
 
 
+def attach(cfg):
+    """The Ray job of the run's latest attempt, found again from any notebook or kernel.
+
+    The attempts record names the last attempt's submission id (attempt 1 is ``cfg.submission_id``; a resubmission
+    adds ``-attempt<n>``); before anything is recorded it is attempt 1's.
+
+    Raises:
+        NotFoundError: the experiment's cluster does not know that job (the message lists the ids it knows).
+
+    Example:
+        >>> nbtools.launch.attach(cfg).status()
+    """
+    from nbtools import jobs
+
+    items = read_attempts(cfg)
+    return jobs.attach(cfg.dashboard_url, items[-1].submission_id if items else cfg.submission_id)
+
+
 def resubmit(cfg, *, force: bool = False):
     """Submit the next attempt of ``cfg``'s run with its own submission id, resuming from the newest ``step_N``.
 
