@@ -23,7 +23,7 @@ from types import EllipsisType
 import pandas as pd
 
 import nbtools.checkpoints._verl as _verl
-from nbtools import _paths, storage
+from nbtools import _paths, _table, storage
 from nbtools._layout import STEP_RE, step_dirs, weights_dir
 from nbtools.config import Experiment
 from nbtools.errors import CheckpointError, NotFoundError
@@ -281,7 +281,7 @@ def overview(checkpoints: pd.DataFrame) -> pd.DataFrame:
                        ("total_valid_tokens", "tokens trained")):
         if col in df.columns:
             out[label] = df[col]
-    return out
+    return _table.table(out, when_empty="no complete step_N checkpoint yet")
 
 
 def latest(checkpoint_dir: str | Path) -> Path:

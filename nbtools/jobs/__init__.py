@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools import _paths
+from nbtools import _paths, _table
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import JobFailedError, NotReadyError
@@ -275,7 +275,8 @@ def list_jobs(address: Any) -> pd.DataFrame:
             "start_time": _ts(d.start_time), "end_time": _ts(d.end_time), "message": d.message or "",
         })
     df = pd.DataFrame(rows, columns=["submission_id", "status", "entrypoint", "start_time", "end_time", "message"])
-    return df.sort_values("start_time", kind="stable").reset_index(drop=True)
+    return _table.table(df.sort_values("start_time", kind="stable").reset_index(drop=True),
+                        when_empty=f"no job submitted to the cluster at {_paths.shown(url)} yet")
 
 
 class StoppedJobs(dict):

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools import _table
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
@@ -138,7 +139,7 @@ class RescoreResult:
             new_reward=("new_reward", "mean"),
             new_accuracy=("new_correct", _accuracy),
         )
-        return per_sample.join(per_group).reset_index()
+        return _table.table(per_sample.join(per_group).reset_index(), when_empty="no trajectories: nothing was re-scored")
 
     def summary(self) -> pd.Series:
         """Totals over the whole run (samples, groups, mean rewards, signal groups, flips in both directions).
