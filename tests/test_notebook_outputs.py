@@ -149,6 +149,11 @@ def test_paths_show_relative_to_the_runs_dir_and_home(tmp_path, monkeypatch):
     assert str(runs) not in repr(spec) and str(runs) not in spec._repr_html_()
     assert html.escape("<runs_dir>") in spec._repr_html_() and "<runs_dir>" not in spec._repr_html_()  # no stray tag
     assert str(runs) in spec.entrypoint  # the command itself still runs as is
+    from nbtools.health._report import HealthReport
+
+    health = HealthReport(f"{runs}/local-rehearsal/logs/exp_001", "healthy", (1, 30), ())
+    assert str(runs) not in str(health) and str(runs) not in health._repr_html_()  # 04's panel, 05's report
+    assert str(health).startswith("<runs_dir>/local-rehearsal/logs/exp_001: healthy")
     import pickle
 
     import yaml
