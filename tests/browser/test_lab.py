@@ -77,12 +77,15 @@ def workspace(tmp_path_factory):
         nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
         shutil.copy(nb, src / nb.name)
         names[prefix] = nb.name
-    params = {"03": {"BACKEND": "local", "CONFIG": "../../experiment.yaml"},
+    # 03 is left while its job runs (the lab's copy is never a finished notebook): it runs beside the runs dir
+    (work / "live").mkdir()
+    params = {"03": {"BACKEND": "local", "CONFIG": "../experiment.yaml"},
               "04": {"BACKEND": "local", "CONFIG": "../../experiment.yaml", "REFRESH_SECONDS": 2.0},
               "05": {"BACKEND": "local", "CONFIG": "../../experiment.yaml"}}
     for prefix, p in params.items():
-        papermill.execute_notebook(str(src / names[prefix]), str(executed / names[prefix]), parameters=p,
-                                   prepare_only=True, progress_bar=False)
+        papermill.execute_notebook(str(src / names[prefix]), str((work / "live" if prefix == "03" else executed) /
+                                                                 names[prefix]),
+                                   parameters=p, prepare_only=True, progress_bar=False)
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
     cfg = nbtools.config.load(config, backend="local")
     _head.up(cfg, timeout=300, progress=False)
@@ -273,6 +276,7 @@ def _drive(workspace, ui: Lab) -> None:
     cfg = workspace["cfg"]
     t0 = time.monotonic()
     path = {k: f"runs/notebooks/{v}" for k, v in workspace["names"].items()}
+    path["03"] = f"live/{workspace['names']['03']}"
 
     # 03: submit and follow (the job runs on while we look at 04)
     ui.open(path["03"])
