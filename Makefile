@@ -53,8 +53,9 @@ test-pythons:
 	COVERED=$$([ -x $(BIN)/python ] && $(BIN)/python -c 'import platform; print(platform.python_version())') \
 	  bash tools/test_pythons.sh $(CURDIR)/.venv-py $(PYTHONS)
 
-## Optional third command: notebooks 03 -> 04 -> 05 in a real JupyterLab driven by Playwright through Debian's
-## Chromium (installed with apt-get when missing and possible); screenshots under runs/browser/
+## Optional third command: notebooks 03 -> 04 -> 05 live in a real JupyterLab driven by Playwright through Debian's
+## Chromium (installed with apt-get when missing and possible), then 01, 04, 05, 07 and the model card as saved
+## (untrusted, then trusted); screenshots under runs/browser/
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_STAMP := $(VENV)/.nbtools-browser-installed
 $(BROWSER_STAMP): $(STAMP)

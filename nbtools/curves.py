@@ -35,10 +35,12 @@ def _ema(values: np.ndarray, smoothing: float) -> list[float | None]:
 def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_length", "kl"), smoothing: float = 0.6,
            baseline: float | Mapping[str, float] | None = None, title: str | None = None,
            experiment: str | None = None):
-    """One panel per metric, one colour per run: raw values faint, the EMA bold, validation accuracy dashed.
+    """One panel per metric, stacked on one step axis; one colour per run: raw values faint, the EMA bold,
+    validation accuracy dashed.
 
-    The slider under the figure sets the smoothing (TensorBoard's debiased EMA) in the browser; hovering shows
-    every run's value at a step; drag to zoom, double-click to reset. Each live redraw is a new output (see ``nbtools.plots.watch``).
+    The slider under the figure sets the smoothing (TensorBoard's debiased EMA) in the browser; hovering a step
+    shows one line across every panel and one label with every run's value of every panel there (plotly's
+    ``hoversubplots="axis"``); drag to zoom (all panels follow), double-click to reset. Each live redraw is a new output (see ``nbtools.plots.watch``).
 
     Args:
         df: a ``nbtools.metrics`` frame (one or several runs).
@@ -54,57 +56,67 @@ def figure(df: pd.DataFrame, *, metrics: Sequence[str] = ("reward", "generation_
     Example:
         >>> fig = nbtools.curves.figure(df, baseline=0.42)
     """
-    from plotly.subplots import make_subplots
+    import plotly.graph_objects as go
 
     names = list(metrics)
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[panel_title(df, n) for n in names],
-                        horizontal_spacing=0.06)
+    n, gap = len(names), 0.07
+    height = (1 - gap * (n - 1)) / n
+    fig = go.Figure()
     start = min(range(len(SMOOTHING_LEVELS)), key=lambda i: abs(SMOOTHING_LEVELS[i] - smoothing))
     smoothed: list[tuple[int, np.ndarray]] = []  # (trace index, raw values) of the EMA traces
     colors: dict = {}
-    for col, name in enumerate(names, start=1):
+    for row, name in enumerate(names, start=1):
+        # the panels are stacked on ONE step axis ("x"), each with its own y axis: plotly's hoversubplots="axis"
+        # then shows one hover line and one unified label over every panel at that step
+        y = "y" if row == 1 else f"y{row}"
+        top = 1 - (row - 1) * (height + gap)
+        fig.update_layout({f"yaxis{'' if row == 1 else row}": {"domain": [max(top - height, 0.0), top], "anchor": "x"}})
+        fig.add_annotation(text=panel_title(df, name), xref="paper", yref=f"{y} domain", x=0, y=1, xanchor="left",
+                           yanchor="bottom", showarrow=False, font={"size": 12})
         sel = _metrics.select(df, name)
         for run, g in sel.groupby("run", sort=False):
             g = g.sort_values("step")
             c = colors.setdefault(run, _COLORS[len(colors) % len(_COLORS)])
-            x, y = g["step"].tolist(), g["value"].to_numpy(float)
-            first = col == 1
+            x, v = g["step"].tolist(), g["value"].to_numpy(float)
             label = run_label(run, experiment)
-            fig.add_scatter(x=x, y=y.tolist(), mode="lines", line={"color": c, "width": 1}, opacity=0.3,
-                            name=f"{label} raw", legendgroup=str(run), showlegend=False, hoverinfo="skip", row=1, col=col)
-            fig.add_scatter(x=x, y=_ema(y, SMOOTHING_LEVELS[start]), mode="lines+markers" if len(x) < 40 else "lines",
+            fig.add_scatter(x=x, y=v.tolist(), mode="lines", line={"color": c, "width": 1}, opacity=0.3,
+                            name=f"{label} raw", legendgroup=str(run), showlegend=False, hoverinfo="skip", yaxis=y)
+            fig.add_scatter(x=x, y=_ema(v, SMOOTHING_LEVELS[start]), mode="lines+markers" if len(x) < 40 else "lines",
                             marker={"size": 4}, line={"color": c, "width": 2}, name=label, legendgroup=str(run),
-                            showlegend=first, hovertemplate=f"{label}: {name} %{{y:.4g}}<extra></extra>",
-                            row=1, col=col)
-            smoothed.append((len(fig.data) - 1, y))
+                            showlegend=row == 1, hovertemplate=f"{label}: {name} %{{y:.4g}}<extra></extra>", yaxis=y)
+            smoothed.append((len(fig.data) - 1, v))
         if name == "reward":
             for run, g in _metrics.select(df, "accuracy").groupby("run", sort=False):
                 g = g.sort_values("step")
                 c = colors.setdefault(run, _COLORS[len(colors) % len(_COLORS)])
                 fig.add_scatter(x=g["step"].tolist(), y=g["value"].tolist(), mode="lines+markers",
                                 line={"color": c, "dash": "dash"}, name=f"{run_label(run, experiment)} (val accuracy)",
-                                legendgroup=str(run), hovertemplate="val accuracy %{y:.4g}<extra></extra>", row=1, col=col)
+                                legendgroup=str(run), hovertemplate="val accuracy %{y:.4g}<extra></extra>", yaxis=y)
         base = baseline.get(name) if isinstance(baseline, Mapping) else (baseline if name == "reward" else None)
         if base is not None:
-            fig.add_hline(y=float(base), line_dash="dot", line_color="#555", annotation_text=f"baseline {float(base):.3g}",
-                          row=1, col=col)
+            fig.add_shape(type="line", xref="x domain", x0=0, x1=1, yref=y, y0=float(base), y1=float(base),
+                          line={"dash": "dot", "color": "#555", "width": 1})
+            fig.add_annotation(text=f"baseline {float(base):.3g}", xref="x domain", x=1, xanchor="right", yref=y,
+                               y=float(base), yanchor="bottom", showarrow=False, font={"size": 10, "color": "#555"})
         if sel.empty:
-            fig.add_annotation(text=f"no {name} logged yet", showarrow=False, row=1, col=col, x=0.5, y=0.5,
-                               xref=f"x{col if col > 1 else ''} domain", yref=f"y{col if col > 1 else ''} domain")
-        fig.update_xaxes(title_text="step", row=1, col=col, matches="x", showspikes=True, spikemode="across",
-                         spikesnap="cursor", spikethickness=1, spikedash="dot", spikecolor="#888")
+            fig.add_annotation(text=f"no {name} logged yet", showarrow=False, xref="x domain", yref=f"{y} domain",
+                               x=0.5, y=0.5)
+    fig.update_xaxes(title_text="step", anchor=f"y{n}" if n > 1 else "y", unifiedhovertitle={"text": "step %{x}"},
+                     showspikes=True, spikemode="across",
+                     spikesnap="cursor", spikethickness=1, spikedash="dot", spikecolor="#888")
     ids = [i for i, _ in smoothed]
     steps = [{"label": f"{s:g}", "method": "restyle",
               "args": [{"y": [_ema(raw, s) for _, raw in smoothed]}, ids]} for s in SMOOTHING_LEVELS]
     runs = list(dict.fromkeys(df["run"])) if not df.empty else []
     fig.update_layout(
-        # one step axis for every panel (zoom one, all follow; the spike marks the step on each); the legend sits
-        # under the panels, clear of their titles, and the smoothing slider under it
-        height=480, margin={"t": 70, "b": 150, "l": 50, "r": 20}, hovermode="x unified", uirevision="keep",
+        # one hover line and one label for every panel at a step; the legend sits under the panels, the smoothing
+        # slider under it
+        height=170 + 210 * n, margin={"t": 60, "b": 150, "l": 60, "r": 20}, hovermode="x unified",
+        hoversubplots="axis", uirevision="keep",
         title={"text": title or (", ".join(map(str, runs[:4])) or "no metrics yet"), "font": {"size": 14}},
-        legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0, "font": {"size": 12}},
+        legend={"orientation": "h", "y": -0.12 * 3 / n, "yanchor": "top", "x": 0, "font": {"size": 12}},
         sliders=[{"active": start, "currentvalue": {"prefix": "smoothing "}, "pad": {"t": 0}, "steps": steps,
-                  "len": 0.5, "y": -0.38, "yanchor": "top"}] if ids else [],
+                  "len": 0.5, "y": -0.22 * 3 / n, "yanchor": "top"}] if ids else [],
     )
     return fig
 

@@ -75,8 +75,13 @@ def run_demo(
     only: list[str] | None = None,
     notebooks_dir: str | os.PathLike | None = None,
     timeout: int = 1800,
+    parameters: dict | None = None,
 ) -> DemoResult:
     """Execute the numbered notebooks in order with papermill on the local backend.
+
+    ``parameters`` are passed to every notebook beside ``BACKEND="local"`` (e.g. another ``CONFIG``, relative to
+    ``notebooks_dir`` as the notebooks' own default is). Executed copies already in ``<out_dir>/notebooks`` (a
+    subset run before, or notebooks run and saved in JupyterLab) are frozen and checked with the new ones.
 
     Example:
         >>> result = nbtools.demo.run_demo(only=["01", "02"])
@@ -104,7 +109,7 @@ def run_demo(
             print(f"▶ {nb.name} → {target}", flush=True)
             try:
                 pm.execute_notebook(
-                    str(nb), str(target), parameters={"BACKEND": "local"}, cwd=str(nb_dir),
+                    str(nb), str(target), parameters={"BACKEND": "local", **(parameters or {})}, cwd=str(nb_dir),
                     kernel_name="python3", progress_bar=False, execution_timeout=timeout, config=kernel_config(),
                 )
             except Exception as e:  # papermill already wrote the failing notebook with its traceback

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nbtools import trainers
+from nbtools import _table, trainers
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import Fix, NotFoundError
@@ -367,4 +367,5 @@ def latest(df: pd.DataFrame, names=("reward", "accuracy", "generation_length", "
             last = g.sort_values("step").iloc[-1]
             rows.append({"run": run, "metric": name, "tag": last["tag"], "step": int(last["step"]),
                          "value": float(last["value"])})
-    return pd.DataFrame(rows, columns=["run", "metric", "tag", "step", "value"])
+    return _table.table(pd.DataFrame(rows, columns=["run", "metric", "tag", "step", "value"]),
+                        when_empty=f"none of {', '.join(names)} logged yet")

@@ -57,9 +57,11 @@ def test_resubmit_gives_the_next_attempt_its_own_id_and_charges_the_loss(cfg):
     (ckpts / "step_1").mkdir(parents=True)
     (ckpts / "tmp_step_2").mkdir()  # written when the rank died: never a resume point
     first = _fail(cfg, cfg.submission_id, LOG)
+    assert nbtools.launch.attach(cfg).id == first.id  # nothing recorded yet: attempt 1's id
     job = nbtools.launch.resubmit(cfg)
     try:
         assert job.id == f"{cfg.submission_id}-attempt2" and job.id != first.id
+        assert nbtools.launch.attach(cfg).id == job.id  # found again from the record: the latest attempt
         md = job.info().metadata
         assert md["nbtools.attempt"] == "2" and md["nbtools.resumed_from"] == "1" and md["nbtools.run"] == cfg.submission_id
     finally:

@@ -388,6 +388,24 @@ def test_listing_latest_best_with_nemo_rl_ranking(tmp_path):
         ck.detect_layout(d / "step_1")
 
 
+
+def test_best_of_an_experiment_ranks_by_its_own_checkpointing_settings(tmp_path, monkeypatch):
+    """``best(cfg)``: the experiment's checkpoint dir, metric and direction, as its trainer kept its top-k."""
+    import nbtools
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    local = Path(__file__).resolve().parent.parent / "experiments" / "local.yaml"
+    cfg = nbtools.config.load(local, overrides={"checkpointing.metric_name": "val:avg_length",
+                                                "checkpointing.higher_is_better": False})
+    d = Path(cfg.checkpoints_url)
+    for s, (loss, acc) in {1: (0.9, 0.8), 2: (0.3, 0.1), 3: (0.5, 0.6)}.items():
+        (d / f"step_{s}" / "policy/weights/model").mkdir(parents=True)
+        (d / f"step_{s}" / "training_info.json").write_text(json.dumps({"val:avg_length": loss, "val:accuracy": acc}))
+    assert ck.best(cfg).name == "step_2"  # the shortest: the experiment's metric and direction
+    assert ck.best(d).name == "step_1"  # a bare dir keeps the defaults (val:accuracy, higher is better)
+    assert ck.best(cfg, metric="val:accuracy", higher_is_better=True).name == "step_1"  # explicit wins
+    assert ck.best(cfg, metric=None).name == "step_3"  # the latest, as NeMo-RL's metric_name: null
+
 @pytest.mark.ray
 def test_merge_in_cluster_runs_as_a_ray_job_carrying_nbtools(ckpts, tmp_path, ray_head, ray_cfg, monkeypatch):
     """The same merge as a job on a REAL local Ray head, shipped with runtime_env py_modules (what GKE runs)."""

@@ -32,7 +32,13 @@ def test_figure_has_a_smoothing_slider_that_restyles_the_ema_traces():
     assert list(fig.data[smooth[0]].y) == pytest.approx(six)
     assert fig.layout.hovermode == "x unified" and fig.layout.uirevision == "keep"
     assert fig.layout.xaxis.title.text == "step" and "KL · train/kl_penalty" in [a.text for a in fig.layout.annotations]
-    assert fig.layout.legend.y < 0 and all(ax.matches == "x" for ax in (fig.layout.xaxis2, fig.layout.xaxis3))  # clear of titles; one step axis
+    # one hover across the panels: plotly's hoversubplots="axis" spans the subplots that share the hovered axis, so
+    # every panel is on the ONE step axis "x" (stacked, each with its own y axis); the legend sits under them
+    assert fig.layout.hoversubplots == "axis" and {t.xaxis or "x" for t in fig.data} == {"x"}
+    assert {t.yaxis or "y" for t in fig.data} == {"y", "y2", "y3"} and fig.layout.xaxis.anchor == "y3"
+    domains = [fig.layout[f"yaxis{k}"].domain for k in ("", "2", "3")]
+    assert all(hi <= lo2 or hi2 <= lo for i, (lo, hi) in enumerate(domains) for (lo2, hi2) in domains[i + 1:])  # apart
+    assert fig.layout.legend.y < 0 and fig.layout.xaxis.unifiedhovertitle.text == "step %{x}"
     assert curves.point_count(fig) == 6 * 20
     b = curves.bundle(fig, png=b"\x89PNG")
     assert b["application/vnd.plotly.v1+json"]["data"][1]["x"][:3] == [1, 2, 3] and "data:image/png" in b["text/html"]

@@ -134,3 +134,19 @@ def test_evaluate_flow_on_a_local_run(tmp_path, monkeypatch):
     assert (cfg.run_dir / "eval" / "baseline_greedy" / "results.parquet").is_file()
     assert (cfg.run_dir / "eval" / "baseline_sampled2" / "summary.json").is_file()
     assert set(base.table["problem_id"]) == {p.id for p in nbtools.rehearsal.task.held_out_problems(cfg)}
+
+
+def test_text_generation_is_a_quiet_transformers_pipeline(tiny, capsys):
+    """06's load-and-generate: a real transformers pipeline of the model dir, greedy like the evaluation's own
+    generation, and without transformers' "Loading weights" bar (saved as a stuck 0% widget in a notebook)."""
+    from transformers import Pipeline
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    generate = nbtools.evals.text_generation(str(tiny))
+    assert isinstance(generate, Pipeline) and hf_logging.is_progress_bar_enabled()  # switched back on after
+    assert "Loading weights" not in capsys.readouterr().err
+    prompt = _problems(1)[0]["prompt"]
+    out = generate(prompt, max_new_tokens=4, do_sample=False, return_full_text=False)[0]["generated_text"]
+    expected = evaluate_local(tiny, _problems(1), reward=_first_token, max_new_tokens=4).table["response"].iloc[0]
+    assert out.split() == expected.split()[:len(out.split())] and out.strip()

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from nbtools.demo import check_outputs
 
@@ -148,6 +149,11 @@ def test_paths_show_relative_to_the_runs_dir_and_home(tmp_path, monkeypatch):
     assert str(runs) not in repr(spec) and str(runs) not in spec._repr_html_()
     assert html.escape("<runs_dir>") in spec._repr_html_() and "<runs_dir>" not in spec._repr_html_()  # no stray tag
     assert str(runs) in spec.entrypoint  # the command itself still runs as is
+    from nbtools.health._report import HealthReport
+
+    health = HealthReport(f"{runs}/local-rehearsal/logs/exp_001", "healthy", (1, 30), ())
+    assert str(runs) not in str(health) and str(runs) not in health._repr_html_()  # 04's panel, 05's report
+    assert str(health).startswith("<runs_dir>/local-rehearsal/logs/exp_001: healthy")
     import pickle
 
     import yaml
@@ -186,6 +192,8 @@ def test_empty_results_read_as_one_line_verdicts(tmp_path):
     assert repr(StoppedJobs(prefix="exp-")) == "no job of 'exp-' was running: nothing to stop"
     assert repr(StoppedJobs({"exp-1": "STOPPED"}, prefix="exp-")) == "stopped 1 job(s): exp-1 (STOPPED)"
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", overrides={"local.runs_dir": str(tmp_path)})
+    nowhere = cfg.replace(**{"ray.dashboard_port": free_port()})  # the experiment's jobs: its cluster, '<name>-'
+    assert repr(nbtools.jobs.stop_jobs(nowhere)) == "no job of 'local-rehearsal-' can be running: no Ray cluster answers"
     none = nbtools.tensorboard.stop(cfg)
     assert not none and repr(none) == "no TensorBoard of this experiment was running: nothing to stop"
     assert nbtools.tensorboard.Stopped(123) and repr(nbtools.tensorboard.Stopped(123)) == "TensorBoard (pid 123) stopped"
@@ -305,3 +313,43 @@ def test_demo_fails_on_a_missing_figure_and_reports_machine_paths(tmp_path):
     broken = DemoResult(out_dir=tmp_path, problems=["07_evaluate_compare.ipynb cell 14: shows <Figure size 680x360 "
                                                     "with 1 Axes> instead of the figure"])
     assert not broken.ok and "FAILED: 1 output problem(s)" in broken.summary() and "cell 14: shows <Figure size" in broken.summary()
+
+
+# ------------------------------------------------------------------------------------------------ tables read well
+def test_tables_read_like_kubectl_left_aligned_and_one_line_when_empty(tmp_path):
+    """JupyterLab right-aligns table cells; the tables nbtools shows carry ``text-align:left`` inline (kept by its
+    sanitiser), stay DataFrames through pandas, and say one line where they have no rows."""
+    import importlib.util
+    import re
+
+    import pandas as pd
+
+    import nbtools
+    from nbtools._table import Table
+
+    full = pd.DataFrame({"step": [100, 200], "path": ["/x/step_100", "/x/step_200"], "layout": ["v2_safetensors"] * 2,
+                         "problem": [None, None], "val:accuracy": [0.9, 1.0]})
+    view = nbtools.checkpoints.overview(full)
+    cells = re.findall(r"<t[dh][\s>][^>]*>?", view._repr_html_())
+    assert len(cells) >= 10 and all('style="text-align:left"' in c for c in cells), cells[:3]
+    assert 'text-align: right' not in view._repr_html_()
+    assert isinstance(view.head(1), Table) and view["state"].tolist() == ["ok", "ok"]  # still a DataFrame
+    none = nbtools.checkpoints.overview(full.iloc[:0])
+    assert repr(none) == "no complete step_N checkpoint yet" and none._repr_html_() == "<p>no complete step_N checkpoint yet</p>"
+    assert repr(view[view["state"] == "damaged"]) != "no complete step_N checkpoint yet"  # a filter is not the whole
+
+    spec = importlib.util.spec_from_file_location("gen_nemo_rl_run", ROOT / "benchmarks" / "gen_nemo_rl_run.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    exp = gen.generate(tmp_path / "logs", steps=1, records=4, seq_len=16, group_size=2)
+    run = nbtools.trajectories.open_run(exp)
+    run.read()
+    assert repr(run.problems) == "every line read so far was read whole: nothing skipped, no bytes replaced"
+    step_file = next(Path(exp).glob("train_data_step*.jsonl"))
+    with open(step_file, "a") as f:
+        f.write("{not json\n")
+    again = nbtools.trajectories.open_run(exp)
+    with pytest.warns(UserWarning, match="malformed lines skipped"):
+        again.read()
+    assert len(again.problems) == 1 and again.problems["kind"].tolist() == ["malformed"]
+    assert "text-align:left" in again.problems._repr_html_()

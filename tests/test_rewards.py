@@ -617,3 +617,36 @@ def test_rescore_reads_a_nemo_rl_run_through_trajectories(tmp_path):
     assert list(new.groups["old_signal"]) == [False, False, True, False]
     assert list(new.groups["new_signal"]) == [False, True, True, False]  # wrong-in-different-ways now differs
     assert new.flipped_to_signal == 1 and list(new.samples["step"]) == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_rescore_with_the_experiment_scores_as_the_run_did(tmp_path):
+    """``rescore(df, mix, cfg=cfg)``: the ground truth of the experiment's dataset and its GRPO settings; what the
+    caller passes wins."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    import nbtools
+    from nbtools import trajectories
+    from nbtools.rehearsal.task import format_prompt, format_response, ground_truth_for
+
+    mix = rewards.combine([{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}])
+    p1, p2 = format_prompt((3, 0, 6)), format_prompt((1, 1, 2))
+    rows = [(p1, "6"), (p1, "3"), (p1, "6"), (p2, "2"), (p2, "1"), (p2, "0")]
+    _write_nemo_rl_run(tmp_path / "logs", {1: [(p, format_response("x", a), 0.0) for p, a in rows]})
+    df = trajectories.open_run(tmp_path / "logs").read()
+    local = Path(__file__).resolve().parent.parent / "experiments" / "local.yaml"
+    cfg = nbtools.config.load(local, overrides={"local.runs_dir": str(tmp_path), "grpo.use_leave_one_out_baseline": True,
+                                                "grpo.normalize_rewards": False})
+    by_cfg = rewards.rescore(df, mix, cfg=cfg, progress=False)
+    spelled = rewards.rescore(df, mix, ground_truth=ground_truth_for, leave_one_out=True, normalize=False, progress=False)
+    pd.testing.assert_frame_equal(by_cfg.samples, spelled.samples)
+    assert by_cfg.samples["ground_truth"].tolist() == ["6"] * 3 + ["2"] * 3
+    defaults = rewards.rescore(df, mix, ground_truth=ground_truth_for, progress=False)  # leave-one-out, normalised
+    assert not np.allclose(by_cfg.samples["new_advantage"], defaults.samples["new_advantage"])
+    mine = rewards.rescore(df, mix, cfg=cfg, leave_one_out=False, normalize=True, ground_truth=lambda p: "6", progress=False)
+    assert mine.samples["ground_truth"].eq("6").all()
+    pd.testing.assert_series_equal(
+        mine.samples["new_advantage"],
+        rewards.rescore(df, mix, ground_truth=lambda p: "6", leave_one_out=False, normalize=True,
+                        progress=False).samples["new_advantage"])

@@ -98,3 +98,18 @@ def test_no_module_outside_the_registry_names_a_trainer():
              if "trainers" not in p.relative_to(ROOT / "nbtools").parts[:1] and pattern.search(p.read_text())}
     assert found - set(ALLOWED) == set(), "ask nbtools.trainers.get(cfg) instead of testing a trainer's name"
     assert set(ALLOWED) - found == set(), "remove the stale ALLOWED entries"
+
+
+def test_the_citations_are_the_projects_own():
+    """verl: HybridFlow as published at EuroSys 2025 (verl's README, v0.7.0, announces it; its BibTeX there is the
+    arXiv preprint 2409.19256); NeMo-RL: the @misc entry of its README (NVIDIA-NeMo/RL v0.7.0 README.md)."""
+    name, verl = trainers.CITATIONS["verl"]
+    assert name == "verl" and verl.startswith("@inproceedings{sheng2025hybridflow,")
+    fields = dict(re.findall(r"^\s+(\w+)\s*=\s*\{(.*)\},?$", verl, re.M))
+    assert fields["title"] == "HybridFlow: A Flexible and Efficient RLHF Framework" and fields["year"] == "2025"
+    assert "EuroSys '25" in fields["booktitle"] and fields["eprint"] == "2409.19256"
+    assert fields["author"].split(" and ")[0] == "Sheng, Guangming" and len(fields["author"].split(" and ")) == 9
+    assert verl.count("{") == verl.count("}")
+    _, nemo = trainers.CITATIONS["NeMo-RL"]
+    assert nemo.startswith("@misc{nemo-rl,") and "https://github.com/NVIDIA-NeMo/RL" in nemo
+    assert set(trainers.CITATIONS) == {trainers.trainer_class(k).label for k in trainers.names()}  # the card's keys

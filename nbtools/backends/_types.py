@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools import _paths
+from nbtools import _paths, _table
 from nbtools._escape import html as _h
 
 # the experiment's sections only a local run reads: the local Ray head's settings and the CPU rehearsal's (the config
@@ -76,7 +76,8 @@ class ClusterResources:
         """
         t = self.node_table
         if t.empty:
-            return pd.DataFrame(columns=["state", "node", "role", "ip", "CPU", "GPU", "memory (GiB)", "object store (GiB)"])
+            return _table.table(pd.DataFrame(columns=["state", "node", "role", "ip", "CPU", "GPU", "memory (GiB)",
+                                               "object store (GiB)"]), when_empty="no node: the cluster reports none")
         out = pd.DataFrame({
             "state": t.get("state", "?"),
             "node": t.get("node_id", ""),
@@ -88,7 +89,7 @@ class ClusterResources:
         for col, label in (("memory_bytes", "memory (GiB)"), ("object_store_bytes", "object store (GiB)")):
             if col in t:
                 out[label] = (t[col].astype(float) / _GIB).round(2)
-        return out.reset_index(drop=True)
+        return _table.table(out.reset_index(drop=True))
 
     def _repr_html_(self) -> str:
         u = self.used

@@ -1,7 +1,7 @@
 """Choose, verify and merge NeMo-RL (and verl FSDP) checkpoints into HuggingFace models (streaming, verified, atomic).
 
 Example:
-    >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
+    >>> step = nbtools.checkpoints.best(cfg)
     >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     >>> nbtools.checkpoints.verify(result.out).ok
     True

@@ -18,12 +18,14 @@ import math
 import re
 import warnings
 from pathlib import Path
+from types import EllipsisType
 
 import pandas as pd
 
 import nbtools.checkpoints._verl as _verl
-from nbtools import _paths, storage
+from nbtools import _paths, _table, storage
 from nbtools._layout import STEP_RE, weights_dir
+from nbtools.config import Experiment
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
@@ -263,7 +265,7 @@ def overview(checkpoints: pd.DataFrame) -> pd.DataFrame:
                        ("total_valid_tokens", "tokens trained")):
         if col in df.columns:
             out[label] = df[col]
-    return out
+    return _table.table(out, when_empty="no complete step_N checkpoint yet")
 
 
 def latest(checkpoint_dir: str | Path) -> Path:
@@ -281,7 +283,8 @@ def latest(checkpoint_dir: str | Path) -> Path:
     return steps[-1][1]
 
 
-def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher_is_better: bool = True) -> Path:
+def best(source: Experiment | str | Path, metric: str | None | EllipsisType = ...,
+         higher_is_better: bool | EllipsisType = ...) -> Path:
     """The best checkpoint by a ``training_info.json`` metric, ranked exactly like NeMo-RL's top-k.
 
     Sorted by the metric (descending when ``higher_is_better``); ties go to the higher step; a checkpoint
@@ -289,10 +292,26 @@ def best(checkpoint_dir: str | Path, metric: str | None = "val:accuracy", higher
     A step whose ``training_info.json`` is damaged (see :func:`list_checkpoints`' ``problem``) ranks below
     every healthy step, with a warning naming it; it is returned only when no step is healthy.
 
+    Args:
+        source: the experiment (its ``checkpoints_url``, ranked by its ``checkpointing.metric_name`` and
+            ``higher_is_better``, as the trainer kept its top-k), or a checkpoint dir (``val:accuracy``, higher
+            is better, unless given).
+        metric / higher_is_better: override what ``source`` says.
+
     Example:
-        >>> nbtools.checkpoints.best(cfg.checkpoint_dir, metric="val:accuracy")
+        >>> nbtools.checkpoints.best(cfg)
         PosixPath('.../checkpoints/step_400')
+        >>> nbtools.checkpoints.best("gs://bucket/run/checkpoints", metric="val:loss", higher_is_better=False)
     """
+    if isinstance(source, Experiment):
+        c = source.checkpointing
+        checkpoint_dir = source.checkpoints_url
+        metric = c.metric_name if metric is ... else metric
+        higher_is_better = c.higher_is_better if higher_is_better is ... else higher_is_better
+    else:
+        checkpoint_dir = source
+        metric = "val:accuracy" if metric is ... else metric
+        higher_is_better = True if higher_is_better is ... else higher_is_better
     if _is_verl_run(checkpoint_dir):
         if metric is not None:
             warnings.warn(f"verl keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "

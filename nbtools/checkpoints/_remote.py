@@ -78,7 +78,7 @@ def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | Non
 
     b = backends.get(cfg)
     if step is None:
-        step = str(best(cfg.checkpoints_url, cfg.checkpointing.metric_name, cfg.checkpointing.higher_is_better))
+        step = str(best(cfg))
     step_path = b.storage.cluster_path(str(step)) if storage.is_remote(str(step)) else str(step)
     out = out or finetuned_model_path(cfg)
     sid = helper_id(cfg.name, f"merge-{storage.name_of(step_path).replace('_', '-')}", step_path, out, overwrite)

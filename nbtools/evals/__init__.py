@@ -36,7 +36,7 @@ from nbtools.evals.parse import (
     read_score_log,
 )
 from nbtools.evals.result import EvalResult
-from nbtools.evals.run import evaluate_local, problems_frame
+from nbtools.evals.run import evaluate_local, problems_frame, text_generation
 
 __all__ = [
     "Comparison",
@@ -61,6 +61,7 @@ __all__ = [
     "load_evaluation_data",
     "local_models",
     "models",
+    "text_generation",
     "parse_score_blocks",
     "plots",
     "problems_frame",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import _table
 from nbtools.errors import ConfigError
 from nbtools.evals.compare import Comparison, as_result
 from nbtools.evals.stats import wilson_ci
@@ -33,7 +34,7 @@ def accuracy_table(results: dict[str, Any]) -> pd.DataFrame:
         low, high = res.ci
         rows.append({"model": name, "problems": res.num_problems, "samples_per_problem": res.n,
                      "accuracy": res.accuracy, "ci_low": low, "ci_high": high})
-    return pd.DataFrame(rows)
+    return _table.table(pd.DataFrame(rows))
 
 
 BREAKDOWN_FIELDS = ("level", "subject", "difficulty", "ground_truth")

@@ -23,7 +23,7 @@ import pandas as pd
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.result import EvalResult
 
-__all__ = ["evaluate_local", "problems_frame", "resolve_reward"]
+__all__ = ["evaluate_local", "problems_frame", "resolve_reward", "text_generation"]
 
 RewardLike = str | list | tuple | Callable[..., tuple[float, Any]] | None
 
@@ -96,6 +96,26 @@ def _fingerprint(model_dir: Path, problems: pd.DataFrame, params: dict[str, Any]
     h.update(pd.util.hash_pandas_object(problems[["problem_id", "prompt", "ground_truth"]], index=False).values.tobytes())
     h.update(json.dumps(params, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
+
+
+def text_generation(model: str | os.PathLike):
+    """A ``transformers`` text-generation pipeline of a HuggingFace model dir (e.g. notebook 06's merge).
+
+    A bucket URL is copied here first (``nbtools.storage.mirror``: a real model is GBs; loading through a FUSE
+    mount crawls). The model loads the way the evaluation loads it (left padding, on the GPU when there is one)
+    and with transformers' progress bar off: an executed notebook saves that bar as a widget stuck at
+    "Loading weights: 0%".
+
+    Example:
+        >>> generate = nbtools.evals.text_generation(merged.url)
+        >>> generate(prompt, max_new_tokens=16, do_sample=False, return_full_text=False)
+    """
+    from transformers import pipeline
+
+    from nbtools import storage
+
+    tok, lm, _ = _load_model(Path(storage.mirror(str(model))))
+    return pipeline("text-generation", model=lm, tokenizer=tok)
 
 
 def _load_model(model_dir: Path):

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from nbtools import _paths
 from nbtools._escape import html as _h
 
 __all__ = ["Status", "Example", "CheckResult", "HealthReport", "worst"]
@@ -112,7 +113,7 @@ class HealthReport:
         return f"{self.status} ({span})" + (f": {bad}" if bad else "")
 
     def __str__(self) -> str:
-        lines = [f"{self.run}: {self.summary()}"]
+        lines = [f"{_paths.shown(str(self.run))}: {self.summary()}"]
         for c in self.findings:
             ex = ", ".join(f"({e.step}, {e.idx})" for e in c.examples[:3])
             lines.append(f"  [{c.status}] {c.check}: {c.message}" + (f" e.g. records {ex}" if ex else ""))
@@ -133,6 +134,6 @@ class HealthReport:
             f"<td>{', '.join(f'({e.step}, {e.idx})' for e in c.examples[:3])}</td></tr>"
             for c in sorted(self.checks, key=lambda c: -_RANK[c.status]))
         head = (f"<b>run health: <span style='color:{color[self.status]}'>{self.status}</span></b> "
-                f"<small>({_h(self.run)}, steps {self.steps[0]}..{self.steps[1]})</small>")
+                f"<small>({_h(_paths.shown(str(self.run)))}, steps {self.steps[0]}..{self.steps[1]})</small>")
         return (f"{head}<table><tr><th>status</th><th>check</th><th>first step</th><th>value</th><th>threshold</th>"
                 f"<th>what</th><th>fix</th><th>examples (step, idx)</th></tr>{rows}</table>")

@@ -21,8 +21,9 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools import _paths
+from nbtools import _paths, _table
 from nbtools._escape import html as _h
+from nbtools.config import Experiment
 from nbtools.errors import Fix, JobFailedError, NotReadyError
 from nbtools.jobs._client import address_of, client_for, forget, is_missing, not_found
 from nbtools.jobs._tail import LogPump
@@ -280,7 +281,8 @@ def list_jobs(address: Any) -> pd.DataFrame:
             "start_time": _ts(d.start_time), "end_time": _ts(d.end_time), "message": d.message or "",
         })
     df = pd.DataFrame(rows, columns=["submission_id", "status", "entrypoint", "start_time", "end_time", "message"])
-    return df.sort_values("start_time", kind="stable").reset_index(drop=True)
+    return _table.table(df.sort_values("start_time", kind="stable").reset_index(drop=True),
+                        when_empty=f"no job submitted to the cluster at {_paths.shown(url)} yet")
 
 
 class StoppedJobs(dict):
@@ -302,15 +304,20 @@ class StoppedJobs(dict):
         p.text(repr(self))
 
 
-def stop_jobs(address: Any, *, prefix: str = "") -> StoppedJobs:
+def stop_jobs(address: Experiment | Any, *, prefix: str | None = None) -> StoppedJobs:
     """Stop every unfinished job whose id starts with ``prefix``; a cluster that does not answer runs nothing.
+
+    ``address`` is a dashboard URL or handle, or the experiment: then its cluster and, unless ``prefix`` is given,
+    every job of the experiment (``<name>-``: its training attempts, merges and evaluations).
 
     Returns the final status per stopped id (a dict; empty when nothing was running or nothing answers).
 
     Example:
-        >>> nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix=cfg.name + "-")
+        >>> nbtools.jobs.stop_jobs(cfg)
         no job of 'local-rehearsal-' was running: nothing to stop
     """
+    if prefix is None:
+        prefix = f"{address.name}-" if isinstance(address, Experiment) else ""
     try:
         df = list_jobs(address)
     except NotReadyError:

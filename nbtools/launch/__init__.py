@@ -22,7 +22,7 @@ from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
-from nbtools.launch._retry import diagnose, resubmit
+from nbtools.launch._retry import attach, diagnose, resubmit
 from nbtools.launch._submit import LaunchSpec, build, follow, submit
 from nbtools.launch._supervise import SupervisedRun, supervise
 from nbtools.launch.lint import Finding, LintReport, existing_steps_in, lint
@@ -45,6 +45,7 @@ __all__ = [
     "diagnose",
     "diagnose_log",
     "Attempt",
+    "attach",
     "attempts",
     "read_attempts",
     "resubmit",

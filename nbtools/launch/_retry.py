@@ -30,7 +30,7 @@ from nbtools.launch._attempts import (
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._submit import build, send
 
-__all__ = ["diagnose", "finalize", "resubmit"]
+__all__ = ["attach", "diagnose", "finalize", "resubmit"]
 
 
 def diagnose(cfg_or_address: Experiment | str, submission_id: str | None = None, *, events: list[str] | None = None,
@@ -169,3 +169,21 @@ def resubmit(cfg: Experiment, *, force: bool = False):
     items.append(Attempt(n, job.id, started=time.time(), resumed_from=resumed, gpus=cluster_gpus(cfg)))
     save(cfg, items)
     return job
+
+
+def attach(cfg: Experiment):
+    """The Ray job of the run's latest attempt, found again from any notebook or kernel.
+
+    The attempts record names the last attempt's submission id (attempt 1 is ``cfg.submission_id``; a resubmission
+    adds ``-attempt<n>``); before anything is recorded it is attempt 1's.
+
+    Raises:
+        NotFoundError: the experiment's cluster does not know that job (the message lists the ids it knows).
+
+    Example:
+        >>> nbtools.launch.attach(cfg).status()
+    """
+    from nbtools import jobs
+
+    items = read_attempts(cfg)
+    return jobs.attach(cfg.dashboard_url, items[-1].submission_id if items else cfg.submission_id)

@@ -6,7 +6,7 @@ Every reward is ``fn(ground_truth: str, response: str, **kwargs) -> tuple[float,
 ``length_penalty`` are nbtools' own names, which no NeMo-RL config knows; add your own with ``@nbtools.rewards.register("name")`` and mix them with NeMo-RL's YAML shape::
 
     mix = nbtools.rewards.combine([{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}])
-    result = nbtools.rewards.rescore(run.read(), mix, ground_truth=nbtools.rehearsal.task.ground_truth_for)
+    result = nbtools.rewards.rescore(run.read(), mix, cfg=cfg)
 
 To use the same mix in a NeMo-RL run on a cluster, set ``trainer.reward_module`` (the file that registers your
 rewards) and ``trainer.reward_functions`` (the spec): the job carries the module (``reward_py_modules``) and NeMo-RL

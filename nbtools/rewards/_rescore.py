@@ -9,8 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from nbtools import _table
 from nbtools._escape import html as _h
+from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
+from nbtools.rewards import _run
 from nbtools.rewards._advantages import group_advantages
 from nbtools.rewards._mix import RewardMix, combine
 
@@ -141,7 +144,7 @@ class RescoreResult:
             new_reward=("new_reward", "mean"),
             new_accuracy=("new_correct", _accuracy),
         )
-        return per_sample.join(per_group).reset_index()
+        return _table.table(per_sample.join(per_group).reset_index(), when_empty="no trajectories: nothing was re-scored")
 
     def summary(self) -> pd.Series:
         """Totals over the whole run (samples, groups, mean rewards, signal groups, flips in both directions).
@@ -198,10 +201,11 @@ def rescore(
     df: pd.DataFrame,
     mix: RewardMix | Sequence[Mapping[str, Any]],
     *,
-    ground_truth: str | Callable[[str], str] = "ground_truth",
+    cfg: Experiment | None = None,
+    ground_truth: str | Callable[[str], str] | None = None,
     group_size: int | None = None,
-    leave_one_out: bool = True,
-    normalize: bool = True,
+    leave_one_out: bool | None = None,
+    normalize: bool | None = None,
     progress: bool = True,
 ) -> RescoreResult:
     """Apply a reward mix to stored trajectories and recompute GRPO advantages, old vs new.
@@ -214,10 +218,14 @@ def rescore(
         df: what ``nbtools.trajectories.Run.read()`` returns (needs prompt, response; uses step, idx, reward,
             advantage when present), or any DataFrame with those columns.
         mix: a :class:`RewardMix` or a NeMo-RL ``reward_functions`` list.
-        ground_truth: a column name, or a function prompt -> answer.
+        cfg: the experiment that made the trajectories: the ground truth of its dataset
+            (:func:`nbtools.rewards.ground_truth`) and its GRPO settings (``grpo.use_leave_one_out_baseline``,
+            ``grpo.normalize_rewards``), so the groups' advantages are the trainer's; what is passed below wins.
+        ground_truth: a column name, or a function prompt -> answer (default: ``cfg``'s, else the column
+            ``ground_truth``).
         group_size: None infers groups as consecutive identical prompts within a step; an int chunks each step.
-        leave_one_out: ``grpo.use_leave_one_out_baseline``.
-        normalize: ``grpo.normalize_rewards``.
+        leave_one_out: ``grpo.use_leave_one_out_baseline`` (default: ``cfg``'s, else True).
+        normalize: ``grpo.normalize_rewards`` (default: ``cfg``'s, else True).
         progress: show a tqdm bar when scoring takes longer than a second.
 
     Returns:
@@ -227,10 +235,16 @@ def rescore(
         ConfigError: missing columns, an unusable ground truth, or a bad mix.
 
     Example:
-        >>> run = nbtools.trajectories.open_run(cfg.log_dir)
-        >>> result = nbtools.rewards.rescore(run.read(), mix, ground_truth=nbtools.rehearsal.task.ground_truth_for)
+        >>> run = nbtools.trajectories.open_run(cfg.logs_url)
+        >>> result = nbtools.rewards.rescore(run.read(), mix, cfg=cfg)
         >>> result.table()
     """
+    if ground_truth is None:
+        ground_truth = _run.ground_truth(cfg) if cfg is not None else "ground_truth"
+    if leave_one_out is None:
+        leave_one_out = cfg.grpo.use_leave_one_out_baseline if cfg is not None else True
+    if normalize is None:
+        normalize = cfg.grpo.normalize_rewards if cfg is not None else True
     mix = combine(mix)
     missing = [c for c in ("prompt", "response") if c not in df]
     if missing:

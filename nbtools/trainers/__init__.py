@@ -85,10 +85,14 @@ METRIC_PREFIXES: dict[str, tuple[str, ...]] = {
 }
 # how a model card cites each trainer (by its label): (name, BibTeX)
 CITATIONS: dict[str, tuple[str, str]] = {
-    "verl": ("verl", "@article{sheng2024hybridflow,\n  title   = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
-             "  author  = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and Zhang, "
-             "Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n  journal = {arXiv preprint arXiv:2409.19256},\n"
-             "  year    = {2024}\n}"),
+    # HybridFlow, the paper behind verl, as published at EuroSys 2025 (verl's README, v0.7.0: "accepted to EuroSys
+    # 2025"; its BibTeX there is the arXiv preprint, kept here as the eprint)
+    "verl": ("verl", "@inproceedings{sheng2025hybridflow,\n  title         = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
+             "  author        = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and "
+             "Zhang, Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n"
+             "  booktitle     = {Proceedings of the Twentieth European Conference on Computer Systems (EuroSys '25)},\n"
+             "  publisher     = {ACM},\n  year          = {2025},\n  eprint        = {2409.19256},\n"
+             "  archivePrefix = {arXiv}\n}"),
     "NeMo-RL": ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
                 "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}"),
 }

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from nbtools import _paths
+from nbtools import _paths, _table
 from nbtools._escape import html as _h
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._cache import load_cache, rows_for_steps, save_cache
@@ -347,7 +347,8 @@ class Run:
         opened, e.g. a dangling symlink).
         """
         rows = [(name, *p) for kind in self._info.values() for name, e in kind.items() for p in e["problems"]]
-        return pd.DataFrame(rows, columns=_PROBLEM_COLS)
+        return _table.table(pd.DataFrame(rows, columns=_PROBLEM_COLS),
+                            when_empty="every line read so far was read whole: nothing skipped, no bytes replaced")
 
     @property
     def skipped(self) -> int:

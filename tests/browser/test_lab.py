@@ -1,9 +1,18 @@
-"""A real JupyterLab in a real browser: notebooks 03 → 04 → 05 on the local backend, asserted through the DOM.
+"""A real JupyterLab in a real browser: notebooks 03 → 04 → 05 live, then the executed notebooks as a user opens them.
 
 Run with ``make test-browser`` (not part of ``make test``: it needs Debian's Chromium at /usr/bin/chromium and the
 ``browser`` extra). JupyterLab is started from this venv on 127.0.0.1 with a token; Playwright drives Debian's
 Chromium (Playwright's own browser download cannot work here); the rehearsal is shortened through a copy of
 ``experiments/local.yaml`` (fewer steps, free Ray ports) passed as the notebooks' ``CONFIG`` parameter.
+
+Two parts, one runs dir laid out as ``make demo``'s (``<runs>/notebooks/`` holds the executed copies):
+1. Live: 03 submits, 04 watches the curves grow while the job runs, 05 drives the explorer; 04 and 05 are saved.
+2. Saved: ``nbtools.demo.run_demo`` runs 01, 06 and 07 into the same runs dir (not the lab's notebooks again) and
+   freezes and checks every executed copy, the lab's included, as ``make demo`` does. Then 01, 04, 05 and 07 are
+   opened as a user opens them: untrusted first (JupyterLab sanitises their HTML), then trusted and reopened. In both,
+   every figure cell shows an image or a plotly plot, the explorer's snapshot keeps its colours (a coloured row, a
+   histogram bar), no widget shows the "disconnected" icon or an error, and no output names this machine's absolute
+   paths; the model card is opened as JupyterLab's Markdown preview.
 Screenshots go to ``runs/browser/``.
 """
 
@@ -31,8 +40,10 @@ STEPS = int(os.environ.get("NBTOOLS_BROWSER_STEPS", "80"))  # rehearsal steps: l
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-dev-shm-usage"]
-# Console messages that are not the widgets' or the notebooks' (JupyterLab asks for extensions/news it cannot reach).
-BENIGN = re.compile(r"favicon|Failed to load resource|net::ERR|lab/api/(news|update)|ERR_CONNECTION_REFUSED")
+# Console messages that are not the widgets' or the notebooks' (JupyterLab asks for extensions/news it cannot reach;
+# its debugger asks a kernel that the test shuts down when it opens the next saved notebook).
+BENIGN = re.compile(r"favicon|Failed to load resource|net::ERR|lab/api/(news|update)|ERR_CONNECTION_REFUSED|"
+                    r"Could not restore the debugger state")
 
 
 @pytest.fixture(scope="module")
@@ -51,25 +62,35 @@ def workspace(tmp_path_factory):
     spec = yaml.safe_load((ROOT / "experiments" / "local.yaml").read_text())
     spec["ray"].update(port=_free_port(), dashboard_port=_free_port())
     period = max(STEPS // 3, 1)
-    spec["grpo"].update(max_num_steps=STEPS, val_period=period)
+    spec["grpo"].update(max_num_steps=STEPS, val_period=period, max_val_samples=64)
     spec["checkpointing"].update(save_period=period)
+    spec["rehearsal"].update(num_test=64)  # 07 evaluates both models on a held-out split this size
     config = work / "experiment.yaml"
     config.write_text(yaml.safe_dump(spec, sort_keys=False))
-    (work / "notebooks").mkdir()
-    params = {"03": {"BACKEND": "local", "CONFIG": str(config)},
-              "04": {"BACKEND": "local", "CONFIG": str(config), "REFRESH_SECONDS": 2.0},
-              "05": {"BACKEND": "local", "CONFIG": str(config)}}
+    # the notebooks as committed, one level under the config (their CONFIG stays relative, as in the repo); the
+    # executed copies go where `make demo` puts them, <runs>/notebooks/: the lab runs 03-05 there, the demo the rest
+    src, executed = work / "src", runs / "notebooks"
+    src.mkdir()
+    executed.mkdir(parents=True)
     names = {}
+    for prefix in ("01", "03", "04", "05", "06", "07"):
+        nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
+        shutil.copy(nb, src / nb.name)
+        names[prefix] = nb.name
+    # 03 is left while its job runs (the lab's copy is never a finished notebook): it runs beside the runs dir
+    (work / "live").mkdir()
+    params = {"03": {"BACKEND": "local", "CONFIG": "../experiment.yaml"},
+              "04": {"BACKEND": "local", "CONFIG": "../../experiment.yaml", "REFRESH_SECONDS": 2.0},
+              "05": {"BACKEND": "local", "CONFIG": "../../experiment.yaml"}}
     for prefix, p in params.items():
-        src = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
-        papermill.execute_notebook(str(src), str(work / "notebooks" / src.name), parameters=p, prepare_only=True,
-                                   progress_bar=False)
-        names[prefix] = src.name
+        papermill.execute_notebook(str(src / names[prefix]), str((work / "live" if prefix == "03" else executed) /
+                                                                 names[prefix]),
+                                   parameters=p, prepare_only=True, progress_bar=False)
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
     cfg = nbtools.config.load(config, backend="local")
     _head.up(cfg, timeout=300, progress=False)
     try:
-        yield {"dir": work, "cfg": cfg, "names": names, "runs": runs}
+        yield {"dir": work, "cfg": cfg, "names": names, "runs": runs, "src": src, "executed": executed}
     finally:
         try:
             nbtools.tensorboard.stop(cfg)
@@ -95,6 +116,9 @@ def lab(workspace):
     notes = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notes.parent.mkdir(parents=True)
     notes.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))  # no news toast over the page
+    docs = home / "settings" / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings"
+    docs.parent.mkdir(parents=True)
+    docs.write_text(json.dumps({"autosave": False}))  # the test saves; an autosave must not undo the demo's freeze
     log = open(workspace["dir"] / "lab.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
@@ -112,7 +136,7 @@ def lab(workspace):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"JupyterLab did not start: {(workspace['dir'] / 'lab.log').read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield {"url": url, "token": token}
+        yield {"url": url, "token": token, "env": env}
     finally:
         proc.terminate()
         try:
@@ -146,10 +170,31 @@ class Lab:
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
-    def open(self, name: str) -> None:
-        self.page.goto(f"{self.lab['url']}/lab/tree/notebooks/{name}?token={self.lab['token']}&reset")
+    def open(self, path: str) -> None:
+        """Load JupyterLab on ``path`` (relative to the lab's root), a fresh page with a reset workspace."""
+        self.page.goto(f"{self.lab['url']}/lab/tree/{path}?token={self.lab['token']}&reset")
         self.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
         self.page.wait_for_timeout(500)
+
+    def reopen(self, path: str, factory: str | None = None) -> None:
+        """Close every tab, stop every kernel, and open ``path`` from disk as File > Open does (no page reload)."""
+        self.page.evaluate("""async ([path, factory]) => { const app = window.jupyterapp;
+            for (const w of Array.from(app.shell.widgets('main'))) {  // saved already: closing must not ask
+                if (w.context && w.context.model) { w.context.model.dirty = false; } }
+            await app.commands.execute('application:close-all');
+            await app.serviceManager.sessions.refreshRunning();
+            await app.serviceManager.sessions.shutdownAll();
+            await app.commands.execute('docmanager:open', factory ? {path, factory} : {path}); }""", [path, factory])
+        self.page.wait_for_function(
+            """() => { const w = window.jupyterapp.shell.currentWidget;
+                return !!w && !!w.context && w.context.isReady && !w.node.classList.contains('lm-mod-hidden'); }""",
+            timeout=60_000)
+        self.page.wait_for_timeout(500)
+
+    def save(self) -> None:
+        """File > Save, awaited until the document is clean."""
+        self.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        self.page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
 
     def run_all(self) -> None:
         """Run > Run All Cells, through the app's command registry (``expose_app_in_browser``, as Galata does)."""
@@ -212,10 +257,14 @@ def _rows(page) -> list[tuple[int, int]]:
         r => [Number(r.dataset.step), Number(r.dataset.idx)])""")]
 
 
-def test_notebooks_03_04_05_in_jupyterlab(workspace, lab, browser):
+def test_notebooks_live_then_saved_in_jupyterlab(workspace, lab, browser):
     ui = Lab(browser, lab)
     try:
+        t0 = time.monotonic()
         _drive(workspace, ui)
+        t1 = time.monotonic()
+        _saved(workspace, ui)
+        print(f"browser test: live part {t1 - t0:.0f} s, saved notebooks {time.monotonic() - t1:.0f} s")
     except BaseException:
         ui.shot("failure")  # the page as it was when the assertion failed
         raise
@@ -226,9 +275,11 @@ def _drive(workspace, ui: Lab) -> None:
 
     cfg = workspace["cfg"]
     t0 = time.monotonic()
+    path = {k: f"runs/notebooks/{v}" for k, v in workspace["names"].items()}
+    path["03"] = f"live/{workspace['names']['03']}"
 
     # 03: submit and follow (the job runs on while we look at 04)
-    ui.open(workspace["names"]["03"])
+    ui.open(path["03"])
     ui.run_all()
     logs = Path(cfg.logs_url)
     deadline = time.monotonic() + 240
@@ -238,7 +289,7 @@ def _drive(workspace, ui: Lab) -> None:
     ui.shot("03_launch_running")
 
     # 04 while the job runs: the interactive curves gain points in place
-    ui.open(workspace["names"]["04"])
+    ui.open(path["04"])
     ui.run_all()
     ui.page.wait_for_selector(".js-plotly-plot", timeout=120_000)
     first = _points(ui.page)
@@ -256,11 +307,12 @@ def _drive(workspace, ui: Lab) -> None:
     ui.shot("04_monitor_done")
     assert _points(ui.page) >= grown > first
     assert not ui.widget_errors(), ui.widget_errors()
+    ui.save()  # the executed copy a user keeps (the demo's check freezes and checks it below)
 
     # 05: the explorer over the finished run
     run = nbtools.trajectories.open_run(cfg.logs_url)
     steps = run.steps
-    ui.open(workspace["names"]["05"])
+    ui.open(path["05"])
     ui.run_all()
     ui.wait_done(240)
     ui.page.wait_for_selector(".nbx-note", timeout=30_000)
@@ -314,4 +366,108 @@ def _drive(workspace, ui: Lab) -> None:
     ui.page.locator(".nbx-group").first.scroll_into_view_if_needed()
     assert ui.page.locator("tr.nbx-group").count() >= 1
     assert not ui.widget_errors(), ui.widget_errors()
-    print(f"browser test: {time.monotonic() - t0:.0f} s, {len(steps)} steps, 04 curve {first} → {grown} points")
+    ui.save()
+    print(f"live: {time.monotonic() - t0:.0f} s, {len(steps)} steps, 04 curve {first} → {grown} points")
+
+
+# ---------------------------------------------------------------------------------------------- the saved notebooks
+# What each saved notebook is looked at for, and the output screenshotted (the cell whose source matches).
+SAVED = {"01": ("01_plan", r"provision_plan\(\)"), "04": ("04_curves", r"plots\.watch\("),
+         "05": ("05_explorer", r"explorer\.explore\("), "07": ("07_accuracy", r"evals\.plots\.accuracy\(")}
+# every code cell of the open notebook: [source, trusted, images shown (loaded), plotly plots, output text]
+_CELLS_JS = """() => { const w = window.jupyterapp.shell.currentWidget;
+    return w.content.widgets.filter(c => c.model.type === 'code').map(c => { const o = c.outputArea.node;
+        return [c.model.sharedModel.getSource(), c.model.trusted,
+                [...o.querySelectorAll('img')].filter(i => i.complete && i.naturalWidth > 0).length,
+                o.querySelectorAll('.js-plotly-plot').length, o.textContent]; }); }"""
+# the explorer's snapshot: the background of each sample row's cells, and each histogram bar's fill and width
+_STYLED_JS = """() => { const root = window.jupyterapp.shell.currentWidget.node, bg = e => getComputedStyle(e).backgroundColor;
+    return {rows: [...root.querySelectorAll('tr.nbx-row.ok > td:first-child, tr.nbx-row.bad > td:first-child')].map(bg),
+            bars: [...root.querySelectorAll('.bar')].map(b => [bg(b), b.getBoundingClientRect().width])}; }"""
+OK_ROW, BAD_ROW, BAR = "rgb(241, 249, 243)", "rgb(253, 243, 242)", "rgb(76, 114, 176)"  # #f1f9f3 #fdf3f2 #4c72b0
+
+
+def _saved(workspace, ui: Lab) -> None:
+    """The executed notebooks as a user opens them after ``make demo``: untrusted, then trusted."""
+    import nbtools
+
+    t0 = time.monotonic()
+    ui.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")  # the live part's kernels
+    # the rest of the sequence that shows what a user opens (01 on local is the GKE plan; 06 merges and writes the
+    # model card; 07 evaluates and adds its section), into the runs dir the lab's 03-05 ran in; the demo then
+    # freezes and checks every executed copy there, the lab's saved 04 and 05 included
+    result = nbtools.demo.run_demo(out_dir=workspace["runs"], only=["01", "06", "07"], notebooks_dir=workspace["src"],
+                                   parameters={"CONFIG": "../experiment.yaml", "SAMPLES": 4})
+    assert result.ok and not result.warnings, result.summary()
+    print(f"demo 01, 06, 07: {time.monotonic() - t0:.0f} s ({', '.join(f'{k[:2]} {v:.0f} s' for k, v in result.timings.items())})")
+    look_at_saved(workspace, ui, SAVED)
+    look_at_card(workspace, ui)
+
+
+def look_at_saved(workspace, ui: Lab, saved: dict) -> None:
+    """Open each executed notebook of ``saved`` untrusted, then trusted (``jupyter trust``), and check the page."""
+    from nbtools.demo import FIGURE_CALLS
+
+    forbidden = (str(ROOT), str(workspace["dir"]), f"{Path.home()}/")
+    path = {k: f"runs/notebooks/{v}" for k, v in workspace["names"].items()}
+    for trusted in (False, True):
+        if trusted:  # `jupyter trust` (nbformat.sign), as a user does for notebooks they did not run in this JupyterLab
+            subprocess.run([sys.executable, "-m", "nbformat.sign", *(str(workspace["dir"] / path[k]) for k in saved)],
+                           env=ui.lab["env"], check=True, capture_output=True)
+        for prefix, (shot, pattern) in saved.items():
+            ui.reopen(path[prefix])
+            where = f"{path[prefix]} ({'trusted' if trusted else 'untrusted'})"
+            figures = [i for i, c in enumerate(_cells(ui.page)) if FIGURE_CALLS.search(c[0])]
+            ui.page.wait_for_function(  # every figure cell shows its image (loaded) or its plotly plot
+                f"() => {{ const cs = ({_CELLS_JS})(); return {figures}.every(i => cs[i][2] + cs[i][3] > 0); }}",
+                timeout=30_000)
+            ui.page.wait_for_function(  # every output the file holds is on the page (cells render as they come)
+                """() => window.jupyterapp.shell.currentWidget.content.widgets.filter(c => c.model.type === 'code')
+                    .every(c => c.outputArea.widgets.length === c.model.outputs.length)""", timeout=30_000)
+            cells = _cells(ui.page)
+            assert all(c[1] == trusted for c in cells if c[4].strip()), (where, [c[1] for c in cells])
+            text = ui.page.evaluate("() => window.jupyterapp.shell.currentWidget.content.node.textContent")
+            assert not any(f in text for f in forbidden), (where, [f for f in forbidden if f in text])
+            for bad in ("Error displaying widget", "Loading widget", "<Figure size", "Traceback (most recent call last)"):
+                assert bad not in text, (where, bad)
+            assert ui.page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .jupyter-widgets-disconnected").count() == 0, where
+            out = ui.page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .jp-CodeCell").nth(
+                next(i for i, c in enumerate(cells) if re.search(pattern, c[0]))).locator(".jp-OutputArea")
+            out.scroll_into_view_if_needed()
+            if prefix == "05":  # the explorer's snapshot keeps its colours: coloured rows and histogram bars
+                styled = ui.page.evaluate(_STYLED_JS)
+                assert styled["rows"] and set(styled["rows"]) <= {OK_ROW, BAD_ROW}, (where, styled["rows"][:4])
+                assert styled["bars"] and all(c == BAR and w > 0 for c, w in styled["bars"]), (where, styled["bars"][:4])
+            if prefix == "04":  # one hover over the top panel labels every panel's value at that step
+                drag = out.locator(".nsewdrag").first
+                drag.hover()
+                box = drag.bounding_box()
+                for f in (0.45, 0.5, 0.55):
+                    ui.page.mouse.move(box["x"] + box["width"] * f, box["y"] + box["height"] / 2, steps=3)
+                ui.page.wait_for_timeout(300)
+                label = " ".join(ui.page.locator(".hoverlayer text").all_text_contents())
+                assert label.startswith("step ") and all(f": {m} " in label for m in ("reward", "generation_length", "kl")), \
+                    (where, label)
+            ui.shot(f"{shot}_{'trusted' if trusted else 'untrusted'}", out)
+
+
+def look_at_card(workspace, ui: Lab) -> None:
+    """The model card beside the merged model, as JupyterLab's Markdown preview shows it."""
+    forbidden = (str(ROOT), str(workspace["dir"]), f"{Path.home()}/")
+    card = next(workspace["runs"].rglob("merged_hf/README.md")).relative_to(workspace["dir"])
+    ui.reopen(str(card), factory="Markdown Preview")
+    ui.page.wait_for_selector(".jp-RenderedMarkdown h2", timeout=30_000)
+    md = ui.page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .jp-RenderedMarkdown").first
+    text = md.text_content()
+    assert not any(f in text for f in forbidden), [f for f in forbidden if f in text]
+    for section in ("Uses", "Bias, Risks, and Limitations", "Training Details", "Evaluation", "Framework versions",
+                    "Citation"):
+        assert section in text, section
+    ui.page.wait_for_function("""() => [...document.querySelectorAll('.jp-RenderedMarkdown img')].some(
+        i => i.complete && i.naturalWidth > 0)""", timeout=30_000)  # the training curves beside the card
+    ui.shot("model_card")
+    assert not ui.widget_errors(), ui.widget_errors()
+
+
+def _cells(page) -> list[list]:
+    return page.evaluate(_CELLS_JS)
