@@ -184,7 +184,7 @@ class RescoreResult:
         if not np.isnan(diff) or not ext:
             return diff
         mine = s.groupby("step")["old_advantage"].agg(["max", "min"])
-        both = mine.join(pd.DataFrame.from_dict(ext, orient="index"), rsuffix="_logged", how="inner")
+        both = mine.join(pd.DataFrame.from_dict(ext, orient="index").add_suffix("_logged"), how="inner")
         if both.empty:
             return diff
         return float(np.nanmax(np.abs(both[["max", "min"]].to_numpy(float) - both[["max_logged", "min_logged"]].to_numpy(float))))
