@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import REHEARSAL_OVERRIDES
 
 import nbtools
 from nbtools.errors import ConfigError
@@ -29,11 +30,8 @@ from nbtools.rehearsal.trainer import PAUSE_ENV, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "local.yaml"
-TINY = [
-    "rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
-    "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=1", "grpo.val_at_start=true",
-    "checkpointing.save_period=1", "checkpointing.keep_top_k=5",
-]
+# the shared run's settings (tests/conftest.py) without its step count: the kill test and the layouts set their own
+TINY = [o for o in REHEARSAL_OVERRIDES if not o.startswith("grpo.max_num_steps=")]
 TRAIN_KEYS = {"content", "rewards", "input_lengths", "token_ids", "token_loss_mask", "sample_loss_mask", "advantages",
               "generation_logprobs", "prev_logprobs", "idx"}
 INFO_KEYS = ["consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens", "val_reward",
@@ -58,17 +56,18 @@ def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Three shrunk runs started together (one per weights layout), each 2 steps on 2 ranks."""
+def runs(request, tmp_path_factory):
+    """Three shrunk runs, one per weights layout, each on 2 ranks: the session's shared run (v2 safetensors, 2 steps,
+    tests/conftest.py), and two of 1 step started here, which run while the shared one finishes."""
     base = tmp_path_factory.mktemp("rehearsal")
     layouts = {
-        "v2_safetensors": [],
         "v2_torch_save": ["checkpointing.model_save_format=torch_save", "grpo.max_num_steps=1"],
         "dtensor_v1": ["checkpointing.dtensor_v2=false", "checkpointing.model_save_format=null", "grpo.max_num_steps=1"],
     }
     procs = {k: _start(base / k, "grpo.max_num_steps=2", *ov) for k, ov in layouts.items()}
+    shared = request.getfixturevalue("rehearsal_run")
     outs = {k: _finish(p) for k, p in procs.items()}
-    return {k: (base / k / "local-rehearsal", outs[k]) for k in layouts}
+    return {"v2_safetensors": (shared.run_dir, shared.output), **{k: (base / k / "local-rehearsal", outs[k]) for k in layouts}}
 
 
 # -- unit: task, tokenizer, config -----------------------------------------------------------------------------
