@@ -1,7 +1,8 @@
 """Notebooks 01–09 executed with ``BACKEND="gke"`` against the simulated GKE of ``tests/sim_gke.py``: the
 Kubernetes API TEST DOUBLE with a KubeRay operator stand-in, the real GCS API emulator (fake-gcs-server) that gcsfs
 reads, a real local Ray head standing in for the KubeRay head behind the real port-forward (its Python cannot import
-nbtools, like the NeMo-RL image), recording gcloud/kubectl/helm shims, a gcsfuse stand-in and NeMo-RL stand-ins
+nbtools, like the NeMo-RL image), the recording gcloud/kubectl/helm TEST DOUBLE (sim_shims.py, the one the unit
+tests of plans use too), a gcsfuse stand-in and NeMo-RL stand-ins
 (run_grpo.py trains nbtools' miniature GRPO with NeMo-RL's command line and layout; run_eval.py evaluates with
 NeMo-RL's output format). The notebooks run in their order, once each, in one module, each with papermill in its own
 kernel, the way a user runs them, whatever order pytest runs the tests in (a test asks for its notebook and every
