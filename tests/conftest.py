@@ -124,7 +124,7 @@ def _restore_env(old: str | None) -> None:
         os.environ["NBTOOLS_RUNS_DIR"] = old
 
 
-_HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "rehearsal_run": ("slow",)}
+_HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_rehearsal": ("slow",)}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -174,6 +174,7 @@ class _BackgroundRehearsal:
     def __init__(self, runs: Path):
         self.runs, self.log = runs, runs / "rehearsal.log"
         self.result: RehearsalRun | None = None
+        self.tree: dict[str, tuple[int, int]] | None = None  # its files once finished: nobody may change them
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nbtools.rehearsal", "--config", str(REHEARSAL_CONFIG), "--runs-dir", str(runs),
@@ -189,6 +190,7 @@ class _BackgroundRehearsal:
             out = self.log.read_text()
             assert self.proc.returncode == 0, f"the shared rehearsal failed:\n{out[-3000:]}"
             self.result = RehearsalRun(self.runs / "local-rehearsal", out)
+            self.tree = _tree(self.runs)
         return self.result
 
     def kill(self) -> None:
@@ -209,7 +211,7 @@ def _start_rehearsal(config) -> _BackgroundRehearsal:
 def pytest_collection_finish(session):
     """Start the shared rehearsal while the first tests run, when a collected test will read it."""
     if not session.config.option.collectonly and any(
-            "rehearsal_run" in getattr(item, "fixturenames", ()) for item in session.items):
+            "shared_rehearsal" in getattr(item, "fixturenames", ()) for item in session.items):
         _start_rehearsal(session.config)
 
 
@@ -223,26 +225,28 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture(scope="session")
-def rehearsal_run(request) -> RehearsalRun:
+def shared_rehearsal(request) -> _BackgroundRehearsal:
+    """The shared rehearsal, started (``.wait()`` returns the finished RehearsalRun): for a fixture that starts runs
+    of its own before it waits for this one."""
+    return _start_rehearsal(request.config)
+
+
+@pytest.fixture(scope="session")
+def rehearsal_run(shared_rehearsal) -> RehearsalRun:
     """The session's finished shrunk rehearsal (see above); read it, never write into it (``.copy(tmp_path)``)."""
-    run = _start_rehearsal(request.config).wait()
-    request.config.stash[_REHEARSAL_TREE] = _tree(run.run_dir.parent)
-    return run
-
-
-_REHEARSAL_TREE = pytest.StashKey[dict]()
+    return shared_rehearsal.wait()
 
 
 @pytest.fixture(autouse=True)
 def _shared_rehearsal_untouched(request):
     """A test that used the shared rehearsal run fails if it changed a file there (the next reader would see it)."""
     yield
-    before = request.config.stash.get(_REHEARSAL_TREE, None)
-    if before is None or "rehearsal_run" not in request.fixturenames:
+    shared = request.config.stash.get(_REHEARSAL_KEY, None)
+    if shared is None or shared.tree is None or "shared_rehearsal" not in request.fixturenames:
         return
-    root = request.config.stash[_REHEARSAL_KEY].runs
-    after = _tree(root)
+    before, after = shared.tree, _tree(shared.runs)
+    root = shared.runs
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    request.config.stash[_REHEARSAL_TREE] = after  # the next test is judged on what it changes itself
+    shared.tree = after  # the next test is judged on what it changes itself
     assert not changed, (f"{request.node.name} wrote into the shared rehearsal run {root} ({changed[:5]}); "
                          "fix: write into a copy, rehearsal_run.copy(tmp_path)")

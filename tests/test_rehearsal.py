@@ -56,7 +56,7 @@ def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(request, tmp_path_factory):
+def runs(shared_rehearsal, tmp_path_factory):
     """Three shrunk runs, one per weights layout, each on 2 ranks: the session's shared run (v2 safetensors, 2 steps,
     tests/conftest.py), and two of 1 step started here, which run while the shared one finishes."""
     base = tmp_path_factory.mktemp("rehearsal")
@@ -65,7 +65,7 @@ def runs(request, tmp_path_factory):
         "dtensor_v1": ["checkpointing.dtensor_v2=false", "checkpointing.model_save_format=null", "grpo.max_num_steps=1"],
     }
     procs = {k: _start(base / k, "grpo.max_num_steps=2", *ov) for k, ov in layouts.items()}
-    shared = request.getfixturevalue("rehearsal_run")
+    shared = shared_rehearsal.wait()
     outs = {k: _finish(p) for k, p in procs.items()}
     return {"v2_safetensors": (shared.run_dir, shared.output), **{k: (base / k / "local-rehearsal", outs[k]) for k in layouts}}
 
