@@ -144,6 +144,7 @@ def warm_model():
     return model.eval(), task.make_split(cfg)[1]
 
 
+@pytest.mark.slow  # warm-starts a policy (40 steps)
 def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
     from nbtools.rehearsal import _grpo
     from nbtools.rehearsal._sampling import Engine
@@ -172,6 +173,7 @@ def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
         assert short.tokens.shape[1] == int(short.lengths.max()) < 12
 
 
+@pytest.mark.slow  # warm-starts a policy (40 steps)
 def test_engine_refit_follows_the_policy_and_refuses_other_models(warm_model):
     from transformers import GPT2Config
 
@@ -380,6 +382,7 @@ def test_baseline_is_a_loadable_hf_directory(runs):
 
 
 # -- integration: kill and resume --------------------------------------------------------------------------------
+@pytest.mark.slow  # two rehearsal runs
 def test_kill_mid_checkpoint_leaves_tmp_and_rerun_resumes(tmp_path):
     proc = _start(tmp_path, "grpo.max_num_steps=2", "grpo.val_period=0", env={PAUSE_ENV: "2:60"})
     ckpts = tmp_path / "local-rehearsal" / "checkpoints"
