@@ -305,6 +305,7 @@ def _notebook(path: Path, source: str) -> None:
     nbformat.write(nb_, path)
 
 
+@pytest.mark.slow  # papermill kernels
 def test_demo(tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir()

@@ -51,6 +51,7 @@ def _until(predicate, timeout: float, what: str):
 # -- 4. the shims, driven by the real provisioning and destroy plans ---------------------------------------------
 
 
+@pytest.mark.slow  # the whole provisioning and destroy plans through the shims
 def test_shims_apply_the_provisioning_plan_and_the_destroy_plan_removes_everything(tmp_path):
     with SimGke(tmp_path / "sim", ray=False, mirror=False, changes={"cluster.kuberay": "helm"}) as sim, sim.activated():
         cfg = sim.cfg()
