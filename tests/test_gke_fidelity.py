@@ -154,6 +154,7 @@ def test_destroy_plan_goes_compute_first_data_last():
     assert d["bucket"].command[:4] == ("gcloud", "storage", "buckets", "delete"), "deleted only when empty"
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_destroy_apply_survives_a_refused_bucket_delete_and_reports_what_is_left(cloud):
     cfg = _cfg()
     cloud.world(cfg)
@@ -175,6 +176,7 @@ def test_destroy_apply_survives_a_refused_bucket_delete_and_reports_what_is_left
         nbtools.gke.destroy_plan(cfg, delete_bucket="someone-elses-bucket")
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_a_failed_step_skips_only_the_steps_that_need_it(cloud):
     cfg = _cfg()
     cloud.world(cfg, objects=False)
@@ -189,6 +191,7 @@ def test_a_failed_step_skips_only_the_steps_that_need_it(cloud):
     assert {"cluster", "credentials", "rdma-net", "gvnic-net"} <= set(ei.value.remaining["step"])
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_destroy_script_keeps_going_past_a_refused_bucket_and_deletes_the_raycluster_first(cloud, tmp_path):
     cfg = _cfg()
     cloud.world(cfg)
