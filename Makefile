@@ -30,8 +30,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Unit + integration tests, then every notebook through nbmake with gcloud, kubectl and helm off PATH (the local
-## backend must not need them); exit status is non-zero when either part fails
+## Unit + integration tests (in a shuffled order: pytest-randomly prints the seed, --randomly-seed=N repeats it), then
+## every notebook through nbmake in its order (each builds on the ones before) with gcloud, kubectl and helm off PATH
+## (the local backend must not need them); exit status is non-zero when either part fails.
+## The inner loop: `.venv/bin/python -m pytest tests -m "not slow"` (no Ray head, simulated GKE or rehearsal run)
 CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
@@ -40,7 +42,7 @@ test: $(STAMP)
 	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
 	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
 	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
-	  -p no:cacheprovider --durations=10; nbs=$$?; \
+	  -p no:cacheprovider -p no:randomly --durations=10; nbs=$$?; \
 	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
 

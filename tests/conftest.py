@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -140,15 +144,129 @@ def _restore_env(old: str | None) -> None:
         os.environ["NBTOOLS_RUNS_DIR"] = old
 
 
-_HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",)}
+_HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_rehearsal": ("slow",)}
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark by what a test needs, so ``-m "not slow"`` (the inner loop) leaves out every test that starts or shares a
-    Ray head or a simulated GKE, including through another fixture, without a marker to forget in each file."""
+    Ray head, a simulated GKE or the shared rehearsal run, including through another fixture, without a marker to
+    forget in each file."""
     for item in items:
         needs = getattr(item, "fixturenames", ())
         for fixture, marks in _HEAVY_FIXTURES.items():
             if fixture in needs:
                 for mark in marks:
                     item.add_marker(mark)
+
+
+# == one shrunk rehearsal run shared by the session (section owned by the test-suite layout; fixtures of other areas
+# go above) ===========================================================================================================
+# Every test that only reads a finished rehearsal run (its stdout, TensorBoard files, dumps, DCP checkpoints) reads
+# this one: `python -m nbtools.rehearsal` on 2 gloo ranks, 2 GRPO steps of a shrunk task, validation at start and after
+# each step, a checkpoint after each step (NeMo-RL's v2 safetensors layout). It starts in the background as soon as
+# collection shows a test that needs it. A test that writes into a run copies it first (``rehearsal_run.copy``);
+# the session checks at its end that nobody wrote into the shared one.
+
+REHEARSAL_CONFIG = PROJECT_ROOT / "experiments" / "local.yaml"
+REHEARSAL_OVERRIDES = (
+    "rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
+    "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=1", "grpo.val_at_start=true",
+    "checkpointing.save_period=1", "checkpointing.keep_top_k=5", "grpo.max_num_steps=2",
+)
+
+
+@dataclass(frozen=True)
+class RehearsalRun:
+    """A finished rehearsal: ``run_dir`` is ``<runs>/local-rehearsal`` (logs/exp_001, checkpoints/step_1..2,
+    baseline_hf); ``output`` is what it printed; ``overrides`` what it ran with, after ``--config REHEARSAL_CONFIG``."""
+
+    run_dir: Path
+    output: str
+    overrides: tuple[str, ...] = REHEARSAL_OVERRIDES
+
+    def copy(self, dest: Path) -> Path:
+        """A private copy under ``dest`` (which becomes its runs dir) for a test that writes; returns its run_dir."""
+        shutil.copytree(self.run_dir.parent, dest, symlinks=True, dirs_exist_ok=True)
+        return Path(dest) / self.run_dir.name
+
+
+class _BackgroundRehearsal:
+    def __init__(self, runs: Path):
+        self.runs, self.log = runs, runs / "rehearsal.log"
+        self.result: RehearsalRun | None = None
+        self.tree: dict[str, tuple[int, int]] | None = None  # its files once finished: nobody may change them
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "nbtools.rehearsal", "--config", str(REHEARSAL_CONFIG), "--runs-dir", str(runs),
+                 *REHEARSAL_OVERRIDES], stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True)
+
+    def wait(self, timeout: float = 600) -> RehearsalRun:
+        if self.result is None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                pytest.fail(f"the shared rehearsal did not finish in {timeout:.0f} s:\n{self.log.read_text()[-3000:]}")
+            out = self.log.read_text()
+            assert self.proc.returncode == 0, f"the shared rehearsal failed:\n{out[-3000:]}"
+            self.result = RehearsalRun(self.runs / "local-rehearsal", out)
+            self.tree = _tree(self.runs)
+        return self.result
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+_REHEARSAL_KEY = pytest.StashKey[_BackgroundRehearsal]()
+
+
+def _start_rehearsal(config) -> _BackgroundRehearsal:
+    if _REHEARSAL_KEY not in config.stash:
+        config.stash[_REHEARSAL_KEY] = _BackgroundRehearsal(config._tmp_path_factory.mktemp("shared-rehearsal"))
+    return config.stash[_REHEARSAL_KEY]
+
+
+def pytest_collection_finish(session):
+    """Start the shared rehearsal while the first tests run, when a collected test will read it."""
+    if not session.config.option.collectonly and any(
+            "shared_rehearsal" in getattr(item, "fixturenames", ()) for item in session.items):
+        _start_rehearsal(session.config)
+
+
+def pytest_unconfigure(config):
+    if _REHEARSAL_KEY in config.stash:
+        config.stash[_REHEARSAL_KEY].kill()
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="session")
+def shared_rehearsal(request) -> _BackgroundRehearsal:
+    """The shared rehearsal, started (``.wait()`` returns the finished RehearsalRun): for a fixture that starts runs
+    of its own before it waits for this one."""
+    return _start_rehearsal(request.config)
+
+
+@pytest.fixture(scope="session")
+def rehearsal_run(shared_rehearsal) -> RehearsalRun:
+    """The session's finished shrunk rehearsal (see above); read it, never write into it (``.copy(tmp_path)``)."""
+    return shared_rehearsal.wait()
+
+
+@pytest.fixture(autouse=True)
+def _shared_rehearsal_untouched(request):
+    """A test that used the shared rehearsal run fails if it changed a file there (the next reader would see it)."""
+    yield
+    shared = request.config.stash.get(_REHEARSAL_KEY, None)
+    if shared is None or shared.tree is None or "shared_rehearsal" not in request.fixturenames:
+        return
+    before, after = shared.tree, _tree(shared.runs)
+    root = shared.runs
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    shared.tree = after  # the next test is judged on what it changes itself
+    assert not changed, (f"{request.node.name} wrote into the shared rehearsal run {root} ({changed[:5]}); "
+                         "fix: write into a copy, rehearsal_run.copy(tmp_path)")

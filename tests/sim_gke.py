@@ -13,7 +13,8 @@ when a start-up step fails):
    this venv's interpreter (the image's venv). It runs in its own mount namespace: only it and its jobs (the
    "pods") see the run's files at the mount path ``<root>/data``; here that directory stays empty (sim_files.py).
    ``kubectl exec`` into a sim pod runs the command in that namespace.
-4. **gcloud / kubectl / helm**: recording shims first on PATH (``sim_shims.py``, ``sim_shims_kube.py``).
+4. **gcloud / kubectl / helm**: recording shims first on PATH (``sim_shims.py``, ``sim_shims_kube.py``): the TEST
+   DOUBLE of these tools that the unit tests of plans use too (alone: ``SimGke(root, ray=False, mirror=False)``).
 5. **gcsfuse**: a mirror thread from what the pods write (``backing_dir``, their ``/data``) into ``gs://sim-bucket``
    (``sim_gcsfuse.py``): this machine reads the run only from the bucket, as a laptop does on GKE.
 6. **NeMo-RL**: ``<root>/opt/nemo-rl`` with the v0.7.0 example configs and test doubles of ``examples/run_grpo.py``

@@ -13,6 +13,10 @@ commands created:
   or a generic text when there is none.
 - ``kubectl`` / ``helm``: see ``sim_shims_kube.py``.
 
+This is the project's one double of these tools: the simulated GKE and the unit tests of plans and scripts
+(tests/test_gke_fidelity.py) both use it, so a command nbtools starts to use is taught here once. A test can make a
+command fail as GCP would when a call fails for reasons of its own (``inject_failure``).
+
 Messages and exit codes follow the real tools' (``ERROR: (gcloud.compute.networks.describe) ...``, exit 1). The
 scripts run Python with ``-S`` (no site-packages: ~0.1 s a call); PyYAML is imported from the path in the config
 only where YAML must be read.
@@ -117,7 +121,9 @@ def main(tool: str, config_path: str) -> int:
     conf = json.loads(Path(config_path).read_text())
     _CONF.update(conf)
     argv = sys.argv[1:]
-    stdin = sys.stdin.read() if tool == "kubectl" and "-f" in argv and argv[argv.index("-f") + 1:][:1] == ["-"] else None
+    reads = "-f" in argv and argv[argv.index("-f") + 1:][:1] == ["-"] or any(
+        a.startswith("--from-file=") and a.endswith("=/dev/stdin") for a in argv)
+    stdin = sys.stdin.read() if tool == "kubectl" and reads else None
     if tool == "gcloud":
         handler = gcloud
     else:
@@ -127,17 +133,35 @@ def main(tool: str, config_path: str) -> int:
     with locked_state(conf["state"]) as state:
         call = Call(conf, state, argv, stdin)
         try:
-            rc = handler(call)
+            rc = _injected(call, tool)
+            if rc is None:
+                rc = handler(call)
         except Exception as e:  # noqa: BLE001 - a bug in the double must show up as a failed command, with its text
             rc = call.fail(f"(simulated {tool}) internal error: {type(e).__name__}: {e}", 70)
     if call.out:
         sys.stdout.write("\n".join(call.out) + "\n")
     if call.err:
         sys.stderr.write("\n".join(call.err) + "\n")
-    record = {"tool": tool, "argv": argv, "stdin": redact(stdin), "rc": rc, "t": round(time.time(), 3)}
+    kept = "<redacted>" if stdin and "--from-file=" in " ".join(argv) else redact(stdin)  # a Secret's raw value
+    record = {"tool": tool, "argv": argv, "stdin": kept, "rc": rc, "t": round(time.time(), 3)}
     with open(conf["log"], "a") as log:  # one write per line: O_APPEND keeps lines whole
         log.write(json.dumps(record) + "\n")
     return rc
+
+
+def inject_failure(state_path: str | Path, command: str) -> None:
+    """Make every later call whose ``tool positionals...`` starts with ``command`` (e.g. ``"gcloud container clusters
+    delete nbtools-b200"``) fail with exit 1 and an error naming the injection, changing nothing."""
+    with locked_state(state_path) as state:
+        state.setdefault("inject", {}).setdefault("fail", []).append(command.split())
+
+
+def _injected(call: Call, tool: str) -> int | None:
+    words = [tool, *call.positionals]
+    for prefix in call.state.get("inject", {}).get("fail", []):
+        if words[: len(prefix)] == prefix:
+            return call.fail(f"ERROR: ({tool}) {' '.join(prefix[1:])} failed (a failure the test injected)")
+    return None
 
 
 def read_log(path: str | Path) -> list[dict]:
@@ -263,6 +287,10 @@ def gcloud(call: Call) -> int:
         return _cluster(call, g, project, pos[2], pos[3], where)
     if pos[:2] == ["container", "node-pools"] and len(pos) > 3:
         return _node_pool(call, g, project, pos[2], pos[3], where)
+    if pos[:2] in (["storage", "rm"], ["storage", "cat"]) and len(pos) > 2:
+        from sim_shims_kube import objects
+
+        return objects(call, pos[1], pos[2], where)
     if pos[:2] == ["storage", "buckets"] and len(pos) > 3:
         from sim_shims_kube import bucket
 
@@ -393,7 +421,8 @@ def _node_pool(call: Call, g: dict, project: str, verb: str, name: str, where: s
             if ref not in g.get("networks", {}):
                 return call.fail(f"ERROR: ({where}) ResponseError: code=400, message=Network \"{parts.get('network')}\" "
                                  "does not exist.")
-        pools[link] = {"name": name, "config": {"machineType": call.flag("machine-type"), "spot": bool(call.flag("spot"))},
+        pools[link] = {"name": name, "status": "RUNNING",
+                       "config": {"machineType": call.flag("machine-type"), "spot": bool(call.flag("spot"))},
                        "initialNodeCount": int(call.flag("num-nodes", 1)), "additionalNodeNetworks": nets}
         call.err.append(f"Created [https://container.googleapis.com/v1/{link}].")
         return 0

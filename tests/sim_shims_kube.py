@@ -2,7 +2,8 @@
 
 ``kubectl`` talks to the Kubernetes API double named by the ``$KUBECONFIG`` context (``--context`` or the current
 one) over its REST API: ``apply -f -`` (create, or JSON-merge-patch what exists), ``get REF... -o name`` and
-``get RESOURCE -l SELECTOR -o name``, ``delete REF... [--ignore-not-found]``, ``config get-contexts/delete-context/
+``get RESOURCE -l SELECTOR -o name``, ``delete REF... [--ignore-not-found]``, ``create secret generic NAME
+--from-file=KEY=/dev/stdin --dry-run=client -o yaml`` (rendered locally), ``config get-contexts/delete-context/
 current-context``. A ``gke_<project>_<location>_<cluster>`` context answers only while the simulated gcloud has that
 cluster (after ``clusters delete`` the server is unreachable, as on GKE). ``helm`` keeps releases in the state file:
 ``upgrade --install``, ``status -o json``, ``uninstall``.
@@ -156,6 +157,8 @@ def kubectl(call: Call) -> int:
     server, token = target
     ns = flags.get("namespace") or "default"
     verb = pos[0] if pos else ""
+    if pos[:3] == ["create", "secret", "generic"] and len(pos) > 3 and flags.get("dry-run") == "client":
+        return _render_secret(call, pos[3], flags, ns)
     if verb == "delete" and flags.get("filename"):
         text = _manifest_text(call, flags["filename"])
         if text is None:
@@ -225,6 +228,23 @@ def kubectl(call: Call) -> int:
                 call.print(f"{RESOURCES[res][2]}/{name}" if verb == "get" else f'{RESOURCES[res][2]} "{name}" deleted')
         return rc
     return call.fail(f"error: the simulated kubectl does not implement `kubectl {' '.join(pos[:2])}`", 2)
+
+
+def _render_secret(call: Call, name: str, flags: dict, ns: str) -> int:
+    """``create secret generic NAME --from-file=KEY=/dev/stdin --dry-run=client -o yaml``: kubectl renders the Secret
+    locally (nothing is sent to the server) with the file's bytes base64-encoded under KEY."""
+    import base64
+
+    key, _, source = str(flags.get("from-file") or "").partition("=")
+    if source != "/dev/stdin":
+        return call.fail(f"error: the simulated kubectl reads --from-file only from /dev/stdin, not {source!r}", 2)
+    obj = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+           "data": {key: base64.b64encode((call.stdin or "").encode()).decode()}}
+    if flags.get("output") != "yaml":
+        call.print(f"secret/{name} created (dry run)")
+        return 0
+    call.print(yaml_module().safe_dump(obj, sort_keys=False).rstrip("\n"))
+    return 0
 
 
 def _list(call: Call, server: str, token: str, kind: str, ns: str, flags: dict) -> int:
@@ -332,6 +352,38 @@ def bucket_names(call: Call) -> list[str]:
     """The emulator's buckets (``gcloud storage buckets list``)."""
     status, body = _http("GET", f"{call.conf['gcs']}/storage/v1/b")
     return [b["name"] for b in (body or {}).get("items") or []] if status == 200 else []
+
+
+def objects(call: Call, verb: str, url: str, where: str) -> int:
+    """``gcloud storage cat gs://B/OBJECT``; ``gcloud storage rm [--recursive] gs://B/PREFIX`` on the GCS emulator. As
+    gcloud's ``storage rm --help`` says of --recursive: "If the path is set to a bucket, like gs://bucket, the bucket
+    is also deleted" (its IAM bindings with it)."""
+    import urllib.parse
+
+    gcs = call.conf["gcs"]
+    bucket, _, prefix = url.removeprefix("gs://").partition("/")
+    if verb == "cat":
+        status, body = _http("GET", f"{gcs}/storage/v1/b/{bucket}/o/{urllib.parse.quote(prefix, safe='')}?alt=media")
+        if status != 200:
+            return call.fail(f"ERROR: ({where}) The following URLs matched no objects or files:\n-{url}")
+        call.print(body if isinstance(body, str) else json.dumps(body))
+        return 0
+    if (not prefix or prefix.endswith("/")) and not call.flag("recursive"):
+        return call.fail(f"ERROR: ({where}) {url} matched a bucket or folder: pass --recursive to remove it")
+    status, listing = _http("GET", f"{gcs}/storage/v1/b/{bucket}/o?prefix={urllib.parse.quote(prefix)}")
+    if status != 200:
+        return call.fail(f"ERROR: ({where}) gs://{bucket} not found: 404.")
+    names = [o["name"] for o in (listing or {}).get("items") or []]
+    if not names and prefix:
+        return call.fail(f"ERROR: ({where}) The following URLs matched no objects or files:\n-{url}")
+    for n in names:
+        _http("DELETE", f"{gcs}/storage/v1/b/{bucket}/o/{urllib.parse.quote(n, safe='')}")
+        call.err.append(f"Removing gs://{bucket}/{n}...")
+    if not prefix:
+        _http("DELETE", f"{gcs}/storage/v1/b/{bucket}")
+        call.state.get("gcloud", {}).get("bucket_iam", {}).pop(f"gs://{bucket}", None)
+        call.err.append(f"Removing gs://{bucket}/...")
+    return 0
 
 
 def bucket(call: Call, g: dict, project: str, verb: str, name: str, where: str) -> int:

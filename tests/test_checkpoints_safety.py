@@ -449,16 +449,10 @@ def test_overlapping_chunks_at_other_offsets_are_refused():
 
 
 @pytest.fixture(scope="module")
-def rehearsal_step(tmp_path_factory) -> Path:
-    """``step_1`` of a real rehearsal run (the CPU GRPO notebook 03 launches), saved by its own two ranks."""
-    import subprocess
-
-    runs = tmp_path_factory.mktemp("rehearsal")
-    root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "nbtools.rehearsal", "--config", str(root / "experiments" / "local.yaml"),
-                    "--runs-dir", str(runs), "grpo.max_num_steps=1", "checkpointing.save_period=1"],
-                   check=True, capture_output=True, timeout=600)
-    return runs / "local-rehearsal" / "checkpoints" / "step_1"
+def rehearsal_step(rehearsal_run) -> Path:
+    """``step_1`` of the session's shared rehearsal run (tests/conftest.py: the CPU GRPO notebook 03 launches, shrunk),
+    saved by its own two ranks; read only (the test below copies it)."""
+    return rehearsal_run.run_dir / "checkpoints" / "step_1"
 
 
 @pytest.mark.slow

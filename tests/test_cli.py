@@ -1,9 +1,9 @@
 """Tests for the `nbtools` console script: every subcommand run as a real subprocess (success, bad usage, failure).
 
-The artifacts are real: a shrunk local rehearsal (2 GRPO steps on 2 gloo ranks, real DCP checkpoints, real
-TensorBoard files, real trajectory dumps) is started in the background when this module starts and awaited by
-the tests that read it. up/jobs/launch use the session's real local Ray head (tests/conftest.py); `demo` runs
-real papermill on tiny notebooks written here. Nothing here reads files outside the repository.
+The artifacts are real: the session's shared shrunk local rehearsal (2 GRPO steps on 2 gloo ranks, real DCP
+checkpoints, real TensorBoard files, real trajectory dumps; tests/conftest.py), started in the background after
+collection and awaited by the tests that read it. up/jobs/launch use the session's real local Ray head
+(tests/conftest.py); `demo` runs real papermill on tiny notebooks written here. Nothing here reads files outside the repository.
 
 The GKE side cannot run here: plan/manifests/up/down on gke experiments are exercised in their dry-run form only
 (no API server or gcloud project is contacted).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,16 +20,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REHEARSAL_OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "nbtools"
 LOCAL = ROOT / "experiments" / "local.yaml"
 GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
-TINY = [
-    "rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
-    "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=1", "grpo.val_at_start=false",
-    "checkpointing.save_period=1", "checkpointing.keep_top_k=5", "grpo.max_num_steps=2",
-]
+TINY = list(REHEARSAL_OVERRIDES)  # what the session's shared rehearsal run ran with (tests/conftest.py)
 ROW_KEYS = {"step", "idx", "prompt", "response", "reward", "generation_length"}
 MERGE_KEYS = {"out", "tensors", "bytes", "seconds", "layout", "verified"}
 BLOCK = """(EvalActor pid=77) ============================================================
@@ -75,30 +71,11 @@ def runs(tmp_path_factory):
     return tmp_path_factory.mktemp("cli-runs")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _rehearsal(tmp_path_factory):
-    """Start the shrunk rehearsal as soon as the module starts; the fixtures below wait for it."""
-    out = tmp_path_factory.mktemp("cli-rehearsal")
-    log = open(out / "rehearsal.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "nbtools.rehearsal", "--config", str(LOCAL), "--runs-dir", str(out),
-                             *TINY], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    yield proc, out
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
-
-
-@pytest.fixture(scope="module")
-def run_dir(_rehearsal) -> Path:
-    """<runs>/local-rehearsal of the finished shrunk rehearsal (logs/exp_001, checkpoints/step_1..2)."""
-    proc, out = _rehearsal
-    try:
-        proc.wait(timeout=400)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the shrunk rehearsal did not finish in 400 s:\n" + (out / "rehearsal.log").read_text()[-3000:])
-    assert proc.returncode == 0, (out / "rehearsal.log").read_text()[-3000:]
-    return out / "local-rehearsal"
+@pytest.fixture
+def run_dir(rehearsal_run, tmp_path) -> Path:
+    """<runs>/local-rehearsal: this test's copy of the session's shared rehearsal run (logs/exp_001,
+    checkpoints/step_1..2), since the readers write their index beside the logs (``.nbtools/``)."""
+    return rehearsal_run.copy(tmp_path / "shared-run")
 
 
 # -- help and usage ---------------------------------------------------------------------------------------------
@@ -328,6 +305,7 @@ def _notebook(path: Path, source: str) -> None:
     nbformat.write(nb_, path)
 
 
+@pytest.mark.slow  # papermill kernels
 def test_demo(tmp_path):
     good, bad = tmp_path / "good", tmp_path / "bad"
     good.mkdir()

@@ -112,6 +112,7 @@ def test_postmortem_of_a_logprob_pass_oom_points_at_the_logprob_pass(tmp_path):
     assert "'policy.train_micro_batch_size=1'" in o
 
 
+@pytest.mark.slow  # console-script processes
 def test_cli_diagnose_log_names_the_term_and_the_fix(tmp_path):
     row = _row("fit_calibration_h100x2_boundary.json", "google--gemma-3-1b-it", 4, 4096, True)
     log = tmp_path / "job.log"
@@ -137,6 +138,7 @@ def test_cli_diagnose_log_names_the_term_and_the_fix(tmp_path):
     assert json.loads(r.stdout)["postmortem"]["term"] != "unknown", r.stderr
 
 
+@pytest.mark.slow  # console-script processes
 def test_cli_diagnose_log_without_experiment_says_how_to_get_the_term(tmp_path):
     row = _row("fit_calibration_h100x2.json", "meta-llama--Llama-3.1-8B-Instruct", 2, 4096, True)
     log = tmp_path / "job.log"

@@ -68,6 +68,7 @@ def _fake_gcloud(root: Path, version: str, flags: list[str]) -> Path:
     return exe
 
 
+@pytest.mark.slow  # plans every experiment variant
 def test_variants_span_the_config_axes(plans):
     assert len(plans) == len(GEN.gke_experiments()) * 2 * 2 * 3 * 2 * 2  # experiments x mode x kuberay x provisioning x storage x GSA
     assert len(GEN.gke_experiments()) >= 3 and any("verl" in f.name for f in GEN.gke_experiments())

@@ -1,17 +1,19 @@
 """Issue 14, GKE side: teardown order and keep-going, explicit driver and MTU, Google's installer at a pinned ref, and
-checks that read the live state. Plans are applied (and their scripts run) against tests/cloud_double.py, a small
-stand-in for gcloud/kubectl that refuses what GCP refuses (a non-empty bucket, a subnet still used by nodes)."""
+checks that read the live state. Plans are applied (and their scripts run) against the gcloud/kubectl/helm TEST
+DOUBLE of tests/sim_shims.py, the one the simulated GKE uses: the Kubernetes API double behind its kubectl, the GCS
+emulator behind its `gcloud storage`, no Ray head. It refuses what GCP refuses (a non-empty bucket, a network still
+used by subnets, a name that exists) and records every call."""
 
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 from pathlib import Path
 
-import cloud_double
 import pytest
 import yaml
+from sim_gke import SimGke
+from sim_shims import inject_failure, load_kubeconfig, locked_state
 
 import nbtools
 from nbtools.gke import Plan, PlanIncompleteError, StepFailedError
@@ -19,6 +21,7 @@ from nbtools.gke import Plan, PlanIncompleteError, StepFailedError
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "tests" / "assets" / "container-engine-accelerators" / "gpudirect-rdma"
 PRE = "nbtools-b200"
+PROJECT = "my-gcp-project"
 BUCKET = "my-gcp-project-nemo-rl"
 CTX = "gke_my-gcp-project_us-central1_nbtools-b200"
 
@@ -34,43 +37,103 @@ def _runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PROJECT_NUMBER", "123456")  # the plan's one look-up, answered without gcloud
 
 
-def _world(cfg, *, objects=True) -> dict:
-    """Everything the provisioning plan made, plus a RayCluster and (by default) a bucket that holds a run."""
-    member = nbtools.gke.wi_member(cfg).replace("${PROJECT_NUMBER}", "123456")
-    res = {f"cluster:{cfg.cluster.name}": "RUNNING", f"nodepool:{cfg.cluster.node_pool}": "RUNNING",
-           f"context:{CTX}": "ok", f"rayclusters:{cfg.cluster.name}": "ok", f"firewall:{PRE}-gvnic-internal": "ok",
-           f"network:{PRE}-gvnic-net": "ok", f"network:{PRE}-rdma-net": "ok", f"subnet:{PRE}-gvnic-sub": "ok",
-           f"bucket:{BUCKET}": "ok", f"iam:gs://{BUCKET}:{member}": "bound", "secrets:hf-secret": "old-token"}
-    res.update({f"subnet:{PRE}-rdma-sub-{i}": "ok" for i in range(8)})
-    if objects:
-        res[f"objects:{BUCKET}"] = "checkpoints, logs"
-    return res
+def _secret_key() -> str:
+    """The key under which the experiment's Secret holds the HF token."""
+    return next(key for _, name, key, _ in nbtools.manifests.secret_specs(_cfg()) if name == "hf-secret")
+
+
+class Cloud:
+    """The double's world as ``kind:name`` keys (what a test compares), its recorded calls, and ways to make it."""
+
+    def __init__(self, sim: SimGke):
+        self.sim = sim
+
+    def tool(self, *argv: str, stdin: str | None = None) -> None:
+        r = self.sim.tool(*argv, stdin=stdin)
+        assert r.returncode == 0, (argv, r.stderr)
+
+    def world(self, cfg, *, objects: bool = True) -> None:
+        """Everything the provisioning plan made, plus a RayCluster and (by default) a bucket that holds a run."""
+        p, reg = f"--project={PROJECT}", f"--region={cfg.gcp.region}"
+        for net in ("gvnic-net", "rdma-net"):
+            self.tool("gcloud", "compute", "networks", "create", f"{PRE}-{net}", p, "--subnet-mode=custom")
+        self.tool("gcloud", "compute", "networks", "subnets", "create", f"{PRE}-gvnic-sub", p, reg,
+                  f"--network={PRE}-gvnic-net", "--range=10.0.0.0/16")
+        for i in range(8):
+            self.tool("gcloud", "compute", "networks", "subnets", "create", f"{PRE}-rdma-sub-{i}", p, reg,
+                      f"--network={PRE}-rdma-net", f"--range=10.{i + 1}.0.0/16")
+        self.tool("gcloud", "compute", "firewall-rules", "create", f"{PRE}-gvnic-internal", p, f"--network={PRE}-gvnic-net")
+        self.cluster(cfg)
+        self.tool("gcloud", "storage", "buckets", "create", f"gs://{BUCKET}", p, f"--location={cfg.gcp.region}")
+        member = nbtools.gke.wi_member(cfg).replace("${PROJECT_NUMBER}", "123456")
+        self.tool("gcloud", "storage", "buckets", "add-iam-policy-binding", f"gs://{BUCKET}", p, f"--member={member}",
+                  "--role=roles/storage.objectUser")
+        self.tool("kubectl", f"--context={CTX}", "apply", "-f", "-", stdin=yaml.safe_dump(nbtools.manifests.raycluster(cfg)))
+        self.secret("old-token")
+        if objects:
+            self.sim.gcs.fs.pipe(f"{BUCKET}/checkpoints/step_1/config.yaml", b"a run")
+
+    def cluster(self, cfg, *, pool: bool = True) -> None:
+        """The GKE cluster (and its GPU pool), and a kubeconfig context for it."""
+        p, loc = f"--project={PROJECT}", f"--location={cfg.gcp.region}"
+        self.tool("gcloud", "container", "clusters", "create", cfg.cluster.name, p, loc)
+        if pool:
+            self.tool("gcloud", "container", "node-pools", "create", cfg.cluster.node_pool, f"--cluster={cfg.cluster.name}",
+                      p, loc)
+        self.sim.write_credentials(CTX)
+
+    def secret(self, token: str) -> None:
+        doc = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-secret"},
+               "data": {_secret_key(): base64.b64encode(token.encode()).decode()}}
+        self.tool("kubectl", f"--context={CTX}", "apply", "-f", "-", stdin=yaml.safe_dump(doc))
+
+    def state(self) -> dict[str, str]:
+        """What exists now, as ``kind:name`` -> value (a node pool's status, a Secret's token, "ok")."""
+        g = self.sim.shim_state().get("gcloud", {})
+        res = {f"{kind}:{v['name']}": v.get("status", "ok") for key, kind in (
+            ("networks", "network"), ("subnets", "subnet"), ("firewalls", "firewall"), ("clusters", "cluster"),
+            ("node_pools", "nodepool")) for v in g.get(key, {}).values()}
+        for target, bindings in g.get("bucket_iam", {}).items():
+            res.update({f"iam:{target}:{m}": "bound" for b in bindings for m in b["members"]})
+        for b in self.sim.gcs.fs.ls("", detail=False):
+            res[f"bucket:{b.strip('/')}"] = "ok"
+            if self.sim.gcs.fs.find(b.strip("/")):
+                res[f"objects:{b.strip('/')}"] = "ok"
+        res.update({f"context:{c['name']}": "ok" for c in load_kubeconfig(self.sim.kubeconfig).get("contexts") or []})
+        for name, obj in self.sim.kube.objects("/api/v1/namespaces/default/secrets").items():
+            res[f"secrets:{name}"] = base64.b64decode(obj.get("data", {}).get(_secret_key(), "")).decode()
+        res.update({f"rayclusters:{n}": "ok" for n in self.sim.kube.objects("/apis/ray.io/v1/namespaces/default/rayclusters")})
+        return res
+
+    def fail(self, command: str) -> None:
+        inject_failure(self.sim.shims_dir / "state.json", command)
+
+    def set_status(self, node_pool: str, status: str) -> None:
+        with locked_state(self.sim.shims_dir / "state.json") as st:
+            next(v for v in st["gcloud"]["node_pools"].values() if v["name"] == node_pool)["status"] = status
+
+    def env(self) -> dict[str, str]:
+        """The environment of a script run against the double (no HF_TOKEN: a test sets one when it wants one)."""
+        import os
+
+        env = {**os.environ, **self.sim.env(), "PROJECT_NUMBER": "123456"}
+        env.pop("HF_TOKEN", None)
+        return env
+
+    def calls(self, verb: str) -> list[str]:
+        """``tool argv...`` of every recorded call with ``verb`` among its words, oldest first."""
+        lines = [" ".join([c["tool"], *c["argv"]]) for c in self.sim.commands()]
+        return [line for line in lines if f" {verb} " in f" {line} "]
 
 
 @pytest.fixture
 def cloud(tmp_path, monkeypatch):
-    """Install the gcloud/kubectl shims; returns a helper to read the world and the call log."""
-    bin_dir = tmp_path / "bin"
-
-    class Cloud:
-        def start(self, res: dict, fail=()):
-            env = cloud_double.install(bin_dir, res)
-            for k, v in env.items():
-                monkeypatch.setenv(k, v)
-            if fail:
-                st = self.state()
-                st["fail"] = list(fail)
-                (bin_dir / "state.json").write_text(json.dumps(st))
-            return env
-
-        def state(self) -> dict:
-            return json.loads((bin_dir / "state.json").read_text())
-
-        def calls(self, verb: str) -> list[str]:
-            lines = (bin_dir / "log").read_text().splitlines() if (bin_dir / "log").exists() else []
-            return [line for line in lines if f" {verb} " in f" {line} "]
-
-    return Cloud()
+    """The gcloud/kubectl/helm double on PATH (with its API double and GCS emulator), nothing in it yet."""
+    with SimGke(tmp_path / "sim", ray=False, mirror=False, isolate=False) as sim:
+        for k, v in sim.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        yield Cloud(sim)
 
 
 # -- item 1: teardown that stops the billing ------------------------------------------------------------------
@@ -91,11 +154,12 @@ def test_destroy_plan_goes_compute_first_data_last():
     assert d["bucket"].command[:4] == ("gcloud", "storage", "buckets", "delete"), "deleted only when empty"
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_destroy_apply_survives_a_refused_bucket_delete_and_reports_what_is_left(cloud):
     cfg = _cfg()
-    cloud.start(_world(cfg))
+    cloud.world(cfg)
     kept = nbtools.gke.destroy_plan(cfg).apply(dry_run=False, progress=False)  # the refused bucket is kept, not failed
-    res = cloud.state()["res"]
+    res = cloud.state()
     assert set(res) == {f"bucket:{BUCKET}", f"objects:{BUCKET}"}, "everything that bills is gone; the run's data is kept"
     deleted = [c.split()[1:4] for c in cloud.calls("delete")]
     assert deleted[:3] == [[f"--context={CTX}", "--namespace=default", "delete"], ["container", "node-pools", "delete"],
@@ -106,15 +170,17 @@ def test_destroy_apply_survives_a_refused_bucket_delete_and_reports_what_is_left
     assert status.loc["gpu-pool", "now"] == "gone"
     # asked for by name, the bucket goes with its objects; the re-run skips what is already gone
     out = nbtools.gke.destroy_plan(cfg, delete_bucket=BUCKET).apply(dry_run=False, progress=False)
-    assert cloud.state()["res"] == {} and (out["now"] == "gone").all()
+    assert cloud.state() == {} and (out["now"] == "gone").all()
     assert set(out.set_index("step").drop("bucket")["status"]) == {"already gone"}
     with pytest.raises(nbtools.errors.ConfigError, match="not this experiment's bucket"):
         nbtools.gke.destroy_plan(cfg, delete_bucket="someone-elses-bucket")
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_a_failed_step_skips_only_the_steps_that_need_it(cloud):
     cfg = _cfg()
-    cloud.start(_world(cfg, objects=False), fail=[f"cluster:{cfg.cluster.name}"])
+    cloud.world(cfg, objects=False)
+    cloud.fail(f"gcloud container clusters delete {cfg.cluster.name}")
     with pytest.raises(PlanIncompleteError) as ei:
         nbtools.gke.destroy_plan(cfg).apply(dry_run=False, progress=False)
     status = ei.value.results.set_index("step")["status"]
@@ -125,16 +191,18 @@ def test_a_failed_step_skips_only_the_steps_that_need_it(cloud):
     assert {"cluster", "credentials", "rdma-net", "gvnic-net"} <= set(ei.value.remaining["step"])
 
 
+@pytest.mark.slow  # a whole world made and destroyed through the double (~60 calls)
 def test_destroy_script_keeps_going_past_a_refused_bucket_and_deletes_the_raycluster_first(cloud, tmp_path):
     cfg = _cfg()
-    env = cloud.start(_world(cfg))
+    cloud.world(cfg)
+    env = cloud.env()
     script = tmp_path / "destroy.sh"
     script.write_text(nbtools.gke.destroy_plan(cfg).to_script())
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "PROJECT_NUMBER": "123456"})
     assert r.returncode == 0, r.stdout + r.stderr  # everything that bills is gone; the data is kept on purpose
     assert "kept bucket: refused, so it stays" in r.stdout and "--delete-bucket" in r.stdout
     assert "kept on purpose: bucket" in r.stdout and "still there" not in r.stdout
-    assert set(cloud.state()["res"]) == {f"bucket:{BUCKET}", f"objects:{BUCKET}"}
+    assert set(cloud.state()) == {f"bucket:{BUCKET}", f"objects:{BUCKET}"}
     first = cloud.calls("delete")[0]
     assert first.startswith("kubectl") and "rayclusters.ray.io/nbtools-b200" in first
     again = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "PROJECT_NUMBER": "123456"})
@@ -204,43 +272,45 @@ def test_no_hand_copy_of_the_installer_and_workers_mount_what_it_installs():
 
 def test_a_node_pool_in_error_is_not_done_and_the_failure_names_the_fix(cloud, tmp_path):
     cfg = _cfg()
-    cloud.start({f"cluster:{cfg.cluster.name}": "RUNNING", f"nodepool:{cfg.cluster.node_pool}": "ERROR"})
+    cloud.cluster(cfg)
+    cloud.set_status(cfg.cluster.node_pool, "ERROR")
     plan = Plan("provision", [nbtools.gke.plan(cfg)["gpu-pool"]], tmp_path / "s.json")
-    with pytest.raises(StepFailedError, match=r"(?s)ALREADY_EXISTS.*the check found 'ERROR'.*node-pools delete gpu-pool"):
+    with pytest.raises(StepFailedError, match=r"(?s)Already exists.*the check found 'ERROR'.*node-pools delete gpu-pool"):
         plan.apply(dry_run=False, progress=False)
-    st = cloud.state()
-    st["res"][f"nodepool:{cfg.cluster.node_pool}"] = "RUNNING"
-    (tmp_path / "bin" / "state.json").write_text(json.dumps(st))
+    cloud.set_status(cfg.cluster.node_pool, "RUNNING")
     assert list(plan.apply(dry_run=False, progress=False)["status"]) == ["already done"]
 
 
 def test_credentials_are_always_refreshed_and_a_rotated_token_reaches_the_secret(cloud, tmp_path, monkeypatch):
     cfg = _cfg()
-    cloud.start({f"cluster:{cfg.cluster.name}": "RUNNING", f"context:{CTX}": "stale", "secrets:hf-secret": "old-token"})
+    cloud.cluster(cfg, pool=False)  # its context is stale: a test double's server either way
+    cloud.secret("old-token")
     p = nbtools.gke.plan(cfg)
     assert p["credentials"].check is None, "a context of the same name may point at a deleted cluster"
     plan = Plan("provision", [p["credentials"], p["secret-hf-secret"]], tmp_path / "s.json")
     monkeypatch.setenv("HF_TOKEN", "hf_rotated")
     out = plan.apply(dry_run=False, progress=False)
-    assert list(out["status"]) == ["done", "updated"] and cloud.state()["res"]["secrets:hf-secret"] == "hf_rotated"
+    assert list(out["status"]) == ["done", "updated"] and cloud.state()["secrets:hf-secret"] == "hf_rotated"
     assert len(cloud.calls("get-credentials")) == 1
     monkeypatch.delenv("HF_TOKEN")
     out = plan.apply(dry_run=False, progress=False)
     assert list(out["status"]) == ["done", "kept (no new value in the environment)"]
-    assert cloud.state()["res"]["secrets:hf-secret"] == "hf_rotated"
+    assert cloud.state()["secrets:hf-secret"] == "hf_rotated"
     assert base64.b64encode(b"hf_rotated").decode() not in (tmp_path / "s.json").read_text()
 
 
 def test_provision_script_refreshes_secrets_only_with_a_value(cloud, tmp_path):
     cfg = _cfg()
-    env = cloud.start({f"context:{CTX}": "ok", "secrets:hf-secret": "old"})
+    cloud.cluster(cfg, pool=False)
+    cloud.secret("old")
+    env = cloud.env()
     plan = Plan("provision", [nbtools.gke.plan(cfg)["secret-hf-secret"]], tmp_path / "s.json")
     script = tmp_path / "p.sh"
     script.write_text(plan.to_script())
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "keep secret-hf-secret: $HF_TOKEN is not set" in r.stdout
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, env={**env, "HF_TOKEN": "hf_new"})
-    assert r.returncode == 0 and cloud.state()["res"]["secrets:hf-secret"] == "hf_new"
+    assert r.returncode == 0 and cloud.state()["secrets:hf-secret"] == "hf_new"
 
 
 # -- item 12: the NCCL environment is set once, and LD_LIBRARY_PATH is appended to -----------------------------

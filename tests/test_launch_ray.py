@@ -189,6 +189,7 @@ def _dashboard_json(address: str, path: str) -> str:
         return f"{e.code} " + e.read().decode()
 
 
+@pytest.mark.slow  # a second Ray head, with GPUs
 def test_ray_backend_job_runs_reattaches_and_never_shows_the_token(gpu_head, nemo_rl_double, token, tmp_path):
     from ray.job_submission import JobSubmissionClient
 
@@ -237,6 +238,7 @@ def test_ray_backend_job_runs_reattaches_and_never_shows_the_token(gpu_head, nem
     assert out.ok and out.exp_dir.endswith("exp_001") and out.train_dumps == 3 and out.checkpoints[-1].endswith("step_3")
 
 
+@pytest.mark.slow  # a second Ray head, with GPUs
 def test_stop_then_resubmit_reattaches_to_the_stopped_job(gpu_head, nemo_rl_double, token, tmp_path, monkeypatch):
     address = gpu_head.dashboard_url
     cfg = from_dict(_experiment(tmp_path, address, nemo_rl_double, "ray-backend-stop", **{"grpo.max_num_steps": 400}))
@@ -261,6 +263,7 @@ def test_blocking_findings_refuse_and_submit_nothing(ray_head, nemo_rl_double, t
         nbtools.jobs.attach(address, cfg.submission_id)
 
 
+@pytest.mark.slow  # a second Ray head, with GPUs
 def test_notebook_03_ray_branch_and_its_outputs_hold_no_token(gpu_head, nemo_rl_double, token, tmp_path):
     import papermill
 

@@ -198,6 +198,7 @@ def test_committed_manifests_match_a_fresh_render(tmp_path):
         assert committed.read_text() == p.read_text(), f"{committed} is stale: run `make manifests`"
 
 
+@pytest.mark.slow  # a process per experiment
 def test_module_cli_writes_the_same_files(tmp_path):
     r = subprocess.run([sys.executable, "-m", "nbtools.manifests", "--write", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, check=True)

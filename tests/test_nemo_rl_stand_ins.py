@@ -62,6 +62,7 @@ def _environment_the_job_builds(cfg, code: Path) -> dict:
 
 
 @pytest.mark.parametrize("version", ["v0.5.0", "v0.7.0"])
+@pytest.mark.slow  # a Ray job per release
 def test_the_reward_mix_is_the_environment_the_release_builds(tmp_path, monkeypatch, version):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
     got = _environment_the_job_builds(_cfg(tmp_path, version), _checkout(tmp_path, version))

@@ -84,6 +84,7 @@ def executed(tmp_path_factory):
     return path, nb
 
 
+@pytest.mark.slow  # a notebook kernel
 def test_every_figure_cell_shows_a_png_under_agg(executed):
     path, nb = executed
     for cell in nb.cells[1:1 + len(FIGURE_CELLS)]:
@@ -95,6 +96,7 @@ def test_every_figure_cell_shows_a_png_under_agg(executed):
     assert (path.parent / "timing.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # a notebook kernel
 def test_check_outputs_flags_a_bare_figure_and_nothing_else(executed):
     path, nb = executed
     problems = check_outputs(path)

@@ -60,6 +60,7 @@ def _tiny_notebook(path: Path, code: str) -> None:
     nbformat.write(nb, path)
 
 
+@pytest.mark.slow  # papermill kernels
 def test_demo_output_has_no_kernel_transport_warning(tmp_path):
     """Two notebooks = two kernels: before, each printed ipykernel's "running over TCP without encryption"."""
     nbs = tmp_path / "nbs"

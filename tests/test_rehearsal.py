@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import REHEARSAL_OVERRIDES
 
 import nbtools
 from nbtools.errors import ConfigError
@@ -29,11 +30,8 @@ from nbtools.rehearsal.trainer import PAUSE_ENV, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "local.yaml"
-TINY = [
-    "rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
-    "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=1", "grpo.val_at_start=true",
-    "checkpointing.save_period=1", "checkpointing.keep_top_k=5",
-]
+# the shared run's settings (tests/conftest.py) without its step count: the kill test and the layouts set their own
+TINY = [o for o in REHEARSAL_OVERRIDES if not o.startswith("grpo.max_num_steps=")]
 TRAIN_KEYS = {"content", "rewards", "input_lengths", "token_ids", "token_loss_mask", "sample_loss_mask", "advantages",
               "generation_logprobs", "prev_logprobs", "idx"}
 INFO_KEYS = ["consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens", "val_reward",
@@ -58,17 +56,18 @@ def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Three shrunk runs started together (one per weights layout), each 2 steps on 2 ranks."""
+def runs(shared_rehearsal, tmp_path_factory):
+    """Three shrunk runs, one per weights layout, each on 2 ranks: the session's shared run (v2 safetensors, 2 steps,
+    tests/conftest.py), and two of 1 step started here, which run while the shared one finishes."""
     base = tmp_path_factory.mktemp("rehearsal")
     layouts = {
-        "v2_safetensors": [],
         "v2_torch_save": ["checkpointing.model_save_format=torch_save", "grpo.max_num_steps=1"],
         "dtensor_v1": ["checkpointing.dtensor_v2=false", "checkpointing.model_save_format=null", "grpo.max_num_steps=1"],
     }
     procs = {k: _start(base / k, "grpo.max_num_steps=2", *ov) for k, ov in layouts.items()}
+    shared = shared_rehearsal.wait()
     outs = {k: _finish(p) for k, p in procs.items()}
-    return {k: (base / k / "local-rehearsal", outs[k]) for k in layouts}
+    return {"v2_safetensors": (shared.run_dir, shared.output), **{k: (base / k / "local-rehearsal", outs[k]) for k in layouts}}
 
 
 # -- unit: task, tokenizer, config -----------------------------------------------------------------------------
@@ -168,6 +167,7 @@ def test_warm_start_answer_is_the_same_prior_for_every_problem():
     assert abs(float(right.mean()) - 0.1) < 0.01  # the right answer gets chance, not more
 
 
+@pytest.mark.slow  # warm-starts a policy (40 steps)
 def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
     from nbtools.rehearsal import _grpo
     from nbtools.rehearsal._sampling import Engine
@@ -196,6 +196,7 @@ def test_generation_engine_matches_hf_generate_and_hf_logprobs(warm_model):
         assert short.tokens.shape[1] == int(short.lengths.max()) < 12
 
 
+@pytest.mark.slow  # warm-starts a policy (40 steps)
 def test_engine_refit_follows_the_policy_and_refuses_other_models(warm_model):
     from transformers import GPT2Config
 
@@ -404,6 +405,7 @@ def test_baseline_is_a_loadable_hf_directory(runs):
 
 
 # -- integration: kill and resume --------------------------------------------------------------------------------
+@pytest.mark.slow  # two rehearsal runs
 def test_kill_mid_checkpoint_leaves_tmp_and_rerun_resumes(tmp_path):
     proc = _start(tmp_path, "grpo.max_num_steps=2", "grpo.val_period=0", env={PAUSE_ENV: "2:60"})
     ckpts = tmp_path / "local-rehearsal" / "checkpoints"

@@ -380,6 +380,7 @@ def test_math_verify_timeout_grades_zero():
     assert rewards.math_expr("1", "<answer>1</answer>", timeout=1) == (1.0, True)  # and grading still works
 
 
+@pytest.mark.slow  # math-verify in many threads
 def test_math_grading_from_worker_threads():
     """math-verify's signal timeouts fail outside the main thread; grading there goes to a helper process."""
     cases = [("0.5", "<answer>\\frac{1}{2}</answer>", 1.0), ("3", "<answer>4</answer>", 0.0)] * 3
@@ -390,6 +391,7 @@ def test_math_grading_from_worker_threads():
     assert threading.current_thread() is threading.main_thread()
 
 
+@pytest.mark.slow  # waits out a hung helper
 def test_helper_is_killed_and_restarted_when_it_hangs():
     """A hard bound holds even when math-verify's own alarm is disabled (seconds=None)."""
     from nbtools.rewards import _mathverify

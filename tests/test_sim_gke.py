@@ -1,5 +1,5 @@
 """The simulated GKE (tests/sim_gke.py) does what each of its parts claims. Its parts are TEST DOUBLES and
-stand-ins: the gcloud/kubectl/helm shims (sim_shims*.py), the Kubernetes API double (kube_double.py) with a KubeRay
+stand-ins: the gcloud/kubectl/helm shims (sim_shims*.py: the project's one double of these tools), the Kubernetes API double (kube_double.py) with a KubeRay
 operator stand-in (sim_kuberay.py), a real local Ray head that cannot import nbtools (sim_image/), the real GCS
 emulator (gcs_emulator.py) fed by a gcsfuse stand-in (sim_gcsfuse.py), and NeMo-RL doubles (sim_nemo_rl/).
 
@@ -51,6 +51,7 @@ def _until(predicate, timeout: float, what: str):
 # -- 4. the shims, driven by the real provisioning and destroy plans ---------------------------------------------
 
 
+@pytest.mark.slow  # the whole provisioning and destroy plans through the shims
 def test_shims_apply_the_provisioning_plan_and_the_destroy_plan_removes_everything(tmp_path):
     with SimGke(tmp_path / "sim", ray=False, mirror=False, changes={"cluster.kuberay": "helm"}) as sim, sim.activated():
         cfg = sim.cfg()

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -155,6 +156,7 @@ def test_any_jsonl_reads_consistently_with_typed_errors_only(lines, pending):
         assert (run.problems["kind"].isin(["malformed", "empty"])).sum() == run.skipped
 
 
+@pytest.mark.slow  # console-script processes
 def test_cli_prints_no_traceback_for_odd_records(tmp_path):
     exp = tmp_path / "logs" / "exp_001"
     exp.mkdir(parents=True)
