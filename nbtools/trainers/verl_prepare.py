@@ -63,6 +63,33 @@ def is_hub_id(name: str) -> bool:
     return not name.startswith(("/", ".", "~", "gs://")) and name.count("/") == 1
 
 
+PROBE_SECONDS = 15.0  # a lint check that cannot see the bucket in this time says "unknown", never hangs the launch
+
+
+def _present(url: str) -> bool | None:
+    """Whether ``url`` exists; None when the storage does not answer in ``PROBE_SECONDS`` or at all.
+
+    Why a deadline: gcsfs retries an unreachable endpoint with backoff for minutes; lint must answer promptly on a
+    laptop without network, and an unknown file is a warning-free "cannot tell", not a blocking finding.
+    """
+    import threading
+
+    from nbtools import storage
+
+    answer: list[bool | None] = [None]
+
+    def probe() -> None:
+        try:
+            answer[0] = storage.info(url) is not None
+        except Exception:  # noqa: BLE001 - no credentials, no network: unknown
+            answer[0] = None
+
+    t = threading.Thread(target=probe, name="nbtools-probe", daemon=True)  # a daemon: never holds up the exit
+    t.start()
+    t.join(PROBE_SECONDS)
+    return None if t.is_alive() else answer[0]
+
+
 def data_present(cfg: Experiment, exists: Callable[[str], bool] | None = None) -> dict[str, bool | None]:
     """{file: present} for each parquet file the command names; None where it cannot be seen from here.
 
@@ -82,7 +109,7 @@ def data_present(cfg: Experiment, exists: Callable[[str], bool] | None = None) -
             if not storage.is_remote(url) and not storage.local_path(url).parent.exists():
                 out[f] = None  # the mount is not on this machine: unknown, not absent
                 continue
-            out[f] = storage.info(url) is not None
+            out[f] = _present(url)
         except Exception:  # noqa: BLE001 - no credentials / no network: unknown
             out[f] = None
     return out
@@ -131,7 +158,7 @@ def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = Non
         try:
             url = cfg.url(snapshots)
             visible = storage.is_remote(url) or storage.local_path(url).parents[2].exists()
-            present = (storage.info(url) is not None) if visible else None
+            present = _present(url) if visible else None
         except Exception:  # noqa: BLE001 - no credentials / not under the mount: unknown
             present = None
     if present is False:

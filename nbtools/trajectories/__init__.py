@@ -87,7 +87,7 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
     found = storage.info(where)  # the same check, the same error, on every storage
     if found is None or not found.is_dir:
         raise NotFoundError(f"expected a run directory at {where}, found {'a file' if found else 'nothing there'}",
-                            fix=Fix("pass cfg.logs_url (a gke run's logs are in its bucket: gs://…) or one exp_NNN "
+                            fix=Fix("pass the experiment's logs URL (cfg.logs_url; a gke run's logs are in its bucket: gs://…) or one exp_NNN "
                                     "dir inside it; the job creates <log_dir>/exp_NNN when it starts (notebook 03)",
                                     cli="pass the run's log_dir (a gke run's logs are in its bucket: gs://…) or one "
                                         "exp_NNN dir inside it; the job creates <log_dir>/exp_NNN when it starts"))
