@@ -38,7 +38,7 @@ CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
 	echo "== unit and integration tests (runs dir $$runs)"; \
-	$(BIN)/python -m pytest tests -p no:cacheprovider --durations=30; unit=$$?; \
+	$(BIN)/python -m pytest tests -p no:cacheprovider -p no:randomly --durations=30; unit=$$?; \
 	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
 	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
 	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \

@@ -270,3 +270,19 @@ def _shared_rehearsal_untouched(request):
     shared.tree = after  # the next test is judged on what it changes itself
     assert not changed, (f"{request.node.name} wrote into the shared rehearsal run {root} ({changed[:5]}); "
                          "fix: write into a copy, rehearsal_run.copy(tmp_path)")
+
+
+@pytest.fixture(autouse=True)
+def _no_dead_storage_emulator():
+    """After each test, no STORAGE_EMULATOR_HOST that points at a stopped emulator stays in the process: gcsfs would
+    retry it with backoff (about 30 s a call) in every later test that touches gs://. A test that leaves one is
+    named with a warning."""
+    yield
+    import warnings
+
+    from gcs_emulator import _answers
+
+    url = os.environ.get("STORAGE_EMULATOR_HOST")
+    if url and not _answers(url):
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        warnings.warn(f"a test left STORAGE_EMULATOR_HOST={url} pointing at a stopped emulator; removed", stacklevel=1)

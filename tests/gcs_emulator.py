@@ -78,10 +78,7 @@ class GcsEmulator:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        if self._old_env is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = self._old_env
+        restore_emulator_env(self.url, self._old_env)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -140,7 +137,33 @@ class ForbiddingGcs:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
-        if self._old_env is None:
+        restore_emulator_env(self.url, self._old_env)
+
+
+def _answers(url: str) -> bool:
+    """Whether something listens at an emulator URL (http://127.0.0.1:PORT)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def restore_emulator_env(mine: str, old: str | None) -> None:
+    """Put ``STORAGE_EMULATOR_HOST`` back as it was before an emulator at ``mine`` set it - unless another emulator
+    took it since (exits out of order leave that one's value), and never to an emulator that is gone: gcsfs retries a
+    dead endpoint with backoff for about 30 s a call, so a stale value left in the process slows every later gs://
+    read in the suite to a crawl."""
+    current = os.environ.get("STORAGE_EMULATOR_HOST")
+    if current is not None and current != mine:
+        if not _answers(current):
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = self._old_env
+        return
+    if old is not None and _answers(old):
+        os.environ["STORAGE_EMULATOR_HOST"] = old
+    else:
+        os.environ.pop("STORAGE_EMULATOR_HOST", None)

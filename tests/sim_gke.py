@@ -48,7 +48,7 @@ from typing import Any
 from unittest import mock
 
 import yaml
-from gcs_emulator import GcsEmulator
+from gcs_emulator import GcsEmulator, restore_emulator_env
 from kube_double import TOKEN, KubeDouble
 from ports import free_port as _free_port
 from sim_files import BUCKET, PROJECT, in_pods, pods_launcher, write_checkout, write_experiment, write_shims
@@ -95,7 +95,9 @@ def _environ(changes: dict[str, str]):
         yield
     finally:
         for k, v in old.items():
-            if v is None:
+            if k == "STORAGE_EMULATOR_HOST":  # never back to an emulator that has stopped since (see the helper)
+                restore_emulator_env(changes[k], v)
+            elif v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
