@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from nbtools import _atomic
+from nbtools._atomic import write_text as _write_text
 from nbtools.config._contrib import CONTRIBUTIONS, contribute
 from nbtools.config._rules import SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
@@ -187,5 +187,5 @@ def dump(cfg: Experiment, path: str | os.PathLike | None = None) -> str:
     """The config as YAML text (written atomically to ``path`` when given)."""
     text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
     if path is not None:
-        _atomic.write_text(path, text)
+        _write_text(path, text)
     return text

@@ -13,9 +13,9 @@ from nbtools import _table
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
-from nbtools.rewards import _run
 from nbtools.rewards._advantages import group_advantages
 from nbtools.rewards._mix import RewardMix, combine
+from nbtools.rewards._run import ground_truth as _ground_truth_column
 
 __all__ = ["RescoreResult", "rescore", "assign_groups"]
 
@@ -240,7 +240,7 @@ def rescore(
         >>> result.table()
     """
     if ground_truth is None:
-        ground_truth = _run.ground_truth(cfg) if cfg is not None else "ground_truth"
+        ground_truth = _ground_truth_column(cfg) if cfg is not None else "ground_truth"
     if leave_one_out is None:
         leave_one_out = cfg.grpo.use_leave_one_out_baseline if cfg is not None else True
     if normalize is None:
