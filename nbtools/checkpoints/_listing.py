@@ -52,7 +52,7 @@ def _steps(checkpoint_dir: str | Path) -> list[tuple[int, Path]]:
     found = storage.info(url)
     if found is None or not found.is_dir:
         raise NotFoundError(f"checkpoint_dir {url!r} does not exist",
-                            fix=Fix("check checkpointing.checkpoint_dir (cfg.checkpoint_dir; cfg.checkpoints_url for a "
+                            fix=Fix("check the experiment's checkpointing.checkpoint_dir (cfg.checkpoint_dir; cfg.checkpoints_url for a "
                                     "run in a bucket), or wait until the run saved its first checkpoint",
                                     cli="check the experiment's checkpointing.checkpoint_dir (its gs:// URL for a run in "
                                         "a bucket), or wait until the run saved its first checkpoint"))
