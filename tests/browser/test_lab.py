@@ -372,7 +372,7 @@ def _drive(workspace, ui: Lab) -> None:
 
 # ---------------------------------------------------------------------------------------------- the saved notebooks
 # What each saved notebook is looked at for, and the output screenshotted (the cell whose source matches).
-SAVED = {"01": ("01_plan", r"provision_plan\(\)"), "04": ("04_curves", r"plots\.watch\("),
+SAVED = {"01": ("01_plan", r"provision_plan\(\)"), "04": ("04_curves", r"plots\.watch"),
          "05": ("05_explorer", r"explorer\.explore\("), "07": ("07_accuracy", r"evals\.plots\.accuracy\(")}
 # every code cell of the open notebook: [source, trusted, images shown (loaded), plotly plots, output text]
 _CELLS_JS = """() => { const w = window.jupyterapp.shell.currentWidget;
