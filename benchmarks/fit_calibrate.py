@@ -20,7 +20,12 @@ way NeMo-RL's DTensor v2 policy worker does (read from NeMo-RL v0.7 / NeMo-Autom
   ``logprob_chunk`` (``policy.logprob_chunk_size``) chunk by chunk, the chunks concatenated.
 
 Step 1 creates the optimizer states; step 2 is measured (``torch.cuda.max_memory_allocated`` per phase, reset in
-between), so the peak is the steady state in which parameters, gradients and AdamW states all live on the GPU. Every
+between), so the peak is the steady state in which parameters, gradients and AdamW states all live on the GPU. Each
+rank also records the caching allocator's view (``reserved_bytes.all.peak``, ``active_bytes.all.peak``,
+``num_alloc_retries``, ``num_ooms`` from ``torch.cuda.memory_stats()``), the device memory outside it (``mem_get_info``
+used - ``memory_reserved()``) after NCCL's start, after set-up, after each step and at an out-of-memory, and every size
+the out-of-memory message states (``ranks`` of each row). ``--allocator-cap-gib`` caps the allocator per GPU, to run a
+larger card's allocator as a smaller one's (the memory outside it stays uncapped). Every
 case runs in fresh processes (forked from a parent that imported torch but never touched CUDA), so fragmentation and
 cached blocks of one case never reach the next; an out-of-memory is caught and recorded with the allocation that failed
 and PyTorch's whole message (a cuBLAS allocation failure counts as one); when a rank fails its peers get 15 s, then
@@ -207,6 +212,15 @@ CASES_2GPU_OOS: list[tuple] = [
     (Q15, 2, 8192, False), (G1, 1, 20480, True), (Q17, 2, 14336, True), (L32, 4, 9216, True), (Q4, 2, 9216, True),
     (L8, 1, 6144, True, {"foreach": False}), (Q4, 1, 6144, False),
 ]
+# Seventh run, same machine kind: the out-of-sample miss (Qwen2.5-1.5B 4 x 6144, checkpointing on: cuBLAS could not
+# create the backward thread's handle with 77.65 GiB reserved) three times, the two fitting cases that dominate it
+# (larger estimate, logits block at least as large) twice each, and its neighbours - with the allocator's counters
+# and the memory outside it recorded per rank, to tell non-allocator memory from fragmentation.
+CASES_2GPU_MISS: list[tuple] = [
+    (Q15, 4, 6144, True), (L32, 4, 8192, True), (Q17, 2, 12288, True), (Q15, 4, 5120, True),
+    (Q15, 4, 6144, True), (Q15, 4, 7168, True), (L32, 4, 8192, True), (Q15, 2, 12288, True),
+    (Q17, 2, 12288, True), (Q15, 4, 6656, True), (Q15, 4, 6144, True), (Q15, 4, 6144, True, ES),
+]
 CASES_SMOKE: list[tuple] = [(L32, 1, 512, False, {"probe": True}), (G1, 1, 512, True)]
 
 
@@ -264,10 +278,26 @@ def _build(cfg, device, ac: bool, mesh, torch):
 
 
 class _Meter:
-    """Per-phase peak of allocated bytes (reset between phases) and the allocation at each phase's end."""
+    """Per-phase peak of allocated bytes (reset between phases) and the allocation at each phase's end.
+
+    Also the caching allocator's own view, kept across the resets (``reset_peak_memory_stats`` clears every peak):
+    the largest ``reserved_bytes.all.peak`` / ``active_bytes.all.peak`` seen, and its cumulative ``num_alloc_retries``
+    (a cudaMalloc failed, the cache was freed and the request retried) and ``num_ooms``.
+    """
 
     def __init__(self, torch, cuda: bool):
         self.torch, self.cuda, self.phases, self.current = torch, cuda, {}, None
+        self.reserved_peak = self.active_peak = 0
+
+    def fold(self) -> dict:
+        """Fold the current peaks into the running maxima; return the allocator's counters now."""
+        if not self.cuda:
+            return {}
+        st = self.torch.cuda.memory_stats()
+        self.reserved_peak = max(self.reserved_peak, st.get("reserved_bytes.all.peak", 0))
+        self.active_peak = max(self.active_peak, st.get("active_bytes.all.peak", 0))
+        return {"num_alloc_retries": st.get("num_alloc_retries", 0), "num_ooms": st.get("num_ooms", 0),
+                "reserved_bytes_all_peak": self.reserved_peak, "active_bytes_all_peak": self.active_peak}
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -275,6 +305,7 @@ class _Meter:
         self.current = name
         if self.cuda:
             t.cuda.synchronize()
+            self.fold()
             t.cuda.reset_peak_memory_stats()
         yield
         if self.cuda:
@@ -282,6 +313,16 @@ class _Meter:
             peak, end = t.cuda.max_memory_allocated(), t.cuda.memory_allocated()
             prev = self.phases.get(name, {"peak": 0, "end": 0})
             self.phases[name] = {"peak": max(prev["peak"], peak), "end": end}
+            self.fold()
+
+
+def _device_sample(torch) -> dict:
+    """The device's use as the driver sees it (``mem_get_info``) against the caching allocator's: what lies outside
+    the allocator (CUDA context, cuBLAS handles via cublasCreate, NCCL buffers) is ``used - reserved``."""
+    free, total = torch.cuda.mem_get_info()
+    reserved = torch.cuda.memory_reserved()
+    return {"device_used_bytes": total - free, "reserved_bytes": reserved, "allocated_bytes": torch.cuda.memory_allocated(),
+            "non_allocator_bytes": total - free - reserved}
 
 
 def _saved_probe(model, batch, torch, autocast):
@@ -374,12 +415,34 @@ def _grpo_loss(logits, batch, torch):
     return ((pg + 0.01 * kl.clamp(-10, 10)) * mask).sum() / mask.sum()
 
 
+_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes)"
+_OOM_FIGURES = {  # PyTorch's OutOfMemoryError text (c10/cuda/CUDACachingAllocator.cpp), the parts that carry a size
+    "tried_gib": r"Tried to allocate " + _SIZE,
+    "capacity_gib": r"total capacity of " + _SIZE,
+    "free_gib": r"of which " + _SIZE + r" is free",
+    "process_in_use_gib": r"this process has " + _SIZE + r" memory in use",
+    "allocated_by_pytorch_gib": r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch",
+    "reserved_unallocated_gib": r"and " + _SIZE + r" is reserved by PyTorch but unallocated",
+}
+_SCALE = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "bytes": 1 / 1024**3}
+
+
+def _oom_figures(msg: str) -> dict:
+    """Every size the out-of-memory message states, in GiB; ``non_pytorch_gib`` derived as in-use - (allocated +
+    reserved-but-unallocated), the memory of this process outside the caching allocator."""
+    out = {}
+    for key, pat in _OOM_FIGURES.items():
+        m = re.search(pat, msg)
+        if m:
+            out[key] = round(float(m.group(1)) * _SCALE[m.group(2)], 4)
+    if {"process_in_use_gib", "allocated_by_pytorch_gib", "reserved_unallocated_gib"} <= set(out):
+        out["non_pytorch_gib"] = round(out["process_in_use_gib"] - out["allocated_by_pytorch_gib"]
+                                       - out["reserved_unallocated_gib"], 4)
+    return out
+
+
 def _oom_details(msg: str) -> float | None:
-    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", msg)
-    if not m:
-        return None
-    scale = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2}[m.group(2)]
-    return float(m.group(1)) * scale
+    return _oom_figures(msg).get("tried_gib")
 
 
 def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, configs: Path, device_kind: str) -> dict:
@@ -400,8 +463,12 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
             device = torch.device("cuda", local_rank)
             res["gpu"] = torch.cuda.get_device_name(device)
             res["gpu_total_bytes"] = torch.cuda.get_device_properties(device).total_memory
+            if case.get("allocator_cap_gib"):  # emulate a smaller card's allocator limit (the memory outside stays real)
+                torch.cuda.set_per_process_memory_fraction(case["allocator_cap_gib"] * GIB / res["gpu_total_bytes"], device)
             dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                     device_id=device)
+            dist.barrier()  # NCCL's communicator exists from here on: its buffers are in the next sample
+            res["samples"] = {"after_init": _device_sample(torch)}
         else:
             device = torch.device("cpu")
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -460,12 +527,18 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
         if case.get("probe"):
             stage = "probe"
             res["saved_activation_bytes"] = _saved_probe(model, batch(), torch, autocast)
+        if cuda:
+            res["samples"]["after_setup"] = _device_sample(torch)
         stage = "step1"
         train_step(measure=False)
         if cuda:
             res["static_bytes"] = torch.cuda.memory_allocated()  # params + AdamW states, grads freed
+            res["samples"]["after_step1"] = _device_sample(torch)
         stage = "step2"
         train_step(measure=True)
+        if cuda:
+            torch.cuda.synchronize()
+            res["samples"]["after_step2"] = _device_sample(torch)  # the measured step's end
         stage = "logprob"
         model.eval()
         with meter.phase("logprob"), torch.no_grad():
@@ -478,7 +551,10 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
             del logits
         res["status"] = "ok"
     except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
+        if cuda:
+            res.setdefault("samples", {})["at_oom"] = _device_sample(torch)
         res["status"] = "oom"
+        res["oom_figures"] = _oom_figures(str(e))
         res["oom_stage"] = f"{stage}/{meter.current}" if stage in ("step1", "step2") else stage
         res["oom_tried_gib"] = _oom_details(str(e))
         if cuda:
@@ -488,6 +564,8 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
         res["oom_message"] = str(e)[:2000]
     except Exception as e:  # noqa: BLE001 - recorded, the driver goes on with the next case
         if "CUBLAS_STATUS_ALLOC_FAILED" in str(e):  # cuBLAS could not allocate (a handle for the backward thread)
+            if cuda:
+                res.setdefault("samples", {})["at_oom"] = _device_sample(torch)
             res["status"], res["oom_kind"] = "oom", "cublas"
             res["oom_stage"] = f"{stage}/{meter.current}" if stage in ("step1", "step2") else stage
             res["oom_message"] = str(e)[:2000]
@@ -501,6 +579,7 @@ def run_case(case: dict, *, rank: int, world: int, local_rank: int, port: int, c
             res["max_reserved_bytes"] = torch.cuda.max_memory_reserved()
             free, total = torch.cuda.mem_get_info()
             res["non_torch_bytes"] = total - free - torch.cuda.memory_reserved()
+            res["allocator"] = meter.fold()
         res["seconds"] = round(time.time() - t0, 2)
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
@@ -572,6 +651,7 @@ def summarize(case: dict, ranks: list[dict]) -> dict:
         "activation_checkpointing": bool(case["activation_checkpointing"]), "gpus": len(ranks),
         "optimizer_foreach": case.get("foreach"), "logprob_batch": case.get("logprob_batch") or case["micro_batch"],
         "alloc_conf": case.get("alloc_conf") or "", "status": status,
+        **({"allocator_cap_gib": case["allocator_cap_gib"]} if case.get("allocator_cap_gib") else {}),
         "peak_gib": round(max(g("peak_train_bytes"), g("peak_logprob_bytes")), 3) if status == "ok" else None,
         "peak_train_gib": round(g("peak_train_bytes"), 3) if status == "ok" else None,
         "peak_logprob_gib": round(g("peak_logprob_bytes"), 3) if status == "ok" else None,
@@ -589,10 +669,33 @@ def summarize(case: dict, ranks: list[dict]) -> dict:
         "oom_stage": r0.get("oom_stage"), "oom_tried_gib": r0.get("oom_tried_gib"),
         "oom_allocated_gib": round((r0.get("oom_allocated_bytes") or 0) / GIB, 3) or None,
         "params": r0.get("params"), "seconds": r0.get("seconds"), "error": r0.get("error"),
+        "ranks": [_rank_record(r) for r in ranks],
     }
+    recs = row["ranks"]
+    row["num_alloc_retries"] = max((x["num_alloc_retries"] or 0 for x in recs), default=0)
+    row["num_ooms"] = max((x["num_ooms"] or 0 for x in recs), default=0)
+    row["reserved_peak_gib"] = max((x["reserved_peak_gib"] or 0 for x in recs), default=0)
+    at = "at_oom" if status == "oom" else "after_step2"
+    row["non_allocator_gib"] = max((x["non_allocator_gib"].get(at) or 0 for x in recs), default=0) or None
     if row["status"] == "error" and r0.get("traceback"):
         row["traceback"] = r0["traceback"]
     return row
+
+
+def _rank_record(r: dict) -> dict:
+    """One rank's allocator and device view: peaks, retries, out-of-memory counters, memory outside the allocator."""
+    gib = lambda b: None if b is None else round(b / GIB, 3)  # noqa: E731
+    a, samples = r.get("allocator") or {}, r.get("samples") or {}
+    return {
+        "rank": r.get("rank"), "status": r.get("status"),
+        "allocated_peak_gib": gib(max([v["peak"] for v in (r.get("phases") or {}).values()], default=None)),
+        "reserved_peak_gib": gib(a.get("reserved_bytes_all_peak")), "active_peak_gib": gib(a.get("active_bytes_all_peak")),
+        "num_alloc_retries": a.get("num_alloc_retries"), "num_ooms": a.get("num_ooms"),
+        "non_allocator_gib": {k: gib(v["non_allocator_bytes"]) for k, v in samples.items()},
+        "samples_gib": {k: {n: gib(b) for n, b in v.items()} for k, v in samples.items()},
+        "oom_stage": r.get("oom_stage"), "oom_kind": r.get("oom_kind"), "oom_figures": r.get("oom_figures"),
+        "error": r.get("error"),
+    }
 
 
 def _cases(spec: str) -> list[dict]:
@@ -610,18 +713,23 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_2GPU_B]
     if spec == "2gpu-oos":
         return [_case_dict(t) for t in CASES_2GPU_OOS]
+    if spec == "2gpu-miss":
+        return [_case_dict(t) for t in CASES_2GPU_MISS]
     return json.loads(Path(spec).read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
-    ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | 2gpu-oos | smoke | a JSON file of cases")
+    ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | 2gpu-oos | 2gpu-miss | smoke | a JSON file "
+                    "of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--timeout", type=float, default=180, help="seconds per case")
     ap.add_argument("--budget", type=float, default=0, help="stop starting new cases after this many seconds (0: none)")
+    ap.add_argument("--allocator-cap-gib", type=float, help="cap PyTorch's caching allocator per GPU "
+                    "(set_per_process_memory_fraction): a larger card run as a smaller one's allocator; recorded per row")
     ap.add_argument("--out", type=Path, help="JSON results (a .csv with the same stem is written beside it)")
     ap.add_argument("--worker", action="store_true", help="run one --case in this process (torchrun sets the ranks)")
     ap.add_argument("--case", help="the case as JSON (with --worker)")
@@ -653,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = _cases(a.cases)
     if a.only:
         cases = [c for c in cases if any(s in c["model"] for s in a.only)]
+    if a.allocator_cap_gib:
+        cases = [{**c, "allocator_cap_gib": a.allocator_cap_gib} for c in cases]
     meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": sys.version.split()[0], "nproc": a.nproc,
             "device": a.device, "script": "benchmarks/fit_calibrate.py",
@@ -700,7 +810,8 @@ def _write(out: Path, meta: dict, rows: list[dict]) -> None:
     cols = ["model", "micro_batch", "seq_len", "activation_checkpointing", "gpus", "optimizer_foreach", "logprob_batch",
             "alloc_conf", "logprob_chunk", "status",
             "peak_gib", "peak_train_gib", "peak_logprob_gib", "static_gib", "after_forward_gib", "max_reserved_gib",
-            "oom_stage", "oom_tried_gib", "oom_allocated_gib", "seconds"]
+            "oom_stage", "oom_tried_gib", "oom_allocated_gib", "reserved_peak_gib", "non_allocator_gib",
+            "num_alloc_retries", "num_ooms", "seconds"]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["gpu", "torch", "transformers", "date"] + cols)
