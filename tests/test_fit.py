@@ -36,6 +36,9 @@ GPU_OF = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100", "NVIDIA B200":
 # as a strict expected failure: when the allocator model learns this case, the marker must go. No allowance fitted to
 # these tables can learn it: cases that fit on the same two H100s have both a larger estimate and a larger logits
 # block (test_known_miss_is_dominated_by_cases_that_fit), so a term growing with either flips them first.
+# The re-run (issue #32; the lending tool gave two H200s twice, so nothing of it joins the H100 tables) found the
+# allocated peak right and identical on every repeat, the memory outside the allocator the same for every case, and
+# the allocator's reserved peak what sets the miss apart (test_known_miss_rerun_points_at_stranded_blocks).
 KNOWN_MISSES = {("fit_calibration_h100x2_oos.json", "Qwen--Qwen2.5-1.5B", 4, 6144, True)}
 
 
@@ -126,6 +129,52 @@ def test_known_miss_is_dominated_by_cases_that_fit():
                   and not r.inputs.expandable_segments
                   and r.training.peak_gib > miss.training.peak_gib and block(r) >= block(miss)}
     assert {("meta-llama--Llama-3.2-1B", 4, 8192), ("Qwen--Qwen3-1.7B-Base", 2, 12288)} <= dominating, dominating
+
+
+def test_known_miss_rerun_points_at_stranded_blocks_not_memory_outside_the_allocator():
+    """Why KNOWN_MISSES still stays, from the re-run with the allocator's counters (issue #32).
+
+    Two H200s came for the two H100s asked for, twice (``fit_allocator_h200x2_*.json``; not calibration rows):
+    * the miss's allocated peak is the estimate's (+0.4%) and identical on all three repeats: not an estimate error;
+    * memory outside the caching allocator (``mem_get_info`` used - reserved: CUDA context, NCCL, cuBLAS handles) is
+      the same for the miss and the cases that dominate it, 1.43 GiB after NCCL's start and 1.57 after the first
+      step (the backward thread's cuBLAS handle): it cannot tell them apart;
+    * the reserved peak does: unbounded, the allocator reserves 81.2 GiB for the miss's 62.1 (19.2 stranded), more than
+      an H100 leaves it, against 71.6 and 69.2 for Llama-3.2-1B 4 x 8192 and Qwen3-1.7B 2 x 12288; Qwen2.5-1.5B strands
+      15-23 GiB at micro-batch 4 and 5.3 at 2 x 12288 (same tokens, same logits block);
+    * capped at the 77.6 GiB an H100 leaves the allocator, the miss fits after one allocation retry (cached blocks
+      freed) every time; the dominating cases need none. On the H100 the cublasCreate of the backward thread, outside
+      the allocator and with no retry of its own, met the allocator at the card's edge instead.
+    A term for it would model the allocator's block splitting by shape, which no committed row calibrates; the H100
+    re-run was not obtained, so the strict xfail stays.
+    """
+    root = ROOT / "benchmarks" / "results"
+    free = json.loads((root / "fit_allocator_h200x2_miss.json").read_text())
+    capped = json.loads((root / "fit_allocator_h200x2_cap77_miss.json").read_text())
+    assert not {root / "fit_allocator_h200x2_miss.json", root / "fit_allocator_h200x2_cap77_miss.json"} & set(TABLES)
+    assert free["meta"]["gpu"] == capped["meta"]["gpu"] == "NVIDIA H200" and capped["meta"]["allocator_cap_gib"] == 77.6
+    miss, doms = ("Qwen--Qwen2.5-1.5B", 4, 6144), {("meta-llama--Llama-3.2-1B", 4, 8192), ("Qwen--Qwen3-1.7B-Base", 2, 12288)}
+
+    def rows(doc, key):
+        return [r for r in doc["cases"] if (r["model"], r["micro_batch"], r["seq_len"]) == key and not r["alloc_conf"]]
+
+    estimate = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h100", gpus=2, micro_batch=4, seq_len=6144, phase="training",
+                            activation_checkpointing=True)
+    assert estimate.verdict == "fits"  # still the wrong verdict on an H100: the marker above stays
+    for doc in (free, capped):
+        repeats = rows(doc, miss)
+        assert len(repeats) == 3 and all(r["status"] == "ok" for r in repeats)
+        assert len({r["peak_gib"] for r in repeats}) == 1
+        assert repeats[0]["peak_gib"] <= estimate.training.peak_gib * (1 + ERROR_MARGIN)
+        outside = {x["non_allocator_gib"]["after_step2"] for key in {miss} | doms for r in rows(doc, key)
+                   for x in r["ranks"]}
+        assert max(outside) - min(outside) < 0.01 and max(outside) < 1.6, outside
+    h100_room = 79.179 - max(x["non_allocator_gib"]["after_step2"] for r in free["cases"] for x in r["ranks"])
+    assert all(r["reserved_peak_gib"] > h100_room > r["peak_gib"] for r in rows(free, miss))
+    for key in doms:
+        assert all(r["reserved_peak_gib"] < h100_room - 5 for r in rows(free, key)), key
+        assert all(r["status"] == "ok" and r["num_alloc_retries"] == 0 for r in rows(capped, key)), key
+    assert all(r["num_alloc_retries"] >= 1 and r["num_ooms"] == 0 for r in rows(capped, miss))
 
 
 def test_h100_predictions_written_before_the_run_came_true():
