@@ -24,8 +24,8 @@ from nbtools import kube, manifests
 from nbtools.backends._types import fetch_resources
 from nbtools.errors import ConflictError, NotFoundError, NotReadyError
 
-ROOT = Path(__file__).resolve().parent.parent
-KUBERAY = Path(__file__).resolve().parent / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+KUBERAY = Path(__file__).resolve().parents[1] / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NS, NAME = "default", "nbtools-b200"
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 

@@ -25,7 +25,7 @@ from nbtools.backends._types import fetch_resources
 from nbtools.backends.local import stop_all_under
 from nbtools.errors import ConflictError, DependencyError, NotReadyError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(**overrides):

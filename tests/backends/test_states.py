@@ -30,7 +30,7 @@ def test_fit_verdicts_are_a_string_enum_and_the_json_keeps_the_words():
 
     from nbtools import fit
 
-    model = Path(__file__).resolve().parents[1] / "nbtools/data/model_configs/google--gemma-3-1b-it.json"
+    model = Path(__file__).resolve().parents[2] / "nbtools/data/model_configs/google--gemma-3-1b-it.json"
     assert [v.value for v in fit.Verdict] == ["not-applicable", "fits", "tight", "does-not-fit"]
     assert fit.Verdict.worst(["fits", fit.Verdict.TIGHT]) is fit.Verdict.TIGHT
     assert fit.Verdict.worst([]) is fit.Verdict.NOT_APPLICABLE and fit.Verdict.TIGHT.ok
@@ -51,7 +51,7 @@ def test_wipe_returns_a_teardown_whether_or_not_it_was_confirmed(tmp_path):
     from nbtools.backends import Teardown
     from nbtools.errors import ConflictError
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     cfg = config.load(root / "experiments" / "local.yaml", overrides={"local.runs_dir": str(tmp_path / "runs")})
     be = backends.get(cfg)
     Path(be.log_dir).mkdir(parents=True)

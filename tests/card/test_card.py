@@ -31,7 +31,7 @@ def _build_run(root: Path):
     from nbtools.rehearsal import artifacts
     from nbtools.rehearsal import model as rm
 
-    cfg = nbtools.config.load(Path(__file__).parent.parent / "experiments" / "local.yaml", overrides=SMALL)
+    cfg = nbtools.config.load(Path(__file__).parents[2] / "experiments" / "local.yaml", overrides=SMALL)
     assert cfg.runs_dir == root / "runs"
     tok = rm.build_tokenizer()
     run = cfg.run_dir

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from checkpoint_writer import Job, write_checkpoints, write_step_files  # noqa: E402
 
 from nbtools import checkpoints as ck  # noqa: E402
@@ -394,7 +394,7 @@ def test_best_of_an_experiment_ranks_by_its_own_checkpointing_settings(tmp_path,
     import nbtools
 
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
-    local = Path(__file__).resolve().parent.parent / "experiments" / "local.yaml"
+    local = Path(__file__).resolve().parents[2] / "experiments" / "local.yaml"
     cfg = nbtools.config.load(local, overrides={"checkpointing.metric_name": "val:avg_length",
                                                 "checkpointing.higher_is_better": False})
     d = Path(cfg.checkpoints_url)
@@ -415,7 +415,7 @@ def test_merge_in_cluster_runs_as_a_ray_job_carrying_nbtools(ckpts, tmp_path, ra
     root, models = ckpts
     step = root / "v2st-fsdp4-tied" / "step_1"
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
-    cfg = ray_cfg(nbtools.config.load(Path(__file__).resolve().parent.parent / "experiments" / "local.yaml",
+    cfg = ray_cfg(nbtools.config.load(Path(__file__).resolve().parents[2] / "experiments" / "local.yaml",
                                       overrides={"checkpointing.checkpoint_dir": str(root / "v2st-fsdp4-tied")}))
     merged = ck.merge_in_cluster(cfg, str(step), out=str(tmp_path / "merged_hf"), progress=False)
     assert merged.verified and merged.tensors > 0 and merged.url == str(tmp_path / "merged_hf")

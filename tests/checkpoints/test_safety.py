@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from checkpoint_writer import Job, write_checkpoints, write_step_files  # noqa: E402
 
 from nbtools import checkpoints as ck  # noqa: E402

@@ -20,13 +20,13 @@ import pandas as pd
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from verl_checkpoint_writer import exact_state_dict, full_state_dicts, tiny_config, write_verl_run  # noqa: E402
 
 from nbtools import checkpoints as ck  # noqa: E402
 from nbtools.errors import CheckpointError, ConflictError  # noqa: E402
 
-ASSETS = Path(__file__).parent / "assets" / "verl" / "v0.7.0"
+ASSETS = Path(__file__).parents[1] / "assets" / "verl" / "v0.7.0"
 
 
 @pytest.fixture(scope="module")

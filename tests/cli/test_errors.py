@@ -22,7 +22,7 @@ import yaml
 
 from nbtools import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "nbtools"
 LOCAL = ROOT / "experiments" / "local.yaml"
 GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"

@@ -10,7 +10,7 @@ import yaml
 from nbtools import config
 from nbtools.config import ConfigError, Secret, SecretRef
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 
 

@@ -23,7 +23,7 @@ from nbtools.config._yaml import load_yaml
 from nbtools.errors import NbtoolsError
 from nbtools.evals import parse_score_blocks, read_score_log
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BASES = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "experiments").glob("*.yaml"))]
 FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 

@@ -21,8 +21,9 @@ from typing import Any
 import yaml
 from sim_shims import SDK_VERSION, flag_table
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
+DOUBLES = Path(__file__).resolve().parent
 BUCKET = "sim-bucket"
 PROJECT = "sim-project"
 
@@ -53,7 +54,7 @@ def write_shims(sim, *, conf: dict) -> None:
     for tool in ("gcloud", "kubectl", "helm"):
         script = sim.bin_dir / tool
         script.write_text(f"#!{sys.executable} -S\n# simulated {tool} (tests/sim_shims.py)\nimport sys\n"
-                          f"sys.path.insert(0, {str(TESTS)!r})\nfrom sim_shims import main\n"
+                          f"sys.path.insert(0, {str(DOUBLES)!r})\nfrom sim_shims import main\n"
                           f"sys.exit(main({tool!r}, {str(conf_path)!r}))\n")
         script.chmod(0o755)
 
@@ -67,7 +68,7 @@ def write_checkout(sim, rehearsal: dict) -> None:
     from sim_gke import nemo_rl_configs
 
     version = str(getattr(sim, "_changes", {}).get("images.nemo_rl_version", "v0.7.0"))
-    shutil.copytree(TESTS / "sim_nemo_rl", sim.code_dir, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    shutil.copytree(DOUBLES / "sim_nemo_rl", sim.code_dir, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     configs = nemo_rl_configs() if version == "v0.7.0" else TESTS / "assets" / "nemo-rl" / version / "examples" / "configs"
     shutil.copytree(configs, sim.code_dir / "examples" / "configs", dirs_exist_ok=True)
     local = _local()

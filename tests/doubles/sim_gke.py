@@ -58,8 +58,9 @@ from sim_shims import read_log, write_credentials
 
 __all__ = ["SimGke", "BUCKET", "PROJECT", "FAKE_HF_TOKEN", "crd_schema", "nemo_rl_configs"]
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
+DOUBLES = Path(__file__).resolve().parent
 FAKE_HF_TOKEN = "hf_SIMULATEDgkeTOKENnotARealOne0000"
 KUBERAY_ASSET = TESTS / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
@@ -73,7 +74,7 @@ def crd_schema() -> dict:
     """
     path = KUBERAY_ASSET
     if not path.exists():
-        from test_backends_gke import KUBERAY as path
+        from tests.backends.test_gke import KUBERAY as path
     crd = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     return next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
 
@@ -82,7 +83,7 @@ def nemo_rl_configs() -> Path:
     """NeMo-RL v0.7.0's ``examples/configs`` (tests/assets, else where test_launch_ray.py reads them)."""
     if NEMO_RL_ASSET.is_dir():
         return NEMO_RL_ASSET
-    from test_launch_ray import SHARED_CONFIGS
+    from tests.launch.test_ray import SHARED_CONFIGS
 
     return Path(SHARED_CONFIGS)
 
@@ -211,7 +212,7 @@ class SimGke:
         cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local", overrides={
             "ray.port": _free_port(), "ray.dashboard_port": _free_port(), "ray.num_cpus": self.head_cpus})
         gpus = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
-        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": str(TESTS / "sim_image"),
+        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": str(DOUBLES / "sim_image"),
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
                "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else ""}
         from nbtools.errors import NotReadyError
@@ -233,7 +234,7 @@ class SimGke:
     def _image_env(self) -> dict[str, str]:
         """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""
         env = {**os.environ, "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(TESTS / "sim_image"), "HF_TOKEN": FAKE_HF_TOKEN}
+               "PYTHONPATH": str(DOUBLES / "sim_image"), "HF_TOKEN": FAKE_HF_TOKEN}
         if self.head is not None and self.head.gcs_address:
             env["RAY_ADDRESS"] = self.head.gcs_address
         return env

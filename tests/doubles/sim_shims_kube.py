@@ -129,7 +129,7 @@ def _manifest_text(call: Call, filename: str) -> str | None:
         from pathlib import Path
 
         rel = filename[len(_PUBLISHED):].split("/", 1)[-1]  # drop the ref
-        local = Path(__file__).resolve().parent / "assets" / "container-engine-accelerators" / rel
+        local = Path(__file__).resolve().parents[1] / "assets" / "container-engine-accelerators" / rel
         if local.is_file():
             return local.read_text()
     return None

@@ -12,7 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+DOUBLES = Path(__file__).resolve().parent
 ASSETS = TESTS / "assets" / "verl"
 
 __all__ = ["write_verl_checkout", "transfer_queue_image"]
@@ -30,7 +31,7 @@ def write_verl_checkout(dest: str | Path, tag: str, *, rehearsal_config: str | P
         raise FileNotFoundError(f"no trainer config for verl {tag} under {ASSETS}: copy the tag's "
                                 "verl/trainer/config/_generated_ppo_trainer.yaml there (with a SOURCE.md)")
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(TESTS / "sim_verl", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(DOUBLES / "sim_verl", dest, ignore=shutil.ignore_patterns("__pycache__"))
     (dest / "verl" / "trainer" / "config").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(config, dest / "verl" / "trainer" / "config" / "ppo_trainer.yaml")
     (dest / "verl" / "version").mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import nbtools
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals import EvalResult, compare, load_evaluation_data, parse_score_blocks, stats
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -310,7 +310,7 @@ def test_dataset_names_validated_per_nemo_rl_version(gke_cfg):
     # tag copies) must be accepted as they are.
     import yaml
 
-    assets = Path(__file__).resolve().parent / "assets" / "nemo-rl"
+    assets = Path(__file__).resolve().parents[1] / "assets" / "nemo-rl"
     for version in ("v0.5.0", "v0.7.0"):
         for f in sorted((assets / version / "examples" / "configs" / "evals").glob("*.yaml")):
             name = (yaml.safe_load(f.read_text()).get("data") or {}).get("dataset_name")
@@ -449,7 +449,7 @@ def test_dataset_names_are_the_branches_of_the_release_s_load_eval_dataset(gke_c
     """Issue 27 item 5: the names per release are read from the tag's own file (tests/assets/nemo-rl/<tag>/...)."""
     import ast
 
-    assets = Path(__file__).resolve().parent / "assets" / "nemo-rl"
+    assets = Path(__file__).resolve().parents[1] / "assets" / "nemo-rl"
     for version in ("v0.5.0", "v0.7.0"):
         src = (assets / version / "nemo_rl" / "data" / "datasets" / "eval_datasets" / "__init__.py.txt").read_text()
         names: set[str] = set()

@@ -12,7 +12,7 @@ import nbtools
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals import compare, evaluate_local
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORDS = ["<pad>", "<unk>", "<eos>", "<|user|>", "<|assistant|>", "<think>", "</think>", "<answer>", "</answer>",
          "max", *[str(d) for d in range(10)]]
 

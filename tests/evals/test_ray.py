@@ -16,7 +16,7 @@ from run_eval_double import FAKE_RUN_EVAL, PREFIX
 
 import nbtools
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_eval_jobs_submit_collect_and_compare_on_real_ray(ray_head, tmp_path):

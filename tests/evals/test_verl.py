@@ -19,7 +19,7 @@ import pytest
 from nbtools import config, evals, trainers
 from nbtools.evals.vllm_generate import gsm8k_score
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +76,7 @@ def _model(tmp_path: Path, seed: int) -> Path:
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "vllm_double"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "doubles" / "vllm_double"), str(ROOT)])}
     return subprocess.run([sys.executable, "-m", "nbtools.evals.vllm_generate", *args], capture_output=True, text=True,
                           env=env, timeout=600)
 

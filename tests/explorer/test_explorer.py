@@ -17,7 +17,7 @@ from nbtools import explorer, rewards, trajectories
 from nbtools.errors import ConfigError
 from nbtools.explorer import ExplorerData, Query, tag_segments
 
-_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_nemo_rl_run.py"
+_GEN = Path(__file__).resolve().parents[2] / "benchmarks" / "gen_nemo_rl_run.py"
 _spec = importlib.util.spec_from_file_location("gen_nemo_rl_run", _GEN)
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)
@@ -242,7 +242,7 @@ def test_an_executed_notebook_keeps_the_widget_state_and_a_snapshot(tmp_path):
 def test_explore_takes_the_reward_mix_and_truth_from_the_experiment(run):
     import nbtools
 
-    cfg = nbtools.config.load(Path(__file__).resolve().parent.parent / "experiments" / "local.yaml", backend="local")
+    cfg = nbtools.config.load(Path(__file__).resolve().parents[2] / "experiments" / "local.yaml", backend="local")
     ex = explorer.explore(run, step=2, cfg=cfg)
     assert ex.mix.names == [r["name"] for r in rewards.trained_with(cfg)] and ex.ground_truth("max 1 2 3") == "3"
     ex.record.value = 5  # "MAX is 3": format scores, the exact answer does not

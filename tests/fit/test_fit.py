@@ -21,7 +21,7 @@ from nbtools import fit
 from nbtools.errors import ConfigError, LintError, NotFoundError
 from nbtools.fit._estimate import ERROR_MARGIN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "nbtools"
 GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
 LOCAL = ROOT / "experiments" / "local.yaml"

@@ -18,7 +18,7 @@ import pytest
 from nbtools import fit
 from nbtools.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "nbtools"
 QWEN = ROOT / "nbtools" / "data" / "model_configs" / "Qwen--Qwen2.5-1.5B.json"
 

@@ -17,7 +17,7 @@ import yaml
 
 from nbtools import config, fit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "nbtools"
 RESULTS = ROOT / "benchmarks" / "results"
 

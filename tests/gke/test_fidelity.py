@@ -18,7 +18,7 @@ from sim_shims import inject_failure, load_kubeconfig, locked_state
 import nbtools
 from nbtools.gke import Plan, PlanIncompleteError, StepFailedError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets" / "container-engine-accelerators" / "gpudirect-rdma"
 PRE = "nbtools-b200"
 PROJECT = "my-gcp-project"

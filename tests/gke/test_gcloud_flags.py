@@ -16,7 +16,7 @@ import nbtools
 from nbtools.errors import DependencyError
 from nbtools.gke import _flags
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _generator():

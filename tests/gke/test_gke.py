@@ -13,7 +13,7 @@ import pytest
 import nbtools
 from nbtools.gke import Plan, Step, StepFailedError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Top-level keys of helm-chart/kuberay-operator/values.yaml at ray-project/kuberay v1.7.0 (read via the source
 # index; the chart is not vendored). A --set key outside this tree is silently ignored by Helm.

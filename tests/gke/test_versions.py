@@ -10,7 +10,7 @@ import pytest
 import nbtools
 from nbtools.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("exp", "too_old", "ok", "floor"), [

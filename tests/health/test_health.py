@@ -13,7 +13,7 @@ import nbtools
 from nbtools import health
 from nbtools.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
 
 

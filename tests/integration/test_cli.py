@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REHEARSAL_OVERRIDES
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import REHEARSAL_OVERRIDES
+
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "nbtools"
 LOCAL = ROOT / "experiments" / "local.yaml"
 GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"

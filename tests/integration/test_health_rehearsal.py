@@ -25,7 +25,7 @@ from nbtools.errors import LintError
 from nbtools.launch._attempts import RECORD_NAME
 
 pytestmark = pytest.mark.slow  # every test reads a rehearsal run of its own (6-12 steps)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "local.yaml"
 NEVER = [{"name": "exact_alnum", "weight": 1.0, "kwargs": {"answer_tag": "final"}}]  # the task writes <answer>
 SHORT = ["grpo.val_period=4", "checkpointing.save_period=100"]

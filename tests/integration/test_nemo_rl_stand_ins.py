@@ -23,10 +23,10 @@ from nbtools.rewards._ship import ENV_NAME_KEY
 from nbtools.trainers import nemo_rl
 from nbtools.trainers.releases import NEMO_RL
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
-STAND_INS = TESTS / "sim_nemo_rl"
-REGISTRY_DOUBLE = TESTS / "nemo_rl_registry_double"
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
+STAND_INS = TESTS / "doubles" / "sim_nemo_rl"
+REGISTRY_DOUBLE = TESTS / "doubles" / "nemo_rl_registry_double"
 MIX = [{"name": "math_expr", "weight": 0.8}, {"name": "format", "weight": 0.2}]
 
 sys.path.insert(0, str(STAND_INS / "examples"))

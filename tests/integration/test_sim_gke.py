@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from sim_gke import BUCKET, FAKE_HF_TOKEN, PROJECT, TESTS, SimGke
+from sim_gke import BUCKET, DOUBLES, FAKE_HF_TOKEN, PROJECT, SimGke
 from sim_shims import flag_table, project_number
 
 import nbtools
@@ -242,7 +242,7 @@ def test_gcsfuse_standin_uploads_new_and_changed_files_and_deletes_removed_ones(
 
 
 def _image_env(sim) -> dict:
-    return {**os.environ, "PYTHONPATH": str(TESTS / "sim_image"), "PATH": f"{sim.image_dir}{os.pathsep}{os.environ['PATH']}"}
+    return {**os.environ, "PYTHONPATH": str(DOUBLES / "sim_image"), "PATH": f"{sim.image_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_nemo_rl_doubles_take_nemo_rls_command_lines(sim_gke, tmp_path):

@@ -22,7 +22,7 @@ import pytest
 import nbtools
 from nbtools.launch._attempts import RECORD_NAME
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STEPS, SAVE, KILL_AFTER = 80, 20, 22  # kill once step 22's dump exists: step_20 is the newest complete checkpoint
 
 

@@ -23,12 +23,12 @@ from nbtools import config, trainers
 from nbtools.launch import lint
 from nbtools.trainers.releases import VERL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _facts():
     """The stand-in's facts table, loaded from its file (its dir stays off sys.path: it holds a `verl` double)."""
-    spec = importlib.util.spec_from_file_location("verl_releases", ROOT / "tests" / "sim_verl" / "verl_releases.py")
+    spec = importlib.util.spec_from_file_location("verl_releases", ROOT / "tests" / "doubles" / "sim_verl" / "verl_releases.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.RELEASES

@@ -15,7 +15,7 @@ import nbtools
 from nbtools import jobs
 from nbtools.errors import JobFailedError, NotFoundError, NotReadyError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _py(code: str) -> str:

@@ -16,7 +16,7 @@ import nbtools.cli
 from nbtools.errors import ConflictError, NotFoundError
 from nbtools.launch._attempts import RECORD_NAME, Attempt, save, steps_from_log
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOG = """📊 Using log directory: /runs/x/logs/exp_001
 ========================= Step 1/3 =========================
 📊 Training Results:

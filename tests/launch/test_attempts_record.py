@@ -14,7 +14,7 @@ from nbtools.errors import CheckpointError, ConfigError
 from nbtools.launch import _attempts, _supervise
 from nbtools.launch._attempts import Attempt, record_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import nbtools
 from nbtools.launch import lint
 from nbtools.trainers import verl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cfg(name="gke-b200-verl.yaml", **over):

@@ -18,7 +18,7 @@ from nbtools.launch import build, lint, recipes, runtime_env, verl_prepare
 from nbtools.launch.lint import ray_compatibility
 from nbtools.trainers import nemo_rl, verl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEMO_RL_V050 = ROOT / "tests" / "assets" / "nemo-rl" / "v0.5.0"  # NeMo-RL's own config files (see its SOURCE.md)
 TOKEN = "hf_unit_test_token_0123456789abcdef"
 

@@ -33,8 +33,8 @@ from nbtools.launch import recipes
 
 pytestmark = pytest.mark.ray
 
-ROOT = Path(__file__).resolve().parent.parent
-NEMO_RL_CONFIGS = Path(__file__).resolve().parent / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
+ROOT = Path(__file__).resolve().parents[2]
+NEMO_RL_CONFIGS = Path(__file__).resolve().parents[1] / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
 
 DOUBLE = r'''
 """TEST DOUBLE of NeMo-RL v0.7.0 examples/run_grpo.py (see tests/test_launch_ray.py)."""
@@ -113,9 +113,8 @@ print(f"Saving checkpoint for step {n}...", flush=True)
 @pytest.fixture(scope="module")
 def gpu_head(tmp_path_factory):
     """A second real local Ray head that advertises 16 GPUs: the plain Ray address of the ``ray`` backend."""
-    from conftest import free_port
-
     from nbtools.backends import _head as local
+    from tests.conftest import free_port
 
     runs = tmp_path_factory.mktemp("gpuhead")
     cfg = load(

@@ -11,7 +11,7 @@ import pytest
 
 from nbtools.trainers import _tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEMO_RL = ROOT / "tests" / "assets" / "nemo-rl"
 
 

@@ -11,7 +11,7 @@ import pytest
 import nbtools
 from nbtools.launch import recipes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = {
     "tutorial-001-gemma3-27b-it": {"cluster.worker_replicas": 3, "grpo.num_prompts_per_step": 16,
                                    "grpo.num_generations_per_prompt": 64, "trainer.colocated": False},

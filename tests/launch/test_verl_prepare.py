@@ -27,7 +27,7 @@ from nbtools.launch import verl_prepare as jobs
 from nbtools.trainers import LintReport
 from nbtools.trainers import verl_prepare as vp
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "experiments" / "gke-b200-verl.yaml"
 
 GSM8K_DOUBLE = textwrap.dedent('''

@@ -18,8 +18,8 @@ import yaml
 import nbtools
 from nbtools import manifests
 
-ROOT = Path(__file__).resolve().parent.parent
-ASSETS = Path(__file__).resolve().parent / "assets"
+ROOT = Path(__file__).resolve().parents[2]
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 KUBERAY = ASSETS / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 TUTORIAL_002 = ASSETS / "tutorials" / "verl-on-gke" / "gcsfuse-pv-mountOptions.txt"
 GKE_EXPERIMENTS = sorted((ROOT / "experiments").glob("gke-*.yaml"))

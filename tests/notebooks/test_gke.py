@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
 STEPS = int(os.environ.get("NBTOOLS_SIM_STEPS", "200"))  # as many as local's demo run
 

@@ -20,7 +20,7 @@ from ports import free_port
 
 from nbtools.demo import check_outputs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SETUP = '''
 import numpy as np, pandas as pd

@@ -13,7 +13,7 @@ from pathlib import Path
 import papermill
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
 COMMON = {"BACKEND": ("str", '"local"'), "CONFIG": ("str", '"../experiments/local.yaml"')}
 KNOBS = {

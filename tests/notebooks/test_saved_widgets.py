@@ -26,7 +26,7 @@ from nbtools import explorer, rewards, trajectories
 from nbtools.demo import WIDGET_VIEW, check_outputs, freeze_widgets
 from nbtools.rewards import display
 
-_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_nemo_rl_run.py"
+_GEN = Path(__file__).resolve().parents[2] / "benchmarks" / "gen_nemo_rl_run.py"
 _spec = importlib.util.spec_from_file_location("gen_nemo_rl_run", _GEN)
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)

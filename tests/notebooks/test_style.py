@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
 EXPECTED = [
     "01_provision_gke", "02_ray_cluster", "03_launch_grpo", "04_monitor", "05_trajectories",

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from ports import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
 STEPS = int(os.environ.get("NBTOOLS_VERL_NOTEBOOK_STEPS", "200"))
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REHEARSAL_OVERRIDES
 
 import nbtools
 from nbtools.errors import ConfigError
 from nbtools.rehearsal import artifacts, checkpoint, task
 from nbtools.rehearsal.trainer import PAUSE_ENV, load_config
+from tests.conftest import REHEARSAL_OVERRIDES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "local.yaml"
 # the shared run's settings (tests/conftest.py) without its step count: the kill test and the layouts set their own
 TINY = [o for o in REHEARSAL_OVERRIDES if not o.startswith("grpo.max_num_steps=")]

@@ -23,7 +23,7 @@ import torch
 import nbtools
 from nbtools.rehearsal import verl_layout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "local-verl.yaml"
 TINY = ["rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
         "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=2", "grpo.val_at_start=true",

@@ -637,7 +637,7 @@ def test_rescore_with_the_experiment_scores_as_the_run_did(tmp_path):
     rows = [(p1, "6"), (p1, "3"), (p1, "6"), (p2, "2"), (p2, "1"), (p2, "0")]
     _write_nemo_rl_run(tmp_path / "logs", {1: [(p, format_response("x", a), 0.0) for p, a in rows]})
     df = trajectories.open_run(tmp_path / "logs").read()
-    local = Path(__file__).resolve().parent.parent / "experiments" / "local.yaml"
+    local = Path(__file__).resolve().parents[2] / "experiments" / "local.yaml"
     cfg = nbtools.config.load(local, overrides={"local.runs_dir": str(tmp_path), "grpo.use_leave_one_out_baseline": True,
                                                 "grpo.normalize_rewards": False})
     by_cfg = rewards.rescore(df, mix, cfg=cfg, progress=False)

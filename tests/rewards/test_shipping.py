@@ -24,8 +24,8 @@ import nbtools
 from nbtools.rewards import nemo_rl_env
 from nbtools.trainers import _tree, nemo_rl
 
-ROOT = Path(__file__).resolve().parent.parent
-DOUBLE = Path(__file__).resolve().parent / "nemo_rl_registry_double" / "nemo_rl"
+ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "nemo_rl_registry_double" / "nemo_rl"
 MIX = [{"name": "math_expr", "weight": 0.8}, {"name": "short_answer", "weight": 0.2, "kwargs": {"limit": 40}}]
 MODULE = '''import nbtools
 

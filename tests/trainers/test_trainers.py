@@ -13,7 +13,7 @@ from nbtools import config, trainers
 from nbtools.errors import ConfigError
 from nbtools.trainers import nemo_rl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

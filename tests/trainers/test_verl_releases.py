@@ -20,7 +20,7 @@ from nbtools.launch import lint
 from nbtools.trainers import _verl_tree, verl
 from nbtools.trainers.releases import VERL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets" / "verl"
 IMAGES = {"v0.7.0": "verlai/verl:vllm011.latest", "v0.9.0": "verlai/verl:vllm024.dev2"}
 

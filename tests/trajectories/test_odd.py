@@ -17,7 +17,7 @@ import pytest
 from nbtools import trajectories as T
 from nbtools.errors import NotFoundError
 
-_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_nemo_rl_run.py"
+_GEN = Path(__file__).resolve().parents[2] / "benchmarks" / "gen_nemo_rl_run.py"
 _spec = importlib.util.spec_from_file_location("gen_nemo_rl_run", _GEN)
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)

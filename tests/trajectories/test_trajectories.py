@@ -19,7 +19,7 @@ from nbtools.errors import NotFoundError
 from nbtools.rewards import split_think_answer
 from nbtools.trajectories import _read
 
-_GEN = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_nemo_rl_run.py"
+_GEN = Path(__file__).resolve().parents[2] / "benchmarks" / "gen_nemo_rl_run.py"
 _spec = importlib.util.spec_from_file_location("gen_nemo_rl_run", _GEN)
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)
