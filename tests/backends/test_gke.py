@@ -1,4 +1,4 @@
-"""The gke backend (nbtools.backends.gke + nbtools.kube) against tests/kube_double.py — a Kubernetes API TEST DOUBLE on 127.0.0.1 (no
+"""The gke backend (nbtools.backends.gke + nbtools.kube) against tests/doubles/kube_double.py — a Kubernetes API TEST DOUBLE on 127.0.0.1 (no
 kube-apiserver can run here) — through the real ``kubernetes`` client and a real kubeconfig file.
 The double has no controller: each test plays the KubeRay operator by adding pods and events."""
 

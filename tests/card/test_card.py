@@ -301,7 +301,7 @@ def test_cli_card_writes_the_card_from_a_run_dir_with_saved_comparisons(run, cap
 
 
 def test_a_card_beside_a_model_in_a_bucket(run, tmp_path, monkeypatch):
-    """The merged model where a GKE cluster wrote it: gs:// on tests/gcs_emulator.py (fake-gcs-server, a GCS
+    """The merged model where a GKE cluster wrote it: gs:// on tests/doubles/gcs_emulator.py (fake-gcs-server, a GCS
     STAND-IN). The card is built from a local copy of the small files (never the weights) and uploaded back."""
     from gcs_emulator import GcsEmulator
 

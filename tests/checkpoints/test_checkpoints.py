@@ -3,7 +3,7 @@
 Every layout is produced by DCP itself (FileSystemWriter for DTensor v1 / v2 torch_save, torch's
 HuggingFaceStorageWriter(save_distributed=True) for NeMo-RL's default v2 sharded safetensors) from FSDP2
 ``fully_shard`` (dim-0, uneven: vocab 103) or TP-style DTensor shards (``Shard(1)``), on 1, 2 and 4 gloo ranks
-(see tests/checkpoint_writer.py). The merged model must give exactly the source model's logits.
+(see tests/support/checkpoint_writer.py). The merged model must give exactly the source model's logits.
 """
 
 from __future__ import annotations

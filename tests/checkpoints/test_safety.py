@@ -1,5 +1,5 @@
 """Hostile and damaged inputs to nbtools.checkpoints: crafted pickles, outputs over the input, killed merges, umask,
-damaged training_info.json. Checkpoints are written by real DCP writers (tests/checkpoint_writer.py), 2 gloo ranks.
+damaged training_info.json. Checkpoints are written by real DCP writers (tests/support/checkpoint_writer.py), 2 gloo ranks.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """verl FSDP checkpoints (``global_step_N/actor``) listed, chosen and merged like NeMo-RL's.
 
-The checkpoints are written by real torch code the way verl v0.7.0 writes them (tests/verl_checkpoint_writer.py:
+The checkpoints are written by real torch code the way verl v0.7.0 writes them (tests/support/verl_checkpoint_writer.py:
 2 gloo CPU ranks, FSDP2 ``fully_shard``, per-rank ``torch.save(model.state_dict())`` of DTensors). The merge must
 equal the weights the ranks trained (gathered with torch) exactly, and, cast to bfloat16, verl's own
 ``model_merger`` output tensor for tensor (checksums in tests/assets/verl/v0.7.0, see its SOURCE.md).

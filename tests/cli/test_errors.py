@@ -2,7 +2,7 @@
 
 Most calls run ``nbtools.cli.main`` in this process (it points fd 1 at stderr itself, so ``capfd`` sees exactly what
 a terminal would); a few run the installed console script to prove the same end to end. Nothing here needs a Ray
-head or the rehearsal run that tests/test_cli.py starts.
+head or the rehearsal run that tests/integration/test_cli.py starts.
 """
 
 from __future__ import annotations

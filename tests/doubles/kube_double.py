@@ -15,7 +15,7 @@ What it implements (faithfully enough for nbtools' calls):
 - ``pods/<name>/portforward`` over websocket: the initial port frames on channels 0/1, then bytes bridged to a
   real TCP endpoint chosen with ``route_port``.
 There is no controller: tests play the KubeRay operator by adding pods and events with ``add_pod``/``add_event``,
-or run ``tests/sim_kuberay.py`` (a KubeRay controller stand-in), which waits on ``wait_change`` and writes with
+or run ``tests/doubles/sim_kuberay.py`` (a KubeRay controller stand-in), which waits on ``wait_change`` and writes with
 ``put``/``remove``.
 """
 

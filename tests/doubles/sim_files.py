@@ -53,7 +53,7 @@ def write_shims(sim, *, conf: dict) -> None:
     (sim.shims_dir / "VERSION").write_text((table or {}).get("gcloud_version", SDK_VERSION) + "\n")  # the "SDK root"
     for tool in ("gcloud", "kubectl", "helm"):
         script = sim.bin_dir / tool
-        script.write_text(f"#!{sys.executable} -S\n# simulated {tool} (tests/sim_shims.py)\nimport sys\n"
+        script.write_text(f"#!{sys.executable} -S\n# simulated {tool} (tests/doubles/sim_shims.py)\nimport sys\n"
                           f"sys.path.insert(0, {str(DOUBLES)!r})\nfrom sim_shims import main\n"
                           f"sys.exit(main({tool!r}, {str(conf_path)!r}))\n")
         script.chmod(0o755)
@@ -117,7 +117,7 @@ def write_experiment(sim, rehearsal: dict, changes: dict) -> None:
     for key, value in changes.items():
         _set(data, key, value)
     sim.experiment_yaml.write_text(
-        "# The simulated GKE's experiment (tests/sim_gke.py), from experiments/gke-b200-gemma3-1b.yaml.\n"
+        "# The simulated GKE's experiment (tests/doubles/sim_gke.py), from experiments/gke-b200-gemma3-1b.yaml.\n"
         + yaml.safe_dump(data, sort_keys=False))
 
 

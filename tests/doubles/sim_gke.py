@@ -68,7 +68,7 @@ NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
 
 @functools.cache
 def crd_schema() -> dict:
-    """KubeRay v1.7.0's RayCluster ``openAPIV3Schema`` (tests/assets, else where test_backends_gke.py reads it).
+    """KubeRay v1.7.0's RayCluster ``openAPIV3Schema`` (tests/assets, else where tests/backends/test_gke.py reads it).
 
     Parsed once per process with libyaml (17,000 lines: ~1 s, against ~8 s for the pure-Python loader).
     """
@@ -80,7 +80,7 @@ def crd_schema() -> dict:
 
 
 def nemo_rl_configs() -> Path:
-    """NeMo-RL v0.7.0's ``examples/configs`` (tests/assets, else where test_launch_ray.py reads them)."""
+    """NeMo-RL v0.7.0's ``examples/configs`` (tests/assets, else where tests/launch/test_ray.py reads them)."""
     if NEMO_RL_ASSET.is_dir():
         return NEMO_RL_ASSET
     from tests.launch.test_ray import SHARED_CONFIGS
@@ -121,7 +121,7 @@ class SimGke:
         isolate: only the pods (the Ray head's processes) see the run's files at the mount path ``data_dir``; this
             machine reads them from the bucket, as on GKE (sim_files.py; needs ``unshare --mount`` as root).
         experiment: the file in ``experiments/`` the sim experiment is written from; a verl one runs the verl stand-in
-            (tests/sim_verl, at its ``trainer.verl_ref``) from ``verl_dir``.
+            (tests/doubles/sim_verl, at its ``trainer.verl_ref``) from ``verl_dir``.
     """
 
     def __init__(self, root: str | os.PathLike, *, name: str = "sim-grpo", steps: int = 300, ray: bool = True,

@@ -1,5 +1,5 @@
 """A TEST DOUBLE of the KubeRay operator (v1.7.0) for the simulated GKE: a thread that reconciles RayClusters
-stored in the Kubernetes API double (tests/kube_double.py). It is NOT KubeRay; it does what nbtools relies on:
+stored in the Kubernetes API double (tests/doubles/kube_double.py). It is NOT KubeRay; it does what nbtools relies on:
 
 - for each RayCluster: a head pod ``<name>-head-<5 chars>`` and ``replicas`` worker pods per worker group
   ``<name>-<group>-worker-<5 chars>``, labelled like KubeRay's (``ray.io/cluster``, ``ray.io/node-type``,

@@ -14,7 +14,7 @@ commands created:
 - ``kubectl`` / ``helm``: see ``sim_shims_kube.py``.
 
 This is the project's one double of these tools: the simulated GKE and the unit tests of plans and scripts
-(tests/test_gke_fidelity.py) both use it, so a command nbtools starts to use is taught here once. A test can make a
+(tests/gke/test_fidelity.py) both use it, so a command nbtools starts to use is taught here once. A test can make a
 command fail as GCP would when a call fails for reasons of its own (``inject_failure``).
 
 Messages and exit codes follow the real tools' (``ERROR: (gcloud.compute.networks.describe) ...``, exit 1). The

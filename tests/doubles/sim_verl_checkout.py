@@ -1,4 +1,4 @@
-"""The verl checkout of the simulated cluster: the test double of ``verl.trainer.main_ppo`` (tests/sim_verl) with the
+"""The verl checkout of the simulated cluster: the test double of ``verl.trainer.main_ppo`` (tests/doubles/sim_verl) with the
 tag's own trainer config and version file, as the provisioning plan puts a release at ``<mount>/verl``.
 
 Per tag: ``verl/version/version`` holds the version (``0.9.0``, as at the tag), ``verl/trainer/config/ppo_trainer.yaml``

@@ -1,7 +1,7 @@
 """nbtools.evals cluster path against the REAL session Ray head (tests/conftest.py `ray_head`).
 
 NeMo-RL's run_eval.py needs vLLM and GPUs, so the job runs a clearly named test double in its place
-(`tests/run_eval_double.py`, see its docstring). Everything else —
+(`tests/doubles/run_eval_double.py`, see its docstring). Everything else —
 the Ray Jobs API submission through `nbtools.jobs`, waiting, reading the log, parsing, pairing — is real.
 """
 

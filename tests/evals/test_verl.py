@@ -1,5 +1,5 @@
 """Evaluation of verl runs (issue 28 item 3): the vLLM generation job the verl trainer's eval plan builds, and its
-program run end to end on CPU against a vLLM TEST DOUBLE (tests/vllm_double), its output read by the same
+program run end to end on CPU against a vLLM TEST DOUBLE (tests/doubles/vllm_double), its output read by the same
 ``evals.collect`` and paired statistics as NeMo-RL's run_eval.py output.
 
 Scoring is verl's GSM8K rule (verl v0.7.0 verl/utils/reward_score/gsm8k.py, method "strict": the last

@@ -26,7 +26,7 @@ MIX = [{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}
 
 
 def _unstyled(markup: str) -> str:
-    """The HTML without its inline styles (the look; tests/test_saved_widgets.py checks it)."""
+    """The HTML without its inline styles (the look; tests/notebooks/test_saved_widgets.py checks it)."""
     return re.sub(r" style='[^']*'", "", markup)
 
 
@@ -218,7 +218,7 @@ def test_a_page_and_a_record_stay_fast_on_a_large_step(tmp_path):
 @pytest.mark.slow
 def test_an_executed_notebook_keeps_the_widget_state_and_a_snapshot(tmp_path):
     """What papermill writes: the widgets' state in the metadata, and an HTML snapshot with a re-run note (`make demo`
-    then keeps only the snapshot: nbtools.demo.freeze_widgets, tests/test_saved_widgets.py)."""
+    then keeps only the snapshot: nbtools.demo.freeze_widgets, tests/notebooks/test_saved_widgets.py)."""
     import nbformat
     import papermill
 

@@ -1,6 +1,6 @@
 """Issue 14, GKE side: teardown order and keep-going, explicit driver and MTU, Google's installer at a pinned ref, and
 checks that read the live state. Plans are applied (and their scripts run) against the gcloud/kubectl/helm TEST
-DOUBLE of tests/sim_shims.py, the one the simulated GKE uses: the Kubernetes API double behind its kubectl, the GCS
+DOUBLE of tests/doubles/sim_shims.py, the one the simulated GKE uses: the Kubernetes API double behind its kubectl, the GCS
 emulator behind its `gcloud storage`, no Ray head. It refuses what GCP refuses (a non-empty bucket, a network still
 used by subnets, a name that exists) and records every call."""
 

@@ -1,9 +1,9 @@
 """Issue 27, "every reader, every path form, on every storage": each reader (library and CLI) gets each path form of
-one real run, on disk and at a ``gs://`` URL (tests/gcs_emulator.py: fake-gcs-server, a GCS API STAND-IN that gcsfs
+one real run, on disk and at a ``gs://`` URL (tests/doubles/gcs_emulator.py: fake-gcs-server, a GCS API STAND-IN that gcsfs
 talks to), and must answer the same: the same data, or the same typed error with the same message.
 
 The run is one real rehearsal (``python -m nbtools.rehearsal``: 4 GRPO steps, validation every 2, checkpoints at 2
-and 4), plus what an evaluation leaves: NeMo-RL's ``eval.save_path`` (written by tests/run_eval_double.py, the
+and 4), plus what an evaluation leaves: NeMo-RL's ``eval.save_path`` (written by tests/doubles/run_eval_double.py, the
 stand-in for ``examples/run_eval.py``) and an ``EvalResult.save`` directory. Everything is uploaded once to the
 emulator as ``gs://readers/run/…``.
 """

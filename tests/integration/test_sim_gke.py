@@ -1,4 +1,4 @@
-"""The simulated GKE (tests/sim_gke.py) does what each of its parts claims. Its parts are TEST DOUBLES and
+"""The simulated GKE (tests/doubles/sim_gke.py) does what each of its parts claims. Its parts are TEST DOUBLES and
 stand-ins: the gcloud/kubectl/helm shims (sim_shims*.py: the project's one double of these tools), the Kubernetes API double (kube_double.py) with a KubeRay
 operator stand-in (sim_kuberay.py), a real local Ray head that cannot import nbtools (sim_image/), the real GCS
 emulator (gcs_emulator.py) fed by a gcsfuse stand-in (sim_gcsfuse.py), and NeMo-RL doubles (sim_nemo_rl/).

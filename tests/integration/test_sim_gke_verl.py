@@ -1,8 +1,8 @@
 """The simulated GKE writes a verl experiment (experiments/gke-b200-verl.yaml) whose jobs run on the verl stand-in:
-the sim's image holds the stand-in checkout of ``trainer.verl_ref`` (tests/sim_verl) with the image's task baked in,
+the sim's image holds the stand-in checkout of ``trainer.verl_ref`` (tests/doubles/sim_verl) with the image's task baked in,
 and nbtools' own preparation and training commands, run as the pods run them, prepare the parquet files and train
 in verl's layout on the sim's mount. (Here without the Ray head: the job path through the port-forward is the one
-tests/test_sim_gke.py drives for NeMo-RL.)
+tests/integration/test_sim_gke.py drives for NeMo-RL.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The verl stand-in of the simulated cluster (tests/sim_verl) behaves per release, and refuses what real verl would.
+"""The verl stand-in of the simulated cluster (tests/doubles/sim_verl) behaves per release, and refuses what real verl would.
 
 The stand-in runs nbtools' own training command (``cd <checkout> && python -m verl.trainer.main_ppo ...``) through
-real Hydra over each tag's trainer config, then applies the facts of ``tests/sim_verl/verl_releases.py`` (each with
+real Hydra over each tag's trainer config, then applies the facts of ``tests/doubles/sim_verl/verl_releases.py`` (each with
 its tag and path). So a launch that passes only because a double accepts everything fails here: the lint and the
 stand-in must agree on every case below.
 """

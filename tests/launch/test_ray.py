@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NEMO_RL_CONFIGS = Path(__file__).resolve().parents[1] / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
 
 DOUBLE = r'''
-"""TEST DOUBLE of NeMo-RL v0.7.0 examples/run_grpo.py (see tests/test_launch_ray.py)."""
+"""TEST DOUBLE of NeMo-RL v0.7.0 examples/run_grpo.py (see tests/launch/test_ray.py)."""
 import argparse, hashlib, json, os, sys, time
 from pathlib import Path
 import yaml

@@ -1,4 +1,4 @@
-"""Notebooks 01–09 executed with ``BACKEND="gke"`` against the simulated GKE of ``tests/sim_gke.py``: the
+"""Notebooks 01–09 executed with ``BACKEND="gke"`` against the simulated GKE of ``tests/doubles/sim_gke.py``: the
 Kubernetes API TEST DOUBLE with a KubeRay operator stand-in, the real GCS API emulator (fake-gcs-server) that gcsfs
 reads, a real local Ray head standing in for the KubeRay head behind the real port-forward (its Python cannot import
 nbtools, like the NeMo-RL image), the recording gcloud/kubectl/helm TEST DOUBLE (sim_shims.py, the one the unit

@@ -12,7 +12,7 @@ SOURCE: verl v0.7.0 (github.com/volcengine/verl, tag v0.7.0, Apache-2.0), read, 
 - ``verl/trainer/ppo/ray_trainer.py`` ``_save_checkpoint``: ``{default_local_dir}/global_step_{N}/actor``, the
   dataloader state in ``global_step_{N}/data.pt``, then ``latest_checkpointed_iteration.txt`` holding ``N``.
 
-Ranks are forked (gloo over a FileStore), as in tests/checkpoint_writer.py.
+Ranks are forked (gloo over a FileStore), as in tests/support/checkpoint_writer.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Trajectories read from a bucket: tests/gcs_emulator.py (fake-gcs-server, a GCS API STAND-IN) through gcsfs.
+"""Trajectories read from a bucket: tests/doubles/gcs_emulator.py (fake-gcs-server, a GCS API STAND-IN) through gcsfs.
 The same dumps read locally and from gs:// give the same frames; rewritten objects are read again; evicted copies
 are read by byte range through the kept index."""
 

@@ -1,4 +1,4 @@
-"""Part of the simulated GKE (tests/sim_gke.py): makes this Python environment look like the NeMo-RL image, where
+"""Part of the simulated GKE (tests/doubles/sim_gke.py): makes this Python environment look like the NeMo-RL image, where
 nbtools is NOT installed. The sim's Ray head (and every job and worker it starts) runs with PYTHONPATH pointing
 here; Python imports this module at start-up, after the ``.pth`` files of site-packages have run, and it removes
 setuptools' editable-install finder of nbtools (``__editable___nbtools_*_finder``: a ``sys.meta_path`` entry, a

@@ -1,4 +1,4 @@
-"""Config handling of the TEST DOUBLES of NeMo-RL's ``run_grpo.py`` / ``run_eval.py`` (tests/sim_gke.py).
+"""Config handling of the TEST DOUBLES of NeMo-RL's ``run_grpo.py`` / ``run_eval.py`` (tests/doubles/sim_gke.py).
 
 NOT NeMo-RL's code: it reproduces what those scripts do with their command line, so a wrong command fails here the
 way it fails on the cluster. ``load_config`` follows ``nemo_rl.utils.config.load_config`` (``defaults:`` parents,
