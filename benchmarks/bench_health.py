@@ -9,7 +9,7 @@ imports; both cold (``cache=False``: every file parsed) and warm (the column cac
 ``gen_nemo_rl_run.generate(..., steps=410, records=64, tensorboard=True)`` (NeMo-RL's record shape, ~38 KB each).
 
 ``--rehearsal-seeds 0 1 2`` also runs the healthy local rehearsal once per seed (``grpo.max_num_steps`` 12, like
-``tests/test_health_rehearsal.py``) and prints each run's health: the test runs one seed, this runs three.
+``tests/integration/test_health_rehearsal.py``) and prints each run's health: the test runs one seed, this runs three.
 
 Example:
     $ python benchmarks/bench_health.py                         # generates /tmp/nbtools-bench/run-health if missing

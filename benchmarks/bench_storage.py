@@ -2,7 +2,7 @@
 
 Why: on GKE the notebooks read the run where the pods wrote it, through gcsfs. The workload is P1's: the ~1 GB run
 of benchmarks/gen_nemo_rl_run.py (410 steps x 64 records), uploaded to a real GCS API emulator (fake-gcs-server,
-tests/gcs_emulator.py) on this machine, so the network is loopback: the ratios show what the client side costs
+tests/doubles/gcs_emulator.py) on this machine, so the network is loopback: the ratios show what the client side costs
 and what caching saves, not the latency of a real bucket (which makes every avoided request worth more).
 
 Rows (each in its own fresh process; NBTOOLS_CACHE_DIR emptied where it says "cold"):
@@ -32,7 +32,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
+sys.path.insert(0, str(HERE.parent / "tests" / "doubles"))
 COLS = ["step", "idx", "prompt", "response", "reward", "generation_length"]
 BUCKET = "bench-bucket"
 

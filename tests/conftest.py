@@ -75,7 +75,7 @@ def ray_cfg(ray_head):
 
 @pytest.fixture(scope="module")
 def sim_gke(request, tmp_path_factory):
-    """A simulated GKE for the test module (tests/sim_gke.py: API double + KubeRay stand-in, GCS emulator, a Ray head
+    """A simulated GKE for the test module (tests/doubles/sim_gke.py: API double + KubeRay stand-in, GCS emulator, a Ray head
     without nbtools behind the port-forward, gcloud/kubectl/helm shims, gcsfuse and NeMo-RL stand-ins), provisioned
     as notebook 01 leaves it. A module may set ``SIM_GKE = {...}`` (SimGke keyword arguments) to change it; use it
     inside ``with sim_gke.activated():`` (its PATH, KUBECONFIG, emulator, runs and cache dirs)."""
@@ -88,7 +88,7 @@ def sim_gke(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gcs(request):
-    """A real GCS JSON-API emulator for the test module (tests/gcs_emulator.py: fake-gcs-server, a STAND-IN for
+    """A real GCS JSON-API emulator for the test module (tests/doubles/gcs_emulator.py: fake-gcs-server, a STAND-IN for
     Google Cloud Storage that gcsfs talks to through ``STORAGE_EMULATOR_HOST`` while the module runs). The bucket a
     module names in ``BUCKET = "..."`` is created; put objects with ``gcs.fs.pipe`` / ``gcs.fs.put``."""
     from gcs_emulator import GcsEmulator

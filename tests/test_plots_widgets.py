@@ -87,7 +87,7 @@ def test_watch_redraws_until_the_job_ends(tmp_path, monkeypatch):
 
 
 def test_explorer_driven_programmatically(tmp_path):
-    """nbtools.widgets.explore is the explorer (tests/test_explorer.py covers it); the old entry point still works."""
+    """nbtools.widgets.explore is the explorer (tests/explorer/test_explorer.py covers it); the old entry point still works."""
     exp = gen.generate(tmp_path, steps=3, records=16, seq_len=64, group_size=4, skip_steps=(2,))
     run = trajectories.open_run(exp)
     ex = widgets.explore(run)

@@ -1,4 +1,4 @@
-"""nbtools.storage against local paths and against a real GCS API emulator (tests/gcs_emulator.py:
+"""nbtools.storage against local paths and against a real GCS API emulator (tests/doubles/gcs_emulator.py:
 fake-gcs-server, a TEST STAND-IN for Google Cloud Storage) through gcsfs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""nbtools.tensorboard: a real TensorBoard server on a local log_dir and on gs:// (tests/gcs_emulator.py, the
+"""nbtools.tensorboard: a real TensorBoard server on a local log_dir and on gs:// (tests/doubles/gcs_emulator.py, the
 fake-gcs-server GCS stand-in), started, re-attached and stopped by pid."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the local demo and CI check every plan without the Google Cloud CLI. The table h
 that any provisioning or destroy plan uses, every flag that ``gcloud <path> --help`` names. The paths come from
 plans built over config variants of every GKE experiment in ``experiments/`` (standard/autopilot, addon/helm,
 spot/reservation/on-demand, gcsfuse/lustre, with and without a Google service account). A plan that gains a flag
-or a command needs one run of this script. ``tests/test_gcloud_flags.py`` checks the table covers every variant and,
+or a command needs one run of this script. ``tests/gke/test_gcloud_flags.py`` checks the table covers every variant and,
 where gcloud is installed, equals what this script produces.
 
 Usage:

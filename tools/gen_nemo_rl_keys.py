@@ -1,7 +1,7 @@
 """Regenerate ``nbtools/data/nemo_rl_keys_<version>.json`` from NeMo-RL's real GRPO config files.
 
 The package reads no file outside itself at run time, so the lint and the command builder carry each release's
-resolved config trees (``defaults:`` inheritance applied) as package data. ``tests/test_launch_tree.py`` checks the
+resolved config trees (``defaults:`` inheritance applied) as package data. ``tests/launch/test_tree.py`` checks the
 committed files match what this script produces.
 
 Usage:

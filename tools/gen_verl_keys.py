@@ -3,7 +3,7 @@
 verl keeps ``verl/trainer/config/_generated_ppo_trainer.yaml``: ``ppo_trainer.yaml`` with its Hydra defaults list
 composed (its CI regenerates it with scripts/generate_trainer_config.sh), i.e. every key ``verl.trainer.main_ppo``
 accepts without ``+``. The package reads no file outside itself, so the lint carries each release's tree as data;
-``tests/test_verl_releases.py`` checks the committed files match what this script produces.
+``tests/trainers/test_verl_releases.py`` checks the committed files match what this script produces.
 
 Usage:
     .venv/bin/python tools/gen_verl_keys.py [--source DIR_OF_TAG_FOLDERS] [--check]

@@ -13,7 +13,7 @@
 set -uo pipefail
 prefix=$1; shift
 torch_pin=$(grep -E '^torch==' constraints.txt)
-tests=(tests/test_checkpoints.py tests/test_checkpoints_safety.py tests/test_checkpoints_unpickle.py)
+tests=(tests/checkpoints/test_checkpoints.py tests/checkpoints/test_safety.py tests/checkpoints/test_unpickle.py)
 deps=(transformers safetensors tokenizers pytest pytest-timeout pandas pyyaml fsspec xxhash msgspec)
 declare -a summary
 failed=0

@@ -7,7 +7,7 @@ without holding the model in memory, checked finite, hashed, read back, and rena
 One deliberate difference from verl's own ``model_merger`` (v0.7.0, ``verl/model_merger/fsdp_model_merger.py``):
 it casts every tensor to bfloat16; this merge keeps the dtype training saved (float32 for verl's FSDP actor), so
 nothing is rounded twice. ``torch_dtype="bfloat16"`` in the merged ``config.json`` is left to the user's loader.
-Cast the result to bfloat16 and it equals verl's output tensor for tensor (tests/test_checkpoints_verl.py).
+Cast the result to bfloat16 and it equals verl's output tensor for tensor (tests/checkpoints/test_verl.py).
 
 Example:
     >>> step = nbtools.checkpoints.latest_verl("checkpoints/verl_grpo/qwen32b")

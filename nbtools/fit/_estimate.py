@@ -49,7 +49,7 @@ from nbtools.trainers import FitProfile
 
 __all__ = ["FitInputs", "FitReport", "estimate", "evaluate", "TIGHT_FRACTION"]
 
-ERROR_MARGIN = 0.0075  # measured peak / estimate - 1, largest over the calibration rows: +0.71% (tests/test_fit.py)
+ERROR_MARGIN = 0.0075  # measured peak / estimate - 1, largest over the calibration rows: +0.71% (tests/fit/test_fit.py)
 STRANDED_BLOCK_FRACTION = 0.45
 STRANDED_BLOCK_FRACTION_MASKED = 1.0
 EXPANDABLE_HEADROOM_GIB = 0.5

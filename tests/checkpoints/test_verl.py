@@ -1,0 +1,201 @@
+"""verl FSDP checkpoints (``global_step_N/actor``) listed, chosen and merged like NeMo-RL's.
+
+The checkpoints are written by real torch code the way verl v0.7.0 writes them (tests/support/verl_checkpoint_writer.py:
+2 gloo CPU ranks, FSDP2 ``fully_shard``, per-rank ``torch.save(model.state_dict())`` of DTensors). The merge must
+equal the weights the ranks trained (gathered with torch) exactly, and, cast to bfloat16, verl's own
+``model_merger`` output tensor for tensor (checksums in tests/assets/verl/v0.7.0, see its SOURCE.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
+from verl_checkpoint_writer import exact_state_dict, full_state_dicts, tiny_config, write_verl_run  # noqa: E402
+
+from nbtools import checkpoints as ck  # noqa: E402
+from nbtools.errors import CheckpointError, ConflictError  # noqa: E402
+
+ASSETS = Path(__file__).parents[1] / "assets" / "verl" / "v0.7.0"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("verl")
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    from transformers import AutoModelForCausalLM
+
+    write_verl_run(base / "trained", cfg, AutoModelForCausalLM.from_config(cfg).state_dict(), [1, 2])
+    write_verl_run(base / "exact", cfg, exact_state_dict(cfg), [3], train=False)
+    tied = tiny_config(tied=True)
+    write_verl_run(base / "tied", tied, AutoModelForCausalLM.from_config(tied).state_dict(), [5])
+    return base
+
+
+def _copy(runs: Path, tmp_path: Path, name: str = "trained") -> Path:
+    shutil.copytree(runs / name, tmp_path / name)
+    return tmp_path / name
+
+
+def _load(out: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(out.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def test_listing_latest_and_layout(runs):
+    d = runs / "trained"
+    df = ck.list_checkpoints(d)
+    assert df["step"].tolist() == [1, 2] and set(df["layout"]) == {"verl_fsdp"}
+    assert df["problem"].isna().all() and df["world_size"].tolist() == [2, 2] and df["latest"].tolist() == [False, True]
+    assert ck.latest(d) == d / "global_step_2"
+    assert ck.detect_layout(d / "global_step_1") == "verl_fsdp" == ck.detect_layout(d / "global_step_1" / "actor")
+
+
+def test_tracker_decides_what_is_finished(runs, tmp_path):
+    d = _copy(runs, tmp_path)
+    (d / "latest_checkpointed_iteration.txt").write_text("1")  # verl died while saving step 2
+    df = ck.list_checkpoints(d)
+    assert df.loc[df.step == 2, "problem"].item().startswith("newer than latest_checkpointed_iteration.txt")
+    assert ck.latest(d) == d / "global_step_1"
+    with pytest.raises(CheckpointError, match="still writing"):
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    (d / "global_step_1" / "actor" / "model_world_size_2_rank_1.pt").unlink()
+    df = ck.list_checkpoints(d)
+    assert "rank files missing (model_world_size_2_rank_1.pt)" in df.loc[df.step == 1, "problem"].item()
+    with pytest.raises(Exception, match="no complete verl checkpoint"):
+        ck.latest(d)
+
+
+def test_best_needs_metrics(runs):
+    d = runs / "trained"
+    with pytest.warns(UserWarning, match="verl keeps no metrics"):
+        assert ck.best(d, metric="val:accuracy") == d / "global_step_2"
+    tag = "val-core/openai/gsm8k/acc/mean@1"
+    m = pd.DataFrame({"run": "r", "tag": [tag, tag, "x"], "step": [1, 2, 1], "value": [0.7, 0.6, 9.0],
+                      "wall_time": 0.0})
+    assert ck.best_verl(d, tag, metrics=m) == d / "global_step_1"
+    assert ck.best_verl(d, tag, metrics=m, higher_is_better=False) == d / "global_step_2"
+    with pytest.raises(CheckpointError, match="needs a metrics frame"):
+        ck.best_verl(d, tag)
+
+
+def test_merge_equals_trained_weights(runs, tmp_path):
+    d = runs / "trained"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DeviceMesh unpickling note from torch
+        truth = full_state_dicts(d, 2)
+    r = ck.merge(d / "global_step_2", tmp_path / "hf", progress=False)
+    assert r.layout == "verl_fsdp" and r.verified and r.tensors == len(truth)
+    got = _load(r.out)
+    assert set(got) == set(truth)
+    for k, v in truth.items():
+        assert got[k].dtype == torch.float32 and torch.equal(got[k], v), k
+    assert ck.verify(r.out).ok
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(r.out))
+    assert torch.equal(model.state_dict()["lm_head.weight"], truth["lm_head.weight"])
+    assert AutoTokenizer.from_pretrained(str(r.out)).convert_tokens_to_ids("w7") == 7
+    # the same source again: reused; another step into it: refused
+    assert ck.merge(d / "global_step_2", r.out, progress=False).reused
+    with pytest.raises(ConflictError, match="overwrite"):
+        ck.merge(d / "global_step_1", r.out, progress=False)
+    with pytest.raises(ConflictError, match="inside the checkpoint"):
+        ck.merge(d / "global_step_1", d / "global_step_1" / "hf", progress=False)
+
+
+def test_merge_equals_verls_model_merger(runs, tmp_path):
+    """verl's FSDPModelMerger casts to bfloat16; ours keeps float32 and must agree after that cast, bit for bit."""
+    expected = json.loads((ASSETS / "model_merger_fsdp_sha256.json").read_text())
+    r = ck.merge(runs / "exact" / "global_step_3" / "actor", tmp_path / "hf", progress=False)
+    got = _load(r.out)
+    assert set(got) == set(expected)
+    for k, e in expected.items():
+        b = got[k].to(torch.bfloat16).contiguous()
+        assert [list(b.shape), "bfloat16"] == [e["shape"], e["dtype"]], k
+        assert hashlib.sha256(b.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest() == e["sha256"], k
+
+
+def test_tied_embeddings(runs, tmp_path):
+    """Qwen2.5's small models tie lm_head to the embeddings: FSDP2 saves both keys; HF loads the merge re-tied."""
+    from transformers import AutoModelForCausalLM
+
+    d = runs / "tied"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        truth = full_state_dicts(d, 5)
+    r = ck.merge(d / "global_step_5", tmp_path / "hf", progress=False)
+    assert "lm_head.weight" not in _load(r.out) and any("tied" in n for n in r.notes)
+    sd = AutoModelForCausalLM.from_pretrained(str(r.out)).state_dict()
+    assert all(torch.equal(sd[k], v) for k, v in truth.items())
+
+
+def test_damaged_rank_files(runs, tmp_path):
+    d = _copy(runs, tmp_path)
+    actor = d / "global_step_2" / "actor"
+    rank1 = actor / "model_world_size_2_rank_1.pt"
+    data = rank1.read_bytes()
+    rank1.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="model_world_size_2_rank_1.pt") as e:
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    assert "re-copy" in e.value.fix and not (tmp_path / "out").exists()
+    rank1.unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (Path.touch, (_Evil.marker,))
+
+
+def test_crafted_pickle_is_not_run(runs, tmp_path):
+    d = _copy(runs, tmp_path)
+    _Evil.marker = tmp_path / "pwned"
+    rank0 = d / "global_step_2" / "actor" / "model_world_size_2_rank_0.pt"
+    torch.save({"model.embed_tokens.weight": _Evil()}, rank0, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    with pytest.raises(CheckpointError, match="asks to import pathlib"):
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    assert not _Evil.marker.exists()
+
+
+def test_cli_lists_and_merges(runs, tmp_path, capfd):
+    from nbtools.cli import main
+
+    assert main(["checkpoints", str(runs / "trained"), "--json"]) == 0
+    rows = json.loads(capfd.readouterr().out)["checkpoints"]
+    assert [(r["step"], r["latest"]) for r in rows] == [(1, False), (2, True)]
+    assert main(["merge", str(runs / "trained" / "global_step_1"), str(tmp_path / "m"), "--json"]) == 0
+    m = json.loads(capfd.readouterr().out)
+    assert m["layout"] == "verl_fsdp" and m["verified"] is True
+
+
+def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):
+    """On GKE verl writes to the bucket behind /data: the listing reads only listings and the small files there."""
+    from gcs_emulator import GcsEmulator
+
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    with GcsEmulator() as gcs:
+        gcs.create_bucket("verl-bucket")
+        gcs.fs.put(str(runs / "trained"), "verl-bucket/ckpt", recursive=True)
+        gcs.fs.pipe("verl-bucket/ckpt/latest_checkpointed_iteration.txt", b"1")
+        gcs.fs.rm("verl-bucket/ckpt/global_step_1/actor/huggingface", recursive=True)
+        url = "gs://verl-bucket/ckpt"
+        df = ck.list_checkpoints(url)
+        assert df["step"].tolist() == [1, 2] and df["world_size"].tolist() == [2, 2]
+        assert df["problem"][0].startswith("huggingface/config.json is missing")
+        assert df["problem"][1].startswith("newer than latest_checkpointed_iteration.txt")
+        gcs.fs.pipe("verl-bucket/ckpt/latest_checkpointed_iteration.txt", b"2")
+        assert ck.latest(url) == f"{url}/global_step_2"

@@ -1,0 +1,110 @@
+"""Evaluation of verl runs (issue 28 item 3): the vLLM generation job the verl trainer's eval plan builds, and its
+program run end to end on CPU against a vLLM TEST DOUBLE (tests/doubles/vllm_double), its output read by the same
+``evals.collect`` and paired statistics as NeMo-RL's run_eval.py output.
+
+Scoring is verl's GSM8K rule (verl v0.7.0 verl/utils/reward_score/gsm8k.py, method "strict": the last
+``#### <number>`` of the final 300 characters, commas and ``$`` dropped, equal to the ground truth).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nbtools import config, evals, trainers
+from nbtools.evals.vllm_generate import gsm8k_score
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+
+
+def _cfg(**over) -> config.Experiment:
+    cfg = config.load(ROOT / "experiments" / "gke-b200-verl.yaml", backend="gke")
+    return cfg.replace(**over) if over else cfg
+
+
+@pytest.mark.parametrize("response,truth,want", [
+    ("so 3 + 4 = 7 #### 7", "7", 1.0),
+    ("#### 1,234", "1234", 1.0),            # commas dropped
+    ("#### 5 then #### 6", "5", 0.0),        # the last one counts
+    ("The answer is 7", "7", 0.0),           # strict: no "####", no score (format_score 0)
+    ("#### 7" + "x" * 300, "7", 0.0),        # only the last 300 characters are read
+    ("#### -3", "-3", 1.0),
+])
+def test_gsm8k_rule_is_verls(response, truth, want):
+    assert gsm8k_score(response, truth) == want
+
+
+def test_the_eval_plan_builds_one_job_per_model_on_the_test_split():
+    cfg = _cfg()
+    assert trainers.get(cfg).eval_plan == "generate-job"
+    base, tuned = evals.generate_jobs(cfg)
+    assert base.entrypoint.startswith("python3 -u -m nbtools.evals.vllm_generate --data /data/gsm8k/test.parquet "
+                                      "--model Qwen/Qwen2.5-32B-Instruct --save-path ")
+    assert "--tensor-parallel-size 8" in base.entrypoint and base.runtime_env["py_modules"]  # nbtools travels along
+    assert base.save_path != tuned.save_path and base.submission_id != tuned.submission_id
+    assert tuned.model_name == "/data/verl-runs/verl-qwen2-5-32b-gsm8k-b200/merged_hf"  # notebook 06 merges there
+    assert tuned.local_copy and not base.local_copy  # the merged model goes to local disk first (no mmap via gcsfuse)
+    with pytest.raises(Exception, match="greedy decoding gives one answer"):
+        evals.build_generate_job(cfg, cfg.model.name, label="x", num_tests_per_prompt=4, temperature=0.0)
+
+
+def _verl_test_split(path: Path) -> Path:
+    q = "Natalia sold clips to 48 of her friends. How many? Let's think step by step and output the final answer after \"####\"."
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"{q} ({i})"}], "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": str(i)}, "extra_info": {"split": "test", "index": i}}
+            for i in range(4)]
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def _model(tmp_path: Path, seed: int) -> Path:
+    from nbtools.rehearsal import model as m
+
+    local = config.load(ROOT / "experiments" / "local.yaml", backend="local")
+    tok = m.build_tokenizer()
+    return m.save_hf(m.build_model(local, tok, seed=seed), tok, tmp_path / f"model-{seed}")
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "doubles" / "vllm_double"), str(ROOT)])}
+    return subprocess.run([sys.executable, "-m", "nbtools.evals.vllm_generate", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_the_job_writes_run_evals_format_and_07_compares_it(tmp_path):
+    data = _verl_test_split(tmp_path / "test.parquet")
+    results = {}
+    for which, seed in (("baseline", 0), ("fine-tuned", 1)):
+        save = tmp_path / "eval" / which
+        r = _run(["--data", str(data), "--model", str(_model(tmp_path, seed)), "--save-path", str(save), "--n", "2",
+                  "--temperature", "1.0", "--max-tokens", "8", "--seed", "3"])
+        assert r.returncode == 0, r.stderr[-2000:]
+        res = evals.collect(r.stdout, save_path=save)  # the same reader as NeMo-RL's run_eval.py output
+        t = res.table
+        assert len(t) == 8 and sorted(map(int, t.problem_id.unique())) == [0, 1, 2, 3] and list(map(int, t["sample"][:2])) == [0, 1]
+        truths = [str(i) for i in range(4) for _ in range(2)]
+        assert [gsm8k_score(x, y) for x, y in zip(t.response, truths, strict=True)] == [1.0 if c else 0.0 for c in t.correct]
+        assert res.score_block.num_tests_per_prompt == 2 and res.score_block.denominator == 4
+        assert res.score_block.score == pytest.approx(t.groupby("problem_id").correct.mean().mean(), abs=1e-4)
+        results[which] = res
+    cmp = evals.compare(results["baseline"], results["fine-tuned"])  # notebook 07's paired comparison
+    assert cmp is not None
+
+
+def test_an_unknown_data_source_is_refused(tmp_path):
+    df = pd.read_parquet(_verl_test_split(tmp_path / "t.parquet"))
+    df["data_source"] = "lighteval/MATH"
+    df.to_parquet(tmp_path / "t.parquet")
+    r = _run(["--data", str(tmp_path / "t.parquet"), "--model", "unused", "--save-path", str(tmp_path / "o")])
+    assert r.returncode != 0 and "no scorer for data_source ['lighteval/MATH']" in r.stderr

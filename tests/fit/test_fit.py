@@ -1,0 +1,453 @@
+"""nbtools.fit: the estimator against every case measured on a real GPU, the verdict rules, the CLI and the launch gate.
+
+The calibration table (``benchmarks/results/fit_calibration_*.json``) was written by ``benchmarks/fit_calibrate.py``
+on an H200: one NeMo-RL-style GRPO training step per case (FSDP2 bf16/fp32 mixed precision, AdamW, fp32 logits ->
+log-softmax -> clipped loss), ``torch.cuda.max_memory_allocated`` per phase, out-of-memory cases recorded as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import nbtools
+from nbtools import fit
+from nbtools.errors import ConfigError, LintError, NotFoundError
+from nbtools.fit._estimate import ERROR_MARGIN
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent / "nbtools"
+GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
+LOCAL = ROOT / "experiments" / "local.yaml"
+TABLES = sorted((ROOT / "benchmarks" / "results").glob("fit_calibration_*.json"))
+GPU_OF = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100", "NVIDIA B200": "b200"}
+
+
+# The out-of-sample two-H100 run's one wrong prediction (benchmarks/results/fit_predictions_h100x2.json said "fits"):
+# Qwen2.5-1.5B, 4 x 6144 tokens, activation checkpointing. cuBLAS could not create the backward thread's handle
+# while PyTorch's caching allocator held 77.65 GiB reserved for an estimated 61.8 GiB allocated peak: ~16 GiB
+# stranded, more than the allowance (0.45 of the 13.9 GiB logits block) and more than any fitting row showed. Kept
+# as a strict expected failure: when the allocator model learns this case, the marker must go. No allowance fitted to
+# these tables can learn it: cases that fit on the same two H100s have both a larger estimate and a larger logits
+# block (test_known_miss_is_dominated_by_cases_that_fit), so a term growing with either flips them first.
+# The re-run (issue #32; the lending tool gave two H200s twice, so nothing of it joins the H100 tables) found the
+# allocated peak right and identical on every repeat, the memory outside the allocator the same for every case, and
+# the allocator's reserved peak what sets the miss apart (test_known_miss_rerun_points_at_stranded_blocks).
+KNOWN_MISSES = {("fit_calibration_h100x2_oos.json", "Qwen--Qwen2.5-1.5B", 4, 6144, True)}
+
+
+def _rows():
+    out = []
+    for table in TABLES:
+        doc = json.loads(table.read_text())
+        for row in doc["cases"]:
+            out.append((doc["meta"], row))
+    return out
+
+
+def _row_params():
+    params = []
+    for table in TABLES:
+        doc = json.loads(table.read_text())
+        for row in doc["cases"]:
+            key = (table.name, row["model"], row["micro_batch"], row["seq_len"], row["activation_checkpointing"])
+            marks = [pytest.mark.xfail(strict=True, reason="known miss, see KNOWN_MISSES")] if key in KNOWN_MISSES else []
+            params.append(pytest.param(doc["meta"], row, marks=marks))
+    return params
+
+
+def _inputs(meta: dict, row: dict) -> fit.FitInputs:
+    chunk = row.get("logprob_chunk")
+    if "logprob_pass" not in meta and (row.get("logprob_batch") or row["micro_batch"]) > 1:
+        # Tables written before the script followed NeMo-RL's log-prob pass: it log-softmaxed the non-contiguous
+        # logits[:, :-1], a third fp32 [B, L-1, V] copy - the same three blocks as the chunked path, so modelled so.
+        chunk = row["seq_len"]
+    return fit.FitInputs(
+        arch=fit.resolve_arch(row["model"].replace("--", "/", 1)), gpu=fit.gpu_spec(GPU_OF[meta["gpu"]]),
+        micro_batch=row["micro_batch"], seq_len=row["seq_len"], gpus=row["gpus"],
+        logprob_batch=row.get("logprob_batch"), logprob_chunk_size=chunk,
+        activation_checkpointing=row["activation_checkpointing"],
+        optimizer_foreach=row["optimizer_foreach"], expandable_segments="expandable" in (row.get("alloc_conf") or ""),
+        phase="training", colocated=False,
+    )
+
+
+def test_calibration_table_has_enough_real_measurements():
+    rows = _rows()
+    assert TABLES and all(m["gpu"] in GPU_OF and m["torch"] and m["transformers"] and m["date"] for m, _ in rows)
+    measured = [r for _, r in rows if r["status"] == "ok"]
+    assert len(measured) >= 15
+    assert {r["model"] for r in measured} >= {"meta-llama--Llama-3.2-1B", "Qwen--Qwen2.5-1.5B", "google--gemma-3-1b-it",
+                                              "Qwen--Qwen3-4B"}
+    assert {r["activation_checkpointing"] for r in measured} == {True, False}
+    assert sum(r["status"] == "oom" for _, r in rows) >= 5
+    assert all(r["status"] in ("ok", "oom") for _, r in rows), [r for _, r in rows if r["status"] not in ("ok", "oom")]
+
+
+@pytest.mark.parametrize("meta,row", _row_params(), ids=lambda x: "" if "model" not in x else
+                         f"{x['model'].split('--')[1]}-B{x['micro_batch']}-L{x['seq_len']}-ac{int(x['activation_checkpointing'])}"
+                         f"{'-es' if x.get('alloc_conf') else ''}-{x['status']}")
+def test_estimate_matches_every_measured_case_and_its_verdict(meta, row):
+    report = fit.evaluate(_inputs(meta, row), suggest=False)
+    if row["status"] == "ok":
+        err = report.training.peak_gib / row["peak_gib"] - 1
+        assert abs(err) <= 0.15, f"estimate {report.training.peak_gib} vs measured {row['peak_gib']} ({err:+.1%})"
+        assert abs(err) <= 0.03, f"accuracy regressed: {err:+.1%} (the calibration met 1.5%)"
+        # the stated margin holds: no measured peak above the estimate plus its error margin
+        assert row["peak_gib"] <= report.training.peak_gib * (1 + ERROR_MARGIN), (row["peak_gib"], report.training.peak_gib)
+        assert report.verdict in ("fits", "tight"), (report.verdict, report.training_need_gib, report.usable_gib)
+        phases = row.get("phase_peaks_gib") or {}
+        if "logprob" in phases:  # each phase on its own, the log-prob pass (default and chunked) included
+            assert report.training.phases["logprob"] == pytest.approx(phases["logprob"], rel=0.03)
+            measured_train = max(phases.get(k, 0) for k in ("forward", "backward", "optimizer"))
+            est_train = max(report.training.phases[k] for k in ("loss_backward", "layer_backward", "optimizer"))
+            assert est_train == pytest.approx(measured_train, rel=0.03)
+    else:
+        assert report.verdict == "does-not-fit", (report.training.peak_gib, report.training_need_gib, report.usable_gib)
+        # the memory already held when the allocation failed is a lower bound of the true peak
+        assert report.training.peak_gib >= row["oom_allocated_gib"]
+
+
+def test_known_miss_is_dominated_by_cases_that_fit():
+    """Why KNOWN_MISSES stays: an allocator term that grows with the estimate or the fp32 logits block cannot turn the
+    miss into does-not-fit without turning measured fitting cases (same GPUs, checkpointing on) into it first."""
+    def block(r):
+        return 4 * r.inputs.micro_batch * r.inputs.seq_len * r.inputs.arch.vocab_size / 1024**3
+
+    cases = [(meta["gpu"], row, fit.evaluate(_inputs(meta, row), suggest=False)) for meta, row in _rows()]
+    (gpu, miss_row, miss), = [c for c in cases if (c[1]["model"], c[1]["micro_batch"], c[1]["seq_len"], c[1]["gpus"])
+                              == ("Qwen--Qwen2.5-1.5B", 4, 6144, 2)]
+    assert miss_row["status"] == "oom" and miss.verdict != "does-not-fit"
+    dominating = {(row["model"], row["micro_batch"], row["seq_len"]) for g, row, r in cases
+                  if g == gpu and row["status"] == "ok" and row["gpus"] == 2 and row["activation_checkpointing"]
+                  and not r.inputs.expandable_segments
+                  and r.training.peak_gib > miss.training.peak_gib and block(r) >= block(miss)}
+    assert {("meta-llama--Llama-3.2-1B", 4, 8192), ("Qwen--Qwen3-1.7B-Base", 2, 12288)} <= dominating, dominating
+
+
+def test_known_miss_rerun_points_at_stranded_blocks_not_memory_outside_the_allocator():
+    """Why KNOWN_MISSES still stays, from the re-run with the allocator's counters (issue #32).
+
+    Two H200s came for the two H100s asked for, twice (``fit_allocator_h200x2_*.json``; not calibration rows):
+    * the miss's allocated peak is the estimate's (+0.4%) and identical on all three repeats: not an estimate error;
+    * memory outside the caching allocator (``mem_get_info`` used - reserved: CUDA context, NCCL, cuBLAS handles) is
+      the same for the miss and the cases that dominate it, 1.43 GiB after NCCL's start and 1.57 after the first
+      step (the backward thread's cuBLAS handle): it cannot tell them apart;
+    * the reserved peak does: unbounded, the allocator reserves 81.2 GiB for the miss's 62.1 (19.2 stranded), more than
+      an H100 leaves it, against 71.6 and 69.2 for Llama-3.2-1B 4 x 8192 and Qwen3-1.7B 2 x 12288; Qwen2.5-1.5B strands
+      15-23 GiB at micro-batch 4 and 5.3 at 2 x 12288 (same tokens, same logits block);
+    * capped at the 77.6 GiB an H100 leaves the allocator, the miss fits after one allocation retry (cached blocks
+      freed) every time; the dominating cases need none. On the H100 the cublasCreate of the backward thread, outside
+      the allocator and with no retry of its own, met the allocator at the card's edge instead.
+    A term for it would model the allocator's block splitting by shape, which no committed row calibrates; the H100
+    re-run was not obtained, so the strict xfail stays.
+    """
+    root = ROOT / "benchmarks" / "results"
+    free = json.loads((root / "fit_allocator_h200x2_miss.json").read_text())
+    capped = json.loads((root / "fit_allocator_h200x2_cap77_miss.json").read_text())
+    assert not {root / "fit_allocator_h200x2_miss.json", root / "fit_allocator_h200x2_cap77_miss.json"} & set(TABLES)
+    assert free["meta"]["gpu"] == capped["meta"]["gpu"] == "NVIDIA H200" and capped["meta"]["allocator_cap_gib"] == 77.6
+    miss, doms = ("Qwen--Qwen2.5-1.5B", 4, 6144), {("meta-llama--Llama-3.2-1B", 4, 8192), ("Qwen--Qwen3-1.7B-Base", 2, 12288)}
+
+    def rows(doc, key):
+        return [r for r in doc["cases"] if (r["model"], r["micro_batch"], r["seq_len"]) == key and not r["alloc_conf"]]
+
+    estimate = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h100", gpus=2, micro_batch=4, seq_len=6144, phase="training",
+                            activation_checkpointing=True)
+    assert estimate.verdict == "fits"  # still the wrong verdict on an H100: the marker above stays
+    for doc in (free, capped):
+        repeats = rows(doc, miss)
+        assert len(repeats) == 3 and all(r["status"] == "ok" for r in repeats)
+        assert len({r["peak_gib"] for r in repeats}) == 1
+        assert repeats[0]["peak_gib"] <= estimate.training.peak_gib * (1 + ERROR_MARGIN)
+        outside = {x["non_allocator_gib"]["after_step2"] for key in {miss} | doms for r in rows(doc, key)
+                   for x in r["ranks"]}
+        assert max(outside) - min(outside) < 0.01 and max(outside) < 1.6, outside
+    h100_room = 79.179 - max(x["non_allocator_gib"]["after_step2"] for r in free["cases"] for x in r["ranks"])
+    assert all(r["reserved_peak_gib"] > h100_room > r["peak_gib"] for r in rows(free, miss))
+    for key in doms:
+        assert all(r["reserved_peak_gib"] < h100_room - 5 for r in rows(free, key)), key
+        assert all(r["status"] == "ok" and r["num_alloc_retries"] == 0 for r in rows(capped, key)), key
+    assert all(r["num_alloc_retries"] >= 1 and r["num_ooms"] == 0 for r in rows(capped, miss))
+
+
+def test_h100_predictions_written_before_the_run_came_true():
+    """The H100 run was out of sample: its verdicts were predicted and committed first."""
+    root = ROOT / "benchmarks" / "results"
+    pred = json.loads((root / "fit_predictions_h100.json").read_text())["cases"]
+    seen = json.loads((root / "fit_calibration_h100.json").read_text())["cases"]
+    assert len(pred) == len(seen) >= 20
+    for p, s in zip(pred, seen, strict=True):
+        assert (p["model"], p["micro_batch"], p["seq_len"]) == (s["model"], s["micro_batch"], s["seq_len"])
+        assert (p["predicted_verdict"] == "does-not-fit") == (s["status"] == "oom"), (p, s["status"])
+    assert {p["predicted_verdict"] for p in pred} == {"fits", "tight", "does-not-fit"}
+
+
+def test_two_gpu_tables_measured_on_two_h100s_cover_the_asked_cases():
+    rows = []
+    for name in ("fit_calibration_h100x2.json", "fit_calibration_h100x2_boundary.json"):
+        doc = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+        meta = doc["meta"]
+        assert meta["gpu"] == "NVIDIA H100 80GB HBM3" and meta["nproc"] == 2 and meta["torch"] and meta["date"]
+        assert meta["train_logprobs"] == "nemo_rl v0.7.0 get_next_token_logprobs_from_logits"
+        rows += doc["cases"]
+    assert len(rows) >= 16 and all(r["gpus"] == 2 for r in rows)
+    assert sum(r["status"] == "oom" for r in rows) * 3 >= len(rows)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(len(r["rank_peaks_gib"]) == 2 and r["peak_train_gib"] == max(r["rank_peaks_gib"]) for r in ok)
+    gemma = [r for r in rows if r["model"] == "google--gemma-3-1b-it" and 8192 <= r["micro_batch"] * r["seq_len"] <= 16384]
+    assert {r["activation_checkpointing"] for r in gemma} == {True, False}
+    assert {bool(r["logprob_chunk"]) for r in gemma} == {True, False}
+    assert any(r["model"] == "meta-llama--Llama-3.1-8B-Instruct" and r["status"] == "ok" for r in rows)
+    assert {"Qwen--Qwen3-1.7B-Base", "Qwen--Qwen3-4B", "Qwen--Qwen2.5-1.5B", "meta-llama--Llama-3.2-1B"} <= {
+        r["model"] for r in ok}
+
+
+def test_chunked_log_prob_pass_costs_one_more_fp32_block_on_the_dtensor_path():
+    """NeMo-RL v0.7.0 keeps every chunk's log-softmax and concatenates them: measured, and so estimated."""
+    doc = json.loads((ROOT / "benchmarks" / "results" / "fit_calibration_h100x2.json").read_text())
+    by = {(r["model"], r["micro_batch"], r["seq_len"], r["logprob_batch"], r["logprob_chunk"]): r for r in doc["cases"]}
+    g = "google--gemma-3-1b-it"
+    plain, chunked = by[(g, 1, 8192, 2, None)], by[(g, 1, 8192, 2, 1024)]
+    block = 4 * 2 * 8192 * 262144 / 1024**3  # fp32 [2, 8192, 262144]
+    assert chunked["phase_peaks_gib"]["logprob"] - plain["phase_peaks_gib"]["logprob"] == pytest.approx(block, rel=0.01)
+    assert chunked["phase_peaks_gib"]["backward"] == plain["phase_peaks_gib"]["backward"]  # training untouched
+    assert by[(g, 1, 8192, 4, None)]["status"] == "ok" and by[(g, 1, 8192, 4, 1024)]["status"] == "oom"
+    r = fit.estimate("google/gemma-3-1b-it", gpu="h100", gpus=2, micro_batch=1, seq_len=8192, phase="training",
+                     activation_checkpointing=True, logprob_batch=4, logprob_chunk_size=1024)
+    assert r.verdict == "does-not-fit" and r.training.peak_phase == "logprob"
+    assert r.suggestions[0].startswith("set logprob_batch=2:"), r.suggestions
+    assert fit.evaluate(r.inputs.with_(logprob_chunk_size=None)).verdict == "tight"  # measured: fits, 70.3 GiB
+
+
+def test_error_margin_is_the_largest_measured_excess_over_the_estimate():
+    excess = []
+    for meta, row in _rows():
+        if row["status"] == "ok":
+            excess.append(row["peak_gib"] / fit.evaluate(_inputs(meta, row), suggest=False).training.peak_gib - 1)
+    assert len(excess) >= 60
+    assert max(excess) <= ERROR_MARGIN <= max(excess) + 0.001, (max(excess), ERROR_MARGIN)
+    r = fit.estimate("Qwen/Qwen3-4B", gpu="h100", gpus=2, micro_batch=2, seq_len=8192, phase="training",
+                     activation_checkpointing=True)
+    assert any(n.startswith("margin ") and f"{ERROR_MARGIN:.2%}" in n for n in r.notes), r.notes
+    tr = r.to_dict()["training"]
+    assert tr["error_margin"] == ERROR_MARGIN and tr["margin_gib"] == pytest.approx(tr["need_gib"] - tr["peak_gib"])
+    assert tr["margin_gib"] > ERROR_MARGIN * tr["peak_gib"]  # plus the allocator's allowance
+
+
+def test_two_gpu_predictions_written_before_the_run_came_true():
+    """Out of sample: verdicts committed before the run; one miss (KNOWN_MISSES), named and explained."""
+    root = ROOT / "benchmarks" / "results"
+    pred = json.loads((root / "fit_predictions_h100x2.json").read_text())["cases"]
+    seen = json.loads((root / "fit_calibration_h100x2_oos.json").read_text())["cases"]
+    assert len(pred) == len(seen) >= 20
+    assert {p["predicted_verdict"] for p in pred} == {"fits", "tight", "does-not-fit"}
+    misses = []
+    for p, s in zip(pred, seen, strict=True):
+        assert (p["model"], p["micro_batch"], p["seq_len"]) == (s["model"], s["micro_batch"], s["seq_len"])
+        assert s["status"] in ("ok", "oom")
+        if (p["predicted_verdict"] == "does-not-fit") != (s["status"] == "oom"):
+            misses.append(("fit_calibration_h100x2_oos.json", s["model"], s["micro_batch"], s["seq_len"],
+                           s["activation_checkpointing"]))
+        if s["status"] == "ok":
+            assert s["peak_gib"] == pytest.approx(p["predicted_peak_gib"], rel=0.02)
+    assert set(misses) == KNOWN_MISSES
+
+
+def test_parameter_counts_equal_the_instantiated_models():
+    for _, row in _rows():
+        assert fit.resolve_arch(row["model"].replace("--", "/", 1)).params == row["params"], row["model"]
+    assert fit.resolve_arch("Qwen/Qwen2.5-32B-Instruct").params == 32_763_876_352  # published count, untied + qkv bias
+    g27 = fit.resolve_arch("google/gemma-3-27b-it")  # multimodal config: its text_config, plus the vision tower
+    assert (g27.num_layers, g27.vocab_size, g27.num_sliding_layers) == (62, 262208, 52) and g27.extra_params > 0
+
+
+def test_resolve_arch_from_dict_path_directory_and_offline_hub_id(tmp_path, monkeypatch):
+    cfg = json.loads((ROOT / "nbtools/data/model_configs/meta-llama--Llama-3.2-1B.json").read_text())
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    a = fit.resolve_arch(cfg)
+    assert dataclasses.replace(fit.resolve_arch(tmp_path / "m"), name="") == a and a.num_layers == 16
+    assert fit.resolve_arch(str(tmp_path / "m" / "config.json")).kv_bytes_per_token() == 16 * 8 * 64 * 2 * 2
+    with pytest.raises(NotFoundError, match="fix: pass the model directory"):
+        fit.resolve_arch(tmp_path / "nothing-here")
+    with pytest.raises(ConfigError, match="lacks vocab_size"):
+        fit.resolve_arch({"hidden_size": 8})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # AutoConfig must not reach the network from a test
+    with pytest.raises(NotFoundError, match="not among the configs shipped") as e:
+        fit.resolve_arch("example-org/not-a-shipped-model")
+    assert "fix: pass a local path" in str(e.value)
+
+
+def test_gpu_table_names_and_errors():
+    assert fit.gpu_spec("nvidia-h200-141gb") is fit.GPUS["h200"] and fit.gpu_spec("nvidia-b200") is fit.GPUS["b200"]
+    assert fit.gpu_spec("H100").gib == 79.65 and fit.gpu_spec("96gib").gib == 96
+    with pytest.raises(ConfigError, match="known: b200, h200, h100"):
+        fit.gpu_spec("tpu-v5")
+
+
+def test_generation_refuses_what_vllm_refuses_and_suggests_a_fix():
+    arch = fit.resolve_arch("Qwen/Qwen2.5-32B-Instruct")
+    g = fit.generation_estimate(arch, capacity_gib=79.65, gpu_memory_utilization=0.6, max_model_len=4096)
+    assert g.verdict == "does-not-fit" and "does not even hold its weights" in g.problems[0]
+    tp8 = fit.generation_estimate(arch, capacity_gib=79.65, gpu_memory_utilization=0.6, max_model_len=4096,
+                                  tensor_parallel=8)
+    assert tp8.verdict == "fits" and tp8.terms["weights"] == pytest.approx(2 * arch.params / 8 / 2**30, rel=1e-3)
+    assert tp8.kv_bytes_per_token == 64 * 1 * 128 * 2 * 2  # 8 KV heads over 8 ranks: one per rank
+    r = fit.estimate(arch, gpu="h100", phase="generation", seq_len=4096)
+    assert r.training is None and r.verdict == "does-not-fit"
+    assert any("--vllm-tensor-parallel" in s and "-> fits" in s for s in r.suggestions), r.suggestions
+    # Gemma-3's sliding-window layers keep at most their window of KV cache
+    gemma = fit.resolve_arch("google/gemma-3-1b-it")
+    long = fit.generation_estimate(gemma, capacity_gib=140.4, max_model_len=8192)
+    assert long.kv_gib_per_sequence * 2**30 == pytest.approx(256 * 2 * 2 * (4 * 8192 + 22 * 512), rel=1e-3)
+
+
+def test_single_case_suggestions_are_the_smallest_change_that_fits():
+    r = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096, phase="training")
+    assert r.verdict == "does-not-fit" and r.certain and r.generation is None
+    assert r.suggestions[0].startswith("use --micro-batch 2:") and r.suggestions[0].endswith("-> fits")
+    assert fit.evaluate(r.inputs.with_(micro_batch=2)).verdict in ("fits", "tight")
+    ok = fit.estimate("Qwen/Qwen2.5-1.5B", gpu="h200", micro_batch=1, seq_len=1024, phase="training")
+    assert ok.verdict == "fits" and ok.suggestions == [] and ok.training.peak_phase == "optimizer"
+    with pytest.raises(ConfigError, match="micro_batch must be a positive integer"):
+        fit.estimate("Qwen/Qwen2.5-1.5B", micro_batch=0)
+
+
+def test_check_reads_the_recipe_and_the_launch_overrides():
+    cfg = nbtools.config.load(GKE)
+    inputs, _ = fit.inputs_from_experiment(cfg)
+    assert (inputs.gpu.key, inputs.gpus, inputs.micro_batch, inputs.seq_len, inputs.max_model_len) == ("b200", 8, 4, 2048, 2048)
+    assert inputs.colocated and not inputs.activation_checkpointing and inputs.gpu_memory_utilization == 0.6
+    big = cfg.replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64",
+                                               "policy.dtensor_cfg.activation_checkpointing=true"]})
+    inputs, _ = fit.inputs_from_experiment(big)
+    # v0.7's recipe sets logprob_batch_size: ${policy.train_micro_batch_size}; the interpolation is followed
+    assert inputs.micro_batch == 64 and inputs.logprob_batch == 64 and inputs.activation_checkpointing
+    local = fit.check(nbtools.config.load(LOCAL))
+    assert local.verdict == "not-applicable" and "not applicable (CPU rehearsal)" in local.notes[0]
+
+
+def _nb(*args, code: int) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == code, f"exit {r.returncode}\nstdout:\n{r.stdout[-2000:]}\nstderr:\n{r.stderr[-2000:]}"
+    return r
+
+
+def test_cli_fit_experiment_json():
+    d = json.loads(_nb("fit", GKE, "--json", code=0).stdout)
+    assert d["verdict"] in ("fits", "tight") and d["gpu_gib"] == fit.GPUS["b200"].gib
+    terms = d["training"]["terms"]
+    assert {"master_weights_fp32", "gradients_fp32", "adamw_states_fp32", "activations", "logits_fp32"} <= set(terms)
+    assert d["training"]["peak_gib"] == pytest.approx(sum(terms.values()), abs=0.01)
+    assert d["generation"]["max_concurrent_sequences"] > 1 and isinstance(d["suggestions"], list)
+    text = _nb("fit", LOCAL, code=0).stdout
+    assert "not applicable (CPU rehearsal)" in text
+
+
+def test_cli_fit_single_case_exit_status_and_shape():
+    r = _nb("fit", "--model", "Qwen/Qwen2.5-1.5B", "--gpu", "h100", "--gpus", "1", "--micro-batch", "8", "--seq-len",
+            "4096", "--json", code=1)
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "does-not-fit" and d["suggestions"] and "fix: use --micro-batch 2" in r.stderr
+    assert set(d) >= {"gpu_gib", "training", "generation", "verdict", "suggestions"}
+    d = json.loads(_nb("fit", "--model", ROOT / "nbtools/data/model_configs/google--gemma-3-1b-it.json", "--gpu", "h200",
+                       "--micro-batch", "2", "--seq-len", "2048", "--activation-checkpointing", "--phase", "training",
+                       "--json", code=0).stdout)
+    assert d["generation"] is None and d["inputs"]["activation_checkpointing"] is True
+    assert "either EXPERIMENT.yaml or --model" in _nb("fit", GKE, "--model", "x", code=1).stderr
+
+
+def test_launch_lint_only_shows_the_fit_finding(capfd):
+    from nbtools.cli import main
+
+    assert main(["launch", str(GKE), "--lint-only", "--json"]) == 0
+    d = json.loads(capfd.readouterr().out)
+    assert "gpu-memory-fit" in d["checked"] and not any(f["rule"] == "gpu-memory-fit" for f in d["findings"])
+    big = "trainer.overrides=[policy.train_micro_batch_size=64]"
+    assert main(["launch", str(GKE), big, "--lint-only", "--json"]) == 1
+    out = capfd.readouterr()
+    (finding,) = [f for f in json.loads(out.out)["findings"] if f["rule"] == "gpu-memory-fit"]
+    assert finding["severity"] == "blocking" and finding["message"].startswith("certainly does not fit")
+    assert finding["key"] == "policy.train_micro_batch_size" and "--ignore-fit" in finding["fix"]
+    assert main(["launch", str(GKE), big, "--lint-only", "--ignore-fit", "--json"]) == 0
+    (finding,) = [f for f in json.loads(capfd.readouterr().out)["findings"] if f["rule"] == "gpu-memory-fit"]
+    assert finding["severity"] == "warning"
+
+
+def test_submit_refuses_a_certain_oom_unless_told_to_go_ahead(monkeypatch):
+    import nbtools.jobs
+    import nbtools.launch as launch
+
+    monkeypatch.setattr(nbtools.jobs, "attach", lambda *a, **k: (_ for _ in ()).throw(NotFoundError("no job")))
+    sent = []
+    monkeypatch.setattr(launch._submit, "send", lambda spec, cfg: sent.append(spec.submission_id) or "submitted")
+    cfg = nbtools.config.load(GKE).replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64"]})
+    with pytest.raises(LintError, match="certainly does not fit") as err:
+        launch.submit(cfg)
+    assert "gpu-memory-fit" not in str(err.value) or "ignore_fit=True" in str(err.value)
+    assert sent == []
+    assert launch.submit(cfg, ignore_fit=True) == "submitted" and sent == [cfg.submission_id]
+
+
+def test_non_colocated_gpu_suggestion_counts_the_vllm_nodes_and_never_repeats_a_set_value():
+    """Issue #27: tutorial 001's Gemma-3-27B run (2 nodes, one of them vLLM's) was told to set worker_replicas=2."""
+    from nbtools.launch import recipes
+
+    base = recipes.get("tutorial-001-gemma3-27b-it")  # the recipe now has 3 nodes (2 training + 1 vLLM)
+    cfg = recipes.get("tutorial-001-gemma3-27b-it", cluster={**dataclasses.asdict(base.cluster), "worker_replicas": 2})
+    assert cfg.cluster.worker_replicas == 2
+    r = fit.check(cfg)
+    assert r.inputs.gpus == 8 and not r.inputs.colocated and r.inputs.generation_nodes == 1
+    gpu_fixes = [s for s in r.suggestions if s.startswith("set cluster.worker_replicas=")]
+    assert gpu_fixes and gpu_fixes[0].startswith("set cluster.worker_replicas=3 (16 training GPUs + 1 for vLLM)")
+    for s in r.suggestions:
+        assert not s.startswith(f"set cluster.worker_replicas={cfg.cluster.worker_replicas} "), s
+    # the suggested size really trains on 16 GPUs when the experiment says so
+    more = recipes.get("tutorial-001-gemma3-27b-it", cluster={**dataclasses.asdict(cfg.cluster), "worker_replicas": 3})
+    assert fit.check(more).inputs.gpus == 16
+
+
+def test_multi_node_training_shards_over_every_training_gpu():
+    """Tutorial 004's Llama-3.1-8B: four 8-GPU nodes train on 32 GPUs when colocated, fewer when vLLM has its own."""
+    from nbtools.launch import recipes
+
+    names = [n for n in recipes.names() if "004" in n and "8b" in n.lower()]
+    assert names, recipes.names()
+    cfg = recipes.get(names[0])
+    r = fit.check(cfg)
+    assert r.inputs.gpus == cfg.cluster.worker_replicas * cfg.cluster.gpus_per_node == 32
+    solo = fit.evaluate(r.inputs.with_(gpus=8), suggest=False)
+    assert r.training.terms["adamw_states_fp32"] == pytest.approx(solo.training.terms["adamw_states_fp32"] / 4, rel=0.01)
+    apart = fit.evaluate(r.inputs.with_(colocated=False, generation_nodes=1, gpus=24), suggest=False)
+    assert apart.usable_gib > r.usable_gib  # no sleeping vLLM beside the trainer
+
+
+def test_verl_fit_follows_its_tokens_and_its_own_logits_and_checkpointing():
+    """Issue #28 item 4: verl v0.7.0 removes padding, checkpoints whole layers and takes bf16 logits through
+    flash-attn's cross-entropy; with use_dynamic_bsz a micro-batch is ppo_max_token_len_per_gpu tokens."""
+    from nbtools import config
+
+    verl_exp = ROOT / "experiments" / "gke-b200-verl.yaml"
+    r = fit.check(config.load(verl_exp))
+    assert r.inputs.profile.trainer == "verl" and r.inputs.gpus == 16 and r.inputs.sequence_packing
+    assert r.verdict in ("fits", "tight"), r.summary()  # tutorial 002 ran these settings on 16 B200s
+    nemo = fit.evaluate(r.inputs.with_(profile=nbtools.trainers.FitProfile(), reference_on_gpu=True), suggest=False)
+    assert nemo.training.phase_terms["loss_backward"]["logits_fp32"] == pytest.approx(
+        3 * r.training.phase_terms["loss_backward"]["logits_fp32"], rel=0.01)  # 3 x fp32 vs 2 x bf16
+    assert r.training.phase_terms["loss_backward"]["activations"] < nemo.training.phase_terms["loss_backward"]["activations"] / 3
+    cfg = config.load(verl_exp)
+    dyn = ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192"]
+    d = fit.check(config.load(verl_exp, overrides={"trainer.overrides": [*cfg.trainer.overrides, *dyn]}))
+    assert (d.inputs.micro_batch, d.inputs.seq_len, d.training.tokens_per_gpu) == (1, 8192, 8192)
+    assert any("use_dynamic_bsz" in n for n in d.notes)
+    big = fit.evaluate(d.inputs.with_(seq_len=1 << 19))
+    assert big.verdict == "does-not-fit"
+    assert any(s.startswith("set actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for s in big.suggestions), big.suggestions
