@@ -212,6 +212,9 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
     # exist, and every client without that token (notebooks, job drivers) gets 401s. The dashboard listens on
     # 127.0.0.1 only; a head for a shared network belongs to the gke/ray backends.
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    # Taken before the spawn: the child may write its logs before this process runs again (a loaded machine), and
+    # logs older than this belong to an earlier try (see _fatal_lines).
+    started_at = time.time()
     with open(log, "wb") as out:
         out.write(f"$ {' '.join(cmd)}\n".encode())
         out.flush()
@@ -226,7 +229,7 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
         "pid": popen.pid, "create_time": psutil.Process(popen.pid).create_time(), "status": "starting",
         "dashboard_url": f"http://127.0.0.1:{cfg.ray.dashboard_port}", "dashboard_port": cfg.ray.dashboard_port,
         "port": cfg.ray.port, "num_cpus": num_cpus, "temp_dir": str(temp), "log_file": str(log), "note": note,
-        "runs_dir": str(Path(cfg.runs_dir).resolve()), "command": cmd, "started_at": time.time(),
+        "runs_dir": str(Path(cfg.runs_dir).resolve()), "command": cmd, "started_at": started_at,
     }
     _write_record(pf, rec)
     return _wait_ready(rec, pf, timeout=timeout, progress=progress, reattached=False)

@@ -162,6 +162,10 @@ def _log_tail(rec: dict, n: int = 25) -> list[str]:
     return lines + _fatal_lines(rec)
 
 
+# File times come from the kernel's coarse clock, up to a tick behind time.time().
+_MTIME_SLACK_S = 0.05
+
+
 def _fatal_lines(rec: dict) -> list[str]:
     """The session's raylet/GCS fatal lines: a raylet that failed a check leaves `ray start --block` running.
 
@@ -171,7 +175,7 @@ def _fatal_lines(rec: dict) -> list[str]:
     logs = Path(rec["temp_dir"]) / "session_latest" / "logs"
     for name in ("raylet.out", "gcs_server.out"):
         try:
-            if (logs / name).stat().st_mtime < rec.get("started_at", 0):
+            if (logs / name).stat().st_mtime < rec.get("started_at", 0) - _MTIME_SLACK_S:
                 continue
             text = (logs / name).read_text(errors="replace").splitlines()
         except OSError:

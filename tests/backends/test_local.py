@@ -156,9 +156,18 @@ time.sleep(600)  # what `ray start --block` does when its raylet died of a faile
 def test_raylet_failed_check_is_retried_at_once_not_waited_out(tmp_path, monkeypatch):
     """A TEST DOUBLE for `ray start --block` (a script) reproduces what a real head did on a loaded 2-core machine:
     its raylet stopped on "Check failed: Timed out waiting for file …" while `ray start` kept running. up() must see
-    the raylet's fatal line, stop that head, start again (3 tries) and then fail fast, not wait out its timeout."""
+    the raylet's fatal line, stop that head, start again (3 tries) and then fail fast, not wait out its timeout.
+    The parent pauses 1 s after each spawn, as a loaded machine deschedules it: the raylet's line is written before
+    the parent runs again, and must still count as this try's (a 3.11 fresh-clone run under load waited 300 s)."""
     script = tmp_path / "stuck_ray.py"
     script.write_text(_STUCK_HEAD)
+
+    class DescheduledAfterSpawn(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            time.sleep(1.0)
+
+    monkeypatch.setattr(subprocess, "Popen", DescheduledAfterSpawn)
     starts = tmp_path / "starts"
     monkeypatch.setenv("STARTS_FILE", str(starts))
     monkeypatch.setattr(local, "_ray_cli", lambda: [sys.executable, str(script)])
