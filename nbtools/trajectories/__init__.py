@@ -44,8 +44,15 @@ import os
 from pathlib import Path
 
 from nbtools import storage
-from nbtools._layout import (EXP_RE, VERL_DUMP_RE, VERL_ROLLOUT_DIR, VERL_TENSORBOARD_DIR, VERL_VALIDATION_DIR, exp_dirs,
-                             resumed_chain)
+from nbtools._layout import (
+    EXP_RE,
+    VERL_DUMP_RE,
+    VERL_ROLLOUT_DIR,
+    VERL_TENSORBOARD_DIR,
+    VERL_VALIDATION_DIR,
+    exp_dirs,
+    resumed_chain,
+)
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
