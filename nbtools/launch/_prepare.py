@@ -76,7 +76,7 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
     """
     t = trainers.get(cfg)
     if t.prepare_command(cfg) is None:
-        return Preparation(t.label, note=f"{t.label} needs no preparation job: nothing submitted")
+        return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
     from nbtools.launch import verl_prepare
     from nbtools.trainers.verl_prepare import data_present
 
