@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from nbtools import _layout, storage
+from nbtools import _layout, _paths, storage
 from nbtools.checkpoints._sources import Chunk, SourceTensor
 from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
 from nbtools.errors import CheckpointError, Fix, NotFoundError
@@ -53,7 +53,8 @@ def _ls(url: str | Path) -> dict[str, storage.Entry]:
 
 
 def _out(url: str) -> str | Path:
-    return url if storage.is_remote(url) else Path(url)
+    """A ``Path`` on this machine, a ``Url`` (a str with ``.name``, like NeMo-RL's listings) in a bucket."""
+    return _paths.Url(url) if storage.is_remote(url) else Path(url)
 
 
 def verl_steps(run_dir: str | Path) -> list[tuple[int, str | Path]]:

@@ -7,10 +7,11 @@ Re-running ``submit`` with the same config re-attaches to the job instead of sta
 ``diagnose`` says why a job ended.
 
 The modules, each importing only those before it: ``lint`` (the known traps) -> ``_submit`` (build, send, submit) ->
-``_diagnose`` (pure: log text, status and events -> ``Diagnosis``) -> ``_attempts`` (the record beside the logs) ->
+``_prepare`` (the trainer's preparation jobs, before training) -> ``_diagnose`` (pure: log text, status and events -> ``Diagnosis``) -> ``_attempts`` (the record beside the logs) ->
 ``_retry`` (the I/O between attempts: ``diagnose``, ``resubmit``) -> ``_supervise`` (the loop).
 
 Example:
+    >>> prep = nbtools.launch.prepare(cfg)        # verl: data (and weights) in place first; NeMo-RL: nothing to do
     >>> spec = nbtools.launch.build(cfg)          # the exact entrypoint and runtime env
     >>> report = nbtools.launch.lint(cfg)         # findings with fixes; report.ok
     >>> job = nbtools.launch.submit(cfg)          # lint -> refuse on blocking -> submit (or re-attach)
@@ -22,6 +23,7 @@ from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._outputs import RunOutputs, outputs
+from nbtools.launch._prepare import Preparation, PreparedJob, prepare
 from nbtools.launch._retry import attach, diagnose, resubmit
 from nbtools.launch._submit import LaunchSpec, build, follow, submit
 from nbtools.launch._supervise import SupervisedRun, supervise
@@ -34,6 +36,9 @@ __all__ = [
     "submit",
     "follow",
     "outputs",
+    "prepare",
+    "Preparation",
+    "PreparedJob",
     "RunOutputs",
     "Finding",
     "LintReport",

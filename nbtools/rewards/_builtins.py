@@ -7,7 +7,7 @@ from nbtools.rewards._mathverify import boxed, grade
 from nbtools.rewards._registry import register
 from nbtools.rewards._text import tag_span
 
-__all__ = ["format_reward", "math_expr", "exact_answer", "exact_alnum", "length_penalty"]
+__all__ = ["format_reward", "math_expr", "exact_answer", "exact_alnum", "length_penalty", "verl_gsm8k"]
 
 
 def _alnum_lower(text: str) -> str:
@@ -141,3 +141,21 @@ def length_penalty(
     if n <= free:
         return 0.0, None
     return max(-1.0, (free - n) / buffer), None
+
+
+@register("verl_gsm8k", _builtin=True)
+def verl_gsm8k(ground_truth: str, response: str) -> tuple[float, bool]:
+    """verl's GSM8K rule (verl v0.7.0 ``verl/utils/reward_score/gsm8k.py``, ``method="strict"``): 1.0 when the last
+    ``#### <number>`` in the response's final 300 characters equals the ground truth, else 0.0.
+
+    Why: what a verl run on ``gsm8k`` scored its rollouts with (``default_compute_score`` for ``openai/gsm8k``), so
+    re-scoring its dumps with it reproduces their ``score``; the evaluation job scores with the same function.
+
+    Example:
+        >>> verl_gsm8k("72", "She sold 48 + 24 = 72 clips. #### 72")
+        (1.0, True)
+    """
+    from nbtools.evals.vllm_generate import gsm8k_score
+
+    score = gsm8k_score(_text(response), _text(ground_truth))
+    return score, score > 0

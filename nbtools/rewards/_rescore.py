@@ -221,8 +221,8 @@ def rescore(
         cfg: the experiment that made the trajectories: the ground truth of its dataset
             (:func:`nbtools.rewards.ground_truth`) and its GRPO settings (``grpo.use_leave_one_out_baseline``,
             ``grpo.normalize_rewards``), so the groups' advantages are the trainer's; what is passed below wins.
-        ground_truth: a column name, or a function prompt -> answer (default: ``cfg``'s, else the column
-            ``ground_truth``).
+        ground_truth: a column name, or a function prompt -> answer (default: the ``ground_truth`` column where
+            every row has one, as verl's dumps do; else ``cfg``'s).
         group_size: None infers groups as consecutive identical prompts within a step; an int chunks each step.
         leave_one_out: ``grpo.use_leave_one_out_baseline`` (default: ``cfg``'s, else True).
         normalize: ``grpo.normalize_rewards`` (default: ``cfg``'s, else True).
@@ -239,8 +239,9 @@ def rescore(
         >>> result = nbtools.rewards.rescore(run.read(), mix, cfg=cfg)
         >>> result.table()
     """
-    if ground_truth is None:
-        ground_truth = _ground_truth_column(cfg) if cfg is not None else "ground_truth"
+    if ground_truth is None:  # the answers the dumps carry (verl's gts), else the experiment's, else the column
+        logged = "ground_truth" in df and bool(df["ground_truth"].notna().all()) and len(df) > 0
+        ground_truth = "ground_truth" if logged or cfg is None else _ground_truth_column(cfg)
     if leave_one_out is None:
         leave_one_out = cfg.grpo.use_leave_one_out_baseline if cfg is not None else True
     if normalize is None:

@@ -44,7 +44,15 @@ import os
 from pathlib import Path
 
 from nbtools import storage
-from nbtools._layout import EXP_RE, VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR, exp_dirs, resumed_chain
+from nbtools._layout import (
+    EXP_RE,
+    VERL_DUMP_RE,
+    VERL_ROLLOUT_DIR,
+    VERL_TENSORBOARD_DIR,
+    VERL_VALIDATION_DIR,
+    exp_dirs,
+    resumed_chain,
+)
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
@@ -153,6 +161,10 @@ def _open_remote(url: str, exp, **kw) -> Run:
                                 fix=Fix("pass one of the listed exp numbers, or exp=None for the latest",
                                         cli="pass one of the listed exp_NNN dirs, or the log_dir for its latest exp_NNN"))
         return Run(None, remote=match[0], **kw)
+    verl = any(VERL_DUMP_RE.match(e.name) for e in entries if not e.is_dir) or any(
+        e.is_dir and e.name in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR) for e in entries)
+    if verl and not exps and not has_dumps:
+        return _open_remote_verl(url, think_tag=kw["think_tag"], answer_tag=kw["answer_tag"])
     if exps and not has_dumps:
         chain = resumed_chain(exps, lambda u: [e.name for e in storage.ls(u)])
         return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
@@ -160,6 +172,25 @@ def _open_remote(url: str, exp, **kw) -> Run:
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
                             f"{[e.name for e in entries if not e.name.startswith('.')][:8]}", fix=_FIX_NOT_A_RUN)
     return Run(None, remote=url, **kw)
+
+
+def _verl_files(rel: str) -> bool:
+    """The files of a verl run's log dir that its readers open: the ``{step}.jsonl`` dumps (in the dir itself or in
+    its rollout / validation dirs) and the TensorBoard event files (the health checks read both)."""
+    parts = rel.split("/")
+    if len(parts) == 1:
+        return bool(VERL_DUMP_RE.match(rel))
+    if parts[0] in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR):
+        return len(parts) == 2 and bool(VERL_DUMP_RE.match(parts[1]))
+    return parts[0] == VERL_TENSORBOARD_DIR and "tfevents" in parts[-1]
+
+
+def _open_remote_verl(url: str, **kw) -> VerlRun:
+    """verl's dumps in a bucket: a local mirror of the dumps and event files (only new or rewritten objects are
+    fetched), opened as on disk; ``remote`` names the URL. A snapshot: open it again for steps written since."""
+    run = open_run(storage.mirror(url, include=_verl_files), cache=False, **kw)
+    run.remote = url
+    return run
 
 
 def _has_dumps(p: Path) -> bool:

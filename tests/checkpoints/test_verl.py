@@ -199,3 +199,5 @@ def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):
         assert df["problem"][1].startswith("newer than latest_checkpointed_iteration.txt")
         gcs.fs.pipe("verl-bucket/ckpt/latest_checkpointed_iteration.txt", b"2")
         assert ck.latest(url) == f"{url}/global_step_2"
+        chosen = ck.best(url, metric=None)  # notebook 06 shows the chosen step's name, as for NeMo-RL's step_N
+        assert chosen == f"{url}/global_step_2" and chosen.name == "global_step_2"

@@ -82,7 +82,7 @@ def write_checkout(sim, rehearsal: dict) -> None:
                                                                 "nemo_rl_version": version}))
     base = yaml.safe_load((ROOT / "experiments" / getattr(sim, "experiment_base", "gke-b200-gemma3-1b.yaml")).read_text())
     if base.get("trainer", {}).get("kind") == "verl":  # the verl stand-in trains the same task, in verl's layout
-        from sim_verl_checkout import write_verl_checkout
+        from sim_verl_checkout import write_hub_copy, write_verl_checkout
 
         tag = str(getattr(sim, "_changes", {}).get("trainer.verl_ref", base["trainer"]["verl_ref"]))
         verl_baked = {**baked, "trainer": {"kind": "verl", "verl_ref": tag}}
@@ -90,6 +90,8 @@ def write_checkout(sim, rehearsal: dict) -> None:
         verl_path.write_text("# The miniature GRPO the verl test double trains (the simulated image's model).\n"
                              + yaml.safe_dump(verl_baked, sort_keys=False))
         write_verl_checkout(sim.verl_dir, tag, rehearsal_config=verl_path)
+        # the Hub's copy of the model, in the shared HF cache: what the weights job stages and 07's baseline loads
+        write_hub_copy(sim.backing_dir / "huggingface_cache", base["model"]["name"], verl_path)
     (sim.image_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (sim.image_dir / "python").chmod(0o755)
 

@@ -19,6 +19,9 @@ when a start-up step fails):
    (``sim_gcsfuse.py``): this machine reads the run only from the bucket, as a laptop does on GKE.
 6. **NeMo-RL**: ``<root>/opt/nemo-rl`` with the v0.7.0 example configs and test doubles of ``examples/run_grpo.py``
    (trains nbtools' miniature GRPO, writing NeMo-RL's layout) and ``examples/run_eval.py`` (``sim_nemo_rl/``).
+   **verl** (a verl experiment): the verl stand-in checkout at ``<root>/opt/verl`` (sim_verl_checkout.py), the Hub's
+   copy of the experiment's model in the shared HF cache (the pods reach no Hub: ``HF_HUB_OFFLINE=1``), and vLLM's
+   test double (``vllm_double/``) on the image's Python path for the evaluation jobs.
 7. **The experiment**: ``experiment_yaml``, written from ``experiments/gke-b200-gemma3-1b.yaml`` with the sim's
    project, bucket, mount, checkout, ports and the rehearsal's model, data and GRPO settings.
 
@@ -64,6 +67,8 @@ DOUBLES = Path(__file__).resolve().parent
 FAKE_HF_TOKEN = "hf_SIMULATEDgkeTOKENnotARealOne0000"
 KUBERAY_ASSET = TESTS / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
+# the image's Python path: no nbtools (sim_image/sitecustomize.py); vLLM is its test double (the trainers' images ship vLLM)
+IMAGE_PYTHONPATH = os.pathsep.join([str(DOUBLES / "sim_image"), str(DOUBLES / "vllm_double")])
 
 
 @functools.cache
@@ -212,7 +217,7 @@ class SimGke:
         cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local", overrides={
             "ray.port": _free_port(), "ray.dashboard_port": _free_port(), "ray.num_cpus": self.head_cpus})
         gpus = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
-        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": str(DOUBLES / "sim_image"),
+        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": IMAGE_PYTHONPATH, "HF_HUB_OFFLINE": "1",
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
                "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else ""}
         from nbtools.errors import NotReadyError
@@ -234,7 +239,7 @@ class SimGke:
     def _image_env(self) -> dict[str, str]:
         """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""
         env = {**os.environ, "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": str(DOUBLES / "sim_image"), "HF_TOKEN": FAKE_HF_TOKEN}
+               "PYTHONPATH": IMAGE_PYTHONPATH, "HF_HUB_OFFLINE": "1", "HF_TOKEN": FAKE_HF_TOKEN}
         if self.head is not None and self.head.gcs_address:
             env["RAY_ADDRESS"] = self.head.gcs_address
         return env

@@ -7,7 +7,8 @@ commands created:
 
 - ``gcloud``: services, VPC networks, subnets, firewall rules, GKE clusters and node pools, IAM bindings live in
   the state file; ``storage buckets create/describe/delete`` go to the real GCS emulator (a non-empty bucket is not
-  deleted, like GCS); ``container clusters get-credentials`` writes the ``gke_<project>_<location>_<cluster>``
+  deleted, like GCS), ``storage cat`` / ``storage rm`` / ``storage rsync`` (a local directory to a prefix) act on its
+  objects; ``container clusters get-credentials`` writes the ``gke_<project>_<location>_<cluster>``
   context pointing at the Kubernetes API double into ``$KUBECONFIG``; ``projects describe`` prints a project number;
   ``--help`` prints the flags of that command path from nbtools' shipped table (``nbtools/data/gcloud_flags_*.json``),
   or a generic text when there is none.
@@ -291,6 +292,10 @@ def gcloud(call: Call) -> int:
         from sim_shims_kube import objects
 
         return objects(call, pos[1], pos[2], where)
+    if pos[:2] == ["storage", "rsync"] and len(pos) > 3:
+        from sim_shims_kube import rsync
+
+        return rsync(call, pos[2], pos[3], where)
     if pos[:2] == ["storage", "buckets"] and len(pos) > 3:
         from sim_shims_kube import bucket
 

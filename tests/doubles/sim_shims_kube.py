@@ -69,7 +69,7 @@ def _http(method: str, url: str, body: Any = None, *, token: str | None = None,
         headers["Authorization"] = f"Bearer {token}"
     data = None
     if body is not None:
-        data = json.dumps(body).encode()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         headers["Content-Type"] = content_type
     conn.request(method, u.path + (f"?{u.query}" if u.query else ""), body=data, headers=headers)
     resp = conn.getresponse()
@@ -383,6 +383,64 @@ def objects(call: Call, verb: str, url: str, where: str) -> int:
         _http("DELETE", f"{gcs}/storage/v1/b/{bucket}")
         call.state.get("gcloud", {}).get("bucket_iam", {}).pop(f"gs://{bucket}", None)
         call.err.append(f"Removing gs://{bucket}/...")
+    return 0
+
+
+def _listing(gcs: str, bucket: str, prefix: str) -> dict[str, dict] | None:
+    """Every object under ``prefix`` (name -> resource), page by page; None when the bucket does not exist."""
+    import urllib.parse
+
+    out: dict[str, dict] = {}
+    token = ""
+    while True:
+        page = f"&pageToken={urllib.parse.quote(token)}" if token else ""
+        status, body = _http("GET", f"{gcs}/storage/v1/b/{bucket}/o?prefix={urllib.parse.quote(prefix)}{page}")
+        if status != 200:
+            return None
+        out.update({o["name"]: o for o in (body or {}).get("items") or []})
+        token = (body or {}).get("nextPageToken") or ""
+        if not token:
+            return out
+
+
+def rsync(call: Call, src: str, dest: str, where: str) -> int:
+    """``gcloud storage rsync [--recursive] [--delete-unmatched-destination-objects] DIR gs://B/PREFIX``: a local
+    directory to a bucket prefix (the provisioning plan's verl-source step). As gcloud's ``storage rsync --help``
+    describes it: a file is copied when the object is missing or differs (here by MD5), only the directory's own files
+    without ``--recursive``, and ``--delete-unmatched-destination-objects`` deletes the objects under the prefix that
+    no source file matches. Bucket-to-local and bucket-to-bucket syncs are not simulated (exit 2)."""
+    import base64
+    import hashlib
+    import urllib.parse
+    from pathlib import Path
+
+    if src.startswith("gs://") or not dest.startswith("gs://"):
+        return call.fail(f"ERROR: ({where}) the simulated gcloud syncs only a local directory to gs://", 2)
+    root = Path(src)
+    if not root.is_dir():
+        return call.fail(f"ERROR: ({where}) The following URLs matched no objects or files:\n-{src}")
+    gcs = call.conf["gcs"]
+    bucket, _, prefix = dest.removeprefix("gs://").partition("/")
+    prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+    have = _listing(gcs, bucket, prefix)
+    if have is None:
+        return call.fail(f"ERROR: ({where}) gs://{bucket} not found: 404.")
+    walk = root.rglob("*") if call.flag("recursive") else root.glob("*")
+    files = {p.relative_to(root).as_posix(): p for p in walk if p.is_file()}
+    for rel, p in sorted(files.items()):
+        data = p.read_bytes()
+        name = prefix + rel
+        if have.get(name, {}).get("md5Hash") == base64.b64encode(hashlib.md5(data).digest()).decode():
+            continue
+        status, body = _http("POST", f"{gcs}/upload/storage/v1/b/{bucket}/o?uploadType=media&name="
+                                     f"{urllib.parse.quote(name, safe='')}", data, content_type="application/octet-stream")
+        if status >= 300:
+            return call.fail(f"ERROR: ({where}) HTTPError {status}: {body}")
+        call.err.append(f"Copying file://{p} to gs://{bucket}/{name}")
+    if call.flag("delete-unmatched-destination-objects"):
+        for name in sorted(set(have) - {prefix + rel for rel in files}):
+            _http("DELETE", f"{gcs}/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
+            call.err.append(f"Removing gs://{bucket}/{name}")
     return 0
 
 

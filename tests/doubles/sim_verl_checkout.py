@@ -16,7 +16,7 @@ TESTS = Path(__file__).resolve().parents[1]
 DOUBLES = Path(__file__).resolve().parent
 ASSETS = TESTS / "assets" / "verl"
 
-__all__ = ["write_verl_checkout", "transfer_queue_image"]
+__all__ = ["write_verl_checkout", "transfer_queue_image", "write_hub_copy"]
 
 
 def write_verl_checkout(dest: str | Path, tag: str, *, rehearsal_config: str | Path | None = None) -> Path:
@@ -49,3 +49,34 @@ def transfer_queue_image(dest: str | Path) -> Path:
     (site / "transfer_queue").mkdir(parents=True, exist_ok=True)
     (site / "transfer_queue" / "__init__.py").write_text('"""TEST DOUBLE of TransferQueue (the image\'s package)."""\n')
     return site
+
+
+HUB_REVISION = "0" * 39 + "1"  # the stand-in Hub copy's commit (refs/main)
+
+
+def write_hub_copy(hf_home: str | Path, repo_id: str, rehearsal_config: str | Path) -> Path:
+    """The Hub's copy of ``repo_id`` as the sim's pods find it in the shared HF cache (huggingface_hub's layout:
+    ``hub/models--ORG--NAME/refs/main`` naming a snapshot dir): the simulated image's tiny model, built and
+    warm-started (the rehearsal's format SFT, one process) as an instruct model would come, with its tokenizer.
+
+    A STAND-IN for the Hub: the sim's pods reach none (``HF_HUB_OFFLINE=1``), so the weights job's
+    ``snapshot_download`` finds this copy as staged and vLLM's double loads the baseline from it. Returns the snapshot dir.
+    """
+    import sys
+
+    sys.path.insert(0, str(TESTS.parent))
+    from nbtools.config import load
+    from nbtools.rehearsal import _grpo, model, task
+
+    cfg = load(rehearsal_config, backend="local")
+    tok = model.build_tokenizer()
+    m = model.build_model(cfg, tok)
+    train, _ = task.make_split(cfg)
+    r = cfg.rehearsal
+    _grpo.warm_start(m, train, steps=r.warmup_steps, lr=r.warmup_lr, batch=64, seed=cfg.grpo.seed, think=r.warmup_think)
+    repo = Path(hf_home) / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / HUB_REVISION
+    model.save_hf(m.eval(), tok, snap)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(HUB_REVISION)
+    return snap

@@ -216,3 +216,40 @@ def test_enable_thinking_is_a_no_op_for_gemma3_templates():
     assert not _findings(_rules(_cfg("gke-b200-gemma3-1b.yaml")), "unknown-added-keys"), "the example no longer sets it"
     qwen3 = _cfg("gke-h200-qwen.yaml", **{"model.chat_template_kwargs": {"enable_thinking": False}})
     assert not _findings(_rules(qwen3), "unknown-added-keys")
+
+
+def test_the_verl_source_steps_run_on_the_gcloud_double(tmp_path):
+    """verl-fetch, then verl-source (``gcloud storage rsync``) and its check (``gcloud storage cat`` of the marker)
+    through the one gcloud double on the GCS emulator: uploaded once, unchanged files not again, a file gone from the
+    release removed from the bucket, and the check reads the pinned tag back."""
+    from sim_gke import BUCKET, PROJECT, SimGke
+
+    repo = tmp_path / "verl-repo"
+    (repo / "verl" / "trainer").mkdir(parents=True)
+    (repo / "verl" / "trainer" / "main_ppo.py").write_text("# verl\n")
+    (repo / "README.md").write_text("verl\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-C", str(repo)]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "v"], ["tag", "v9.9.9"]):
+        subprocess.run(git + args, check=True, capture_output=True)
+    cfg = _cfg(**{"trainer.verl_repo": str(repo), "trainer.verl_ref": "v9.9.9", "storage.bucket": BUCKET,
+                  "gcp.project": PROJECT})
+    with SimGke(tmp_path / "sim", ray=False, mirror=False, isolate=False, provisioned=True) as sim, sim.activated():
+        plan = nbtools.gke.plan(cfg)
+        fetch, sync = plan["verl-fetch"], plan["verl-source"]
+        subprocess.run(fetch.command, check=True, capture_output=True)
+        assert subprocess.run(sync.check, capture_output=True, text=True).returncode == 1  # nothing there yet
+
+        def run():
+            r = subprocess.run(sync.command, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            return r.stderr
+
+        first = run()
+        assert first.count("Copying file://") == 3  # main_ppo.py, README.md, the .nbtools-verl-ref marker
+        check = subprocess.run(sync.check, capture_output=True, text=True)
+        assert check.returncode == 0 and check.stdout.strip() == "v9.9.9" == sync.expect[0]
+        assert "Copying" not in run()  # unchanged: nothing uploaded again
+        (Path(fetch.check[1]).parent / "README.md").unlink()
+        assert f"Removing gs://{BUCKET}/verl/README.md" in run()
+        assert sorted(sim.gcs.fs.find(f"{BUCKET}/verl")) == [f"{BUCKET}/verl/.nbtools-verl-ref",
+                                                               f"{BUCKET}/verl/verl/trainer/main_ppo.py"]

@@ -157,3 +157,14 @@ def test_weights_lint_warns_only_when_known_unstaged(cfg):
     rep = LintReport()
     vp.check_weights(cfg, rep)  # the bucket is not readable from here: unknown, no finding
     assert rep.findings == [] and rep.checked == ["verl-weights"]
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "local-verl.yaml", "gke-b200-gemma3-1b.yaml"])
+def test_notebook_03s_prepare_is_a_no_op_where_no_job_prepares(name, monkeypatch):
+    """NeMo-RL and the local rehearsal (of a verl experiment too) need no preparation: nothing submitted, and it says so."""
+    import nbtools
+
+    monkeypatch.setattr(jobs, "submit_prepare_jobs", lambda cfg: pytest.fail(f"{name}: a preparation job was submitted"))
+    prep = nbtools.launch.prepare(config.load(ROOT / "experiments" / name))
+    assert prep.ok and prep.jobs == () and prep.data_files == {} and "needs no preparation job" in prep.note, prep
+    assert "nothing submitted" in prep._repr_html_()

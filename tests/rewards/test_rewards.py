@@ -652,3 +652,23 @@ def test_rescore_with_the_experiment_scores_as_the_run_did(tmp_path):
         mine.samples["new_advantage"],
         rewards.rescore(df, mix, ground_truth=lambda p: "6", leave_one_out=False, normalize=True,
                         progress=False).samples["new_advantage"])
+
+
+def test_a_verl_gsm8k_run_rescores_with_verls_rule_and_the_answers_its_dumps_carry(tmp_path):
+    """A verl run on gsm8k scored with verl's GSM8K rule (v0.7.0 verl/utils/reward_score/gsm8k.py, strict) against the
+    dumps' ``gts``: the mix it trained with is that rule, and re-scoring reproduces the stored scores (a boxed answer
+    that math-verify would accept scores 0 under verl's rule)."""
+    from pathlib import Path
+
+    from nbtools import config, trajectories
+    from nbtools.rehearsal.verl_layout import dump_generations
+
+    outputs = ["48 + 24 = 72 #### 72", "so \\boxed{72}", "#### 71", "#### 72", "#### 10", "#### 1,0", "10", "#### 9"]
+    scores = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    dump_generations(tmp_path / "rollout_data", 1, inputs=["q72"] * 4 + ["q10"] * 4, outputs=outputs,
+                     gts=["72"] * 4 + ["10"] * 4, scores=scores)
+    cfg = config.load(Path(__file__).resolve().parents[1] / "experiments" / "gke-b200-verl.yaml")
+    assert rewards.trained_with(cfg) == [{"name": "verl_gsm8k", "weight": 1.0}]
+    df = trajectories.open_run(tmp_path / "rollout_data").read()
+    result = rewards.rescore(df, rewards.combine(rewards.trained_with(cfg)), cfg=cfg)
+    assert result.samples["new_reward"].tolist() == scores and result.summary()["changed_rewards"] == 0

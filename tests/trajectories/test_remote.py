@@ -169,3 +169,45 @@ def test_checkpoints_are_listed_and_ranked_in_a_bucket_without_reading_weights(g
     assert checkpoints.best(url, "val:accuracy") == f"{url}/step_20" and checkpoints.latest(url) == f"{url}/step_30"
     # never a weight file: each step's training_info.json, and NeMo-RL main's status file at the root (absent here)
     assert fetched and all(u.endswith(("training_info.json", "latest_checkpoint_status.json")) for u in fetched)
+
+
+def _verl_logs(root):
+    """A verl run's log dir as nbtools points verl there: ``rollout_data/{step}.jsonl`` (two GRPO groups of 4 per
+    step, verl's interleaved repeat), ``validation_data/0.jsonl``, and a TensorBoard dir."""
+    from nbtools.rehearsal.verl_layout import dump_generations
+
+    logs = root / "logs"
+    for step in (1, 2, 3):
+        inputs = [p for p in ("max 1 2 3", "max 4 5 6") for _ in range(4)]
+        outputs = [f"<think>s{step}</think> <answer>{i % 7}</answer>" for i in range(8)]
+        dump_generations(logs / "rollout_data", step, inputs=inputs, outputs=outputs, gts=["3"] * 4 + ["6"] * 4,
+                         scores=[float(i % 2) for i in range(8)], extra={"acc": [i % 2 == 1 for i in range(8)]})
+    dump_generations(logs / "validation_data", 0, inputs=["max 7 8 9"], outputs=["<answer>9</answer>"], gts=["9"],
+                     scores=[1.0])
+    (logs / "tensorboard").mkdir()
+    (logs / "tensorboard" / "events.out.tfevents.1.host").write_bytes(b"")
+    return logs
+
+
+def test_a_verl_run_in_a_bucket_reads_like_the_same_run_on_disk(gcs, tmp_path):
+    logs = _verl_logs(tmp_path)
+    url = _upload(gcs, logs, "verl1/logs")
+    local, remote = trajectories.open_run(logs), trajectories.open_run(url)
+    assert isinstance(remote, trajectories.VerlRun) and remote.remote == url
+    assert remote.steps == local.steps == [1, 2, 3] and remote.val_steps == local.val_steps == [0]
+    pd.testing.assert_frame_equal(remote.read(), local.read())
+    assert remote.record(2, 5)["response"] == local.record(2, 5)["response"] and remote.read(2)["group"].nunique() == 2
+    assert len(remote.summary()) == 3 and remote.skipped == 0
+    dumps = trajectories.open_run(f"{url}/rollout_data")  # verl's trainer.rollout_data_dir itself
+    assert isinstance(dumps, trajectories.VerlRun) and dumps.steps == [1, 2, 3]
+
+
+def test_a_verl_step_written_after_opening_is_read_when_opened_again(gcs, tmp_path):
+    logs = _verl_logs(tmp_path)
+    url = _upload(gcs, logs, "verl2/logs")
+    assert trajectories.open_run(url).steps == [1, 2, 3]
+    line = json.dumps({"input": "max 1 1 1", "output": "<answer>1</answer>", "gts": "1", "score": 1.0, "step": 4})
+    gcs.fs.pipe(f"{BUCKET}/verl2/logs/rollout_data/4.jsonl", (line + "\n").encode())
+    gcs.fs.rm(f"{BUCKET}/verl2/logs/rollout_data/1.jsonl")
+    again = trajectories.open_run(url)
+    assert again.steps == [2, 3, 4] and again.record(4, 0)["reward"] == 1.0

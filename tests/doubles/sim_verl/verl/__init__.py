@@ -1,1 +1,1 @@
-"""TEST DOUBLE of the verl package (tests/sim_verl): only what the simulated GKE's jobs import. NOT verl."""
+"""TEST DOUBLE of the verl package (tests/doubles/sim_verl): only what the simulated GKE's jobs import. NOT verl."""
