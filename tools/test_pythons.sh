@@ -34,10 +34,9 @@ for py in "$@"; do
     summary+=("Python $ver: not tested (no $torch_pin CPU wheel for it without an index; set TORCH_CPU_INDEX)")
     rm -rf "$wheels"; [ "${REQUIRE_ALL:-0}" = 1 ] && failed=1; continue
   fi
-  # --no-compile: byte-compiling all of torch and transformers costs more than the tests that import a part of them
-  if ! { "$venv/bin/python" -m pip install --quiet --no-compile "$wheels"/torch-*.whl \
-         && "$venv/bin/python" -m pip install --quiet --no-compile -c constraints.txt "${deps[@]}" \
-         && "$venv/bin/python" -m pip install --quiet --no-compile --no-deps -e . ; }; then
+  if ! { "$venv/bin/python" -m pip install --quiet "$wheels"/torch-*.whl \
+         && "$venv/bin/python" -m pip install --quiet -c constraints.txt "${deps[@]}" \
+         && "$venv/bin/python" -m pip install --quiet --no-deps -e . ; }; then
     summary+=("Python $ver: FAILED to install"); failed=1; rm -rf "$wheels"; continue
   fi
   rm -rf "$wheels"
