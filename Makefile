@@ -15,13 +15,15 @@ export PYTHONUNBUFFERED := 1
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install whenever pyproject.toml or the constraints change; the extras include the test tools.
+# Re-install whenever pyproject.toml or the constraints change; the extras include the test tools. --no-compile: pip
+# would byte-compile every module of every package (torch's and transformers' thousands: about 60 of its 100 CPU
+# seconds here); Python compiles the modules a run imports on first use instead.
 # The distribution is nbtools-grpo (PyPI's `nbtools` is another project): a checkout installed under the old name, or
 # that other project, would shadow the import name `nbtools`, so either is removed first.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) uninstall --quiet --yes nbtools 2>/dev/null || true
-	$(PIP) install --quiet -c constraints.txt -e '.[test]'
+	$(PIP) install --quiet --no-compile -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -61,7 +63,7 @@ test-pythons:
 CHROMIUM ?= /usr/bin/chromium
 BROWSER_STAMP := $(VENV)/.nbtools-browser-installed
 $(BROWSER_STAMP): $(STAMP)
-	$(PIP) install --quiet -c constraints.txt -e '.[test,browser]'
+	$(PIP) install --quiet --no-compile -c constraints.txt -e '.[test,browser]'
 	@touch $(BROWSER_STAMP)
 
 test-browser: $(BROWSER_STAMP)
@@ -88,7 +90,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check nbtools tests benchmarks
 
 bench: $(STAMP)
-	$(PIP) install --quiet -c constraints.txt -e '.[test,bench]'
+	$(PIP) install --quiet --no-compile -c constraints.txt -e '.[test,bench]'
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 ## Regenerate manifests/ from experiments/ (diff-tested)

@@ -159,6 +159,37 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(mark)
 
 
+
+class NotebooksInOrder:
+    """Runs a sequence of notebooks in their order, each once, however pytest orders the tests (pytest-randomly
+    shuffles them; a test may also run alone): ``through(nb)`` executes every earlier notebook not yet run, then
+    ``nb``. A notebook that failed fails every later one's test with its name, since each builds on what the ones
+    before it left."""
+
+    def __init__(self, notebooks: list[Path], execute):
+        self.notebooks, self.execute = list(notebooks), execute
+        self.done: dict[str, BaseException | None] = {}
+
+    def through(self, notebook: Path) -> None:
+        for nb in self.notebooks[: self.notebooks.index(notebook) + 1]:
+            if nb.stem not in self.done:
+                failed = next((k for k, e in self.done.items() if e is not None), None)
+                if failed is not None:
+                    pytest.fail(f"{nb.stem} needs what {failed} leaves, and {failed} failed (its test shows why)")
+                try:
+                    self.execute(nb)
+                    self.done[nb.stem] = None
+                except Exception as e:  # kept: the notebook's own test raises it, later ones name it
+                    self.done[nb.stem] = e
+        if (error := self.done[notebook.stem]) is not None:
+            raise error
+
+
+@pytest.fixture(scope="session")
+def notebooks_in_order():
+    """``notebooks_in_order(notebooks, execute)``: a :class:`NotebooksInOrder` for a module-scoped fixture."""
+    return NotebooksInOrder
+
 # == one shrunk rehearsal run shared by the session (section owned by the test-suite layout; fixtures of other areas
 # go above) ===========================================================================================================
 # Every test that only reads a finished rehearsal run (its stdout, TensorBoard files, dumps, DCP checkpoints) reads
@@ -229,8 +260,9 @@ def _start_rehearsal(config) -> _BackgroundRehearsal:
 
 
 def pytest_collection_finish(session):
-    """Start the shared rehearsal while the first tests run, when a collected test will read it."""
-    if not session.config.option.collectonly and any(
+    """Start the shared rehearsal while the first tests run, when a collected test will read it. Under pytest-xdist
+    every worker collects every test but runs only some: a worker starts it when its first test asks for it."""
+    if not session.config.option.collectonly and "PYTEST_XDIST_WORKER" not in os.environ and any(
             "shared_rehearsal" in getattr(item, "fixturenames", ()) for item in session.items):
         _start_rehearsal(session.config)
 

@@ -7,6 +7,7 @@ used by subnets, a name that exists) and records every call."""
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 from pathlib import Path
 
@@ -131,7 +132,11 @@ def cloud(tmp_path, monkeypatch):
     """The gcloud/kubectl/helm double on PATH (with its API double and GCS emulator), nothing in it yet."""
     with SimGke(tmp_path / "sim", ray=False, mirror=False, isolate=False) as sim:
         for k, v in sim.env().items():
-            monkeypatch.setenv(k, v)
+            # the emulator sets STORAGE_EMULATOR_HOST itself and puts it back when it stops; monkeypatch's undo runs
+            # after that stop and would bring back the stopped emulator's address for every later test
+            if k != "STORAGE_EMULATOR_HOST":
+                monkeypatch.setenv(k, v)
+        assert os.environ["STORAGE_EMULATOR_HOST"] == sim.gcs.url
         monkeypatch.delenv("HF_TOKEN", raising=False)
         yield Cloud(sim)
 

@@ -2,7 +2,7 @@
 (SIGKILL) after its first checkpoint, and ``launch.supervise`` diagnoses it, resubmits attempt 2 with its own
 submission id, and the run finishes from the newest complete ``step_N``; the readers show every step once.
 
-Short config (80 steps, a checkpoint every 20) so the whole test stays near a minute on 2 cores. How well the policy
+Short config (40 steps, a checkpoint every 10) so the whole test stays well under a minute on 2 cores. How well the policy
 learns is not asserted here (``benchmarks/bench_rehearsal.py`` measures it, over ten seeds): these tests check what
 was done and what the readers read back.
 """
@@ -23,7 +23,7 @@ import nbtools
 from nbtools.launch._attempts import RECORD_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS, SAVE, KILL_AFTER = 80, 20, 22  # kill once step 22's dump exists: step_20 is the newest complete checkpoint
+STEPS, SAVE, KILL_AFTER = 40, 10, 12  # kill once step 12's dump exists: step_10 is the newest complete checkpoint
 
 
 def _ranks(runs_dir: Path) -> list[psutil.Process]:
@@ -54,7 +54,7 @@ def _killer(runs_dir: Path, seen: dict) -> None:
     seen["complete"] = sorted(int(p.name.split("_")[1]) for p in ckpts.iterdir() if p.name.startswith("step_"))
     os.kill(ranks[-1].pid, signal.SIGKILL)
     seen["killed"] = ranks[-1].pid
-    (ckpts / "tmp_step_40").mkdir(exist_ok=True)  # a half-written checkpoint is never resumed from
+    (ckpts / f"tmp_step_{2 * SAVE}").mkdir(exist_ok=True)  # a half-written checkpoint is never resumed from
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_supervise_brings_a_killed_run_home(supervised):
     assert (first.submission_id, second.submission_id) == (cfg.submission_id, f"{cfg.submission_id}-attempt2")
     assert first.status == "FAILED" and first.cause == "lost-node" and first.retry, first
     assert "rank exited abnormally" in first.evidence and "SIGKILL" in first.evidence
-    # the resume step is the newest complete checkpoint when the rank died (never the tmp_step_40 left behind)
+    # the resume step is the newest complete checkpoint when the rank died (never the tmp_step_{2 * SAVE} left behind)
     assert seen["complete"][-1] == SAVE and second.resumed_from == SAVE
     log2 = nbtools.jobs.attach(cfg.dashboard_url, second.submission_id).logs()
     assert f"Resuming from checkpoint {Path(cfg.checkpoint_dir) / f'step_{SAVE}'}" in log2

@@ -2,7 +2,7 @@
 experiment (``experiments/gke-b200-verl.yaml``), as tests/notebooks/test_gke.py runs the NeMo-RL one: the pods run
 the verl stand-in (tests/doubles/sim_verl, at the experiment's ``trainer.verl_ref``) for 03's preparation and training, and
 07's evaluation jobs run ``nbtools.evals.vllm_generate`` over the vLLM test double (tests/doubles/vllm_double). The notebooks
-run in their order, once each, in one module (``_InOrder``); each one's final check cell must hold.
+run in their order, once each, in one module (conftest's ``NotebooksInOrder``); each one's final check cell must hold.
 
 01–07 only: 08 re-scores the dumps with the mix the run trained with, and the verl double scores with the simulated
 image's task mix (the rehearsal's), not verl's GSM8K rule that a verl run on ``gsm8k`` scores with, so 08's check that
@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from tests.notebooks.test_gke import NOTEBOOKS, _InOrder
+
+from tests.notebooks.test_gke import NOTEBOOKS, sim_executor
 
 STEPS = int(os.environ.get("NBTOOLS_SIM_VERL_STEPS", "4"))
 PERIOD = max(1, STEPS // 2)
@@ -27,8 +28,8 @@ SIM_GKE = {"provisioned": False, "steps": STEPS, "experiment": "gke-b200-verl.ya
 
 
 @pytest.fixture(scope="module")
-def in_order(sim_gke, tmp_path_factory):
-    return _InOrder(sim_gke, tmp_path_factory.mktemp("executed-gke-verl"))
+def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
+    return notebooks_in_order(NOTEBOOKS[:7], sim_executor(sim_gke, tmp_path_factory.mktemp("executed-gke-verl")))
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS[:7], ids=[p.stem for p in NOTEBOOKS[:7]])

@@ -2,8 +2,9 @@
 rehearsal writes verl v0.7.0's layout (global_step_N, ``{step}.jsonl`` dumps, verl's scalar names) and every notebook
 reads it through the same calls it makes on a NeMo-RL run; each final check cell must hold.
 
-One rehearsal run serves all nine: the notebooks run in order in one module, each with papermill in its own kernel,
-the way a user runs them, against one runs dir. The experiment is copied with its own free Ray ports (never the
+One rehearsal run serves all nine: the notebooks run in their order, once each, in one module, each with papermill in
+its own kernel, the way a user runs them, against one runs dir, whatever order pytest runs the tests in (a test asks
+for its notebook and every earlier one not yet run). The experiment is copied with its own free Ray ports (never the
 8265/6379 another head on this machine may hold) and ``NBTOOLS_VERL_NOTEBOOK_STEPS`` GRPO steps (default 200, as
 the committed file and the other notebook passes).
 """
@@ -45,15 +46,25 @@ def experiment(tmp_path_factory):
     nbtools.backends.get(cfg).down(timeout=60)  # 09 stops it; a failure before 09 must not leave the head behind
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_on_a_verl_experiment(notebook, experiment):
-    import papermill as pm
-
-    from nbtools.demo import kernel_config
-
+@pytest.fixture(scope="module")
+def in_order(experiment, notebooks_in_order):
+    """The notebooks on this module's experiment, each run once in their order (conftest's NotebooksInOrder)."""
     path, runs = experiment
-    out = runs / "executed" / notebook.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(notebook), str(out), parameters={"BACKEND": "local", "CONFIG": str(path)},
-                        cwd=str(notebook.parent), kernel_name="python3", progress_bar=False, execution_timeout=1500,
-                        config=kernel_config())
+
+    def execute(notebook: Path) -> None:
+        import papermill as pm
+
+        from nbtools.demo import kernel_config
+
+        out = runs / "executed" / notebook.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pm.execute_notebook(str(notebook), str(out), parameters={"BACKEND": "local", "CONFIG": str(path)},
+                            cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
+                            execution_timeout=1500, config=kernel_config())
+
+    return notebooks_in_order(NOTEBOOKS, execute)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_on_a_verl_experiment(notebook, in_order):
+    in_order.through(notebook)
