@@ -667,7 +667,7 @@ def test_a_verl_gsm8k_run_rescores_with_verls_rule_and_the_answers_its_dumps_car
     scores = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]
     dump_generations(tmp_path / "rollout_data", 1, inputs=["q72"] * 4 + ["q10"] * 4, outputs=outputs,
                      gts=["72"] * 4 + ["10"] * 4, scores=scores)
-    cfg = config.load(Path(__file__).resolve().parents[1] / "experiments" / "gke-b200-verl.yaml")
+    cfg = config.load(Path(__file__).resolve().parents[2] / "experiments" / "gke-b200-verl.yaml")
     assert rewards.trained_with(cfg) == [{"name": "verl_gsm8k", "weight": 1.0}]
     df = trajectories.open_run(tmp_path / "rollout_data").read()
     result = rewards.rescore(df, rewards.combine(rewards.trained_with(cfg)), cfg=cfg)
