@@ -14,8 +14,8 @@ import shlex
 
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
-from nbtools.launch import runtime_env
 from nbtools.launch._submit import LaunchSpec, metadata, send
+from nbtools.launch.runtime_env import env_vars, secret_values, secrets_prelude
 from nbtools.trainers import verl as _verl
 from nbtools.trainers.verl_prepare import PARTIAL, is_hub_id, require_verl, targets
 
@@ -23,9 +23,9 @@ __all__ = ["data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs"]
 
 
 def _spec(cfg: Experiment, command: str, sid: str, role: str, *, extra_env: dict | None = None):
-    secrets = runtime_env.secret_values(cfg)
-    entry = (runtime_env.secrets_prelude() if secrets else "") + command
-    env = {"env_vars": {**runtime_env.env_vars(cfg), **(extra_env or {})}}
+    secrets = secret_values(cfg)
+    entry = (secrets_prelude() if secrets else "") + command
+    env = {"env_vars": {**env_vars(cfg), **(extra_env or {})}}
     return LaunchSpec(entry, sid, env, metadata(cfg, role=role), cfg.backend, cfg.dashboard_url, command,
                       secret_names=tuple(sorted(secrets)))
 
