@@ -13,13 +13,7 @@ from nbtools import trainers
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 
-__all__ = ["trained_with", "ground_truth", "NEMO_RL_MATH_DEFAULT", "VERL_RULES"]
-
-# NeMo-RL's math environment scores with math-verify only: 1.0 when the answer verifies, else 0.0.
-NEMO_RL_MATH_DEFAULT: list[dict[str, Any]] = [{"name": "math_expr", "weight": 1.0}]
-# verl scores with its data source's rule (verl v0.7.0 verl/utils/reward_score/__init__.py default_compute_score):
-# dataset -> the registered reward that is that rule
-VERL_RULES: dict[str, str] = {"gsm8k": "verl_gsm8k"}
+__all__ = ["trained_with", "ground_truth"]
 
 
 def _rehearsal_task(cfg: Experiment) -> bool:
@@ -36,16 +30,7 @@ def trained_with(cfg: Experiment) -> list[dict[str, Any]]:
     """
     if _rehearsal_task(cfg):
         return [dict(x) for x in cfg.rehearsal.reward_functions]
-    if trainers.get(cfg).name == "verl":
-        rule = VERL_RULES.get(str(cfg.data.dataset).lower())
-        if rule is None:
-            raise NotFoundError(
-                f"verl scored dataset {cfg.data.dataset!r} with a rule nbtools has no reward for (it has: "
-                f"{', '.join(sorted(VERL_RULES))})",
-                fix="register the rule with nbtools.rewards.register(NAME) and pass the mix to rescore yourself")
-        return [{"name": rule, "weight": 1.0}]
-    custom = getattr(cfg.trainer, "reward_functions", None)
-    return [dict(x) for x in custom] if custom else [dict(x) for x in NEMO_RL_MATH_DEFAULT]
+    return trainers.get(cfg).rescore_mix(cfg)
 
 
 def ground_truth(cfg: Experiment) -> Callable[[str], str]:

@@ -61,9 +61,10 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "verl": {
         "reward": ("critic/score/mean", "critic/rewards/mean"),
-        "accuracy": ("val-core/*/acc/mean@*", "val-core/*/reward/mean@*", "val/test_score/*"),
+        "accuracy": ("val-core/*/acc/mean@*", "val-core/*/reward/mean@*"),
         "generation_length": ("response_length/mean",),
-        "kl": ("actor/kl_loss", "actor/ppo_kl", "critic/kl"),
+        # v0.7.0 logs the in-reward KL as actor/reward_kl_penalty (ray_trainer.apply_kl_penalty); no critic/kl
+        "kl": ("actor/kl_loss", "actor/ppo_kl", "actor/reward_kl_penalty"),
         "loss": ("actor/pg_loss",),
         "grad_norm": ("actor/grad_norm",),
         "entropy": ("actor/entropy",),

@@ -16,6 +16,8 @@ from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 __all__ = ["NemoRl"]
 
 NAME = "nemo-rl"
+# NeMo-RL's math environment scores with math-verify only: 1.0 when the answer verifies, else 0.0.
+MATH_DEFAULT: list[dict[str, Any]] = [{"name": "math_expr", "weight": 1.0}]
 
 
 class NemoRl:
@@ -82,6 +84,10 @@ class NemoRl:
                 impl = o.split("=", 1)[1]
         spec = env.get("reward_functions") or [{"name": f"math_verify ({impl}): 1 if the answer is right", "weight": 1.0}]
         return spec, "NeMo-RL math environment (env.math)"
+
+    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+        custom = cfg.trainer.reward_functions
+        return [dict(x) for x in custom] if custom else [dict(x) for x in MATH_DEFAULT]
 
     def version(self, cfg: Experiment) -> str:
         return self.release

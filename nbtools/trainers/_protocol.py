@@ -108,6 +108,10 @@ class Trainer(Protocol):
         """The reward functions the run scored with (NeMo-RL's ``[{name, weight, kwargs}]``) and where they came
         from (for the model card)."""
 
+    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+        """The run's reward mix as nbtools' registered rewards (``[{name, weight, kwargs}]``), so
+        ``rewards.rescore`` reproduces what the trainer scored; a NotFoundError when nbtools has no such reward."""
+
     def version(self, cfg: Experiment) -> str:
         """The release as a card shows it."""
 

@@ -107,6 +107,9 @@ class Rehearsal:
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         return [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
 
+    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+        return [dict(x) for x in cfg.rehearsal.reward_functions]
+
     def version(self, cfg: Experiment) -> str:
         import nbtools
 

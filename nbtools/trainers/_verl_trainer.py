@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from nbtools.config import Experiment
+from nbtools.errors import NotFoundError
 from nbtools.trainers import verl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
@@ -16,6 +17,9 @@ from nbtools.trainers.releases import VERL, VerlRelease
 __all__ = ["Verl"]
 
 NAME = "verl"
+# verl scores with its data source's rule (verl v0.7.0 verl/utils/reward_score/__init__.py default_compute_score):
+# dataset -> the registered nbtools reward that is that rule
+RULES: dict[str, str] = {"gsm8k": "verl_gsm8k"}
 
 
 class Verl:
@@ -83,6 +87,15 @@ class Verl:
 
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         return [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], NAME
+
+    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+        rule = RULES.get(str(cfg.data.dataset).lower())
+        if rule is None:
+            raise NotFoundError(
+                f"verl scored dataset {cfg.data.dataset!r} with a rule nbtools has no reward for (it has: "
+                f"{', '.join(sorted(RULES))})",
+                fix="register the rule with nbtools.rewards.register(NAME) and pass the mix to rescore yourself")
+        return [{"name": rule, "weight": 1.0}]
 
     def version(self, cfg: Experiment) -> str:
         return self.release  # the tag copied to the bucket; the image holds only verl's dependencies

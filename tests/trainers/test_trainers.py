@@ -113,3 +113,23 @@ def test_the_citations_are_the_projects_own():
     _, nemo = trainers.CITATIONS["NeMo-RL"]
     assert nemo.startswith("@misc{nemo-rl,") and "https://github.com/NVIDIA-NeMo/RL" in nemo
     assert set(trainers.CITATIONS) == {trainers.trainer_class(k).label for k in trainers.names()}  # the card's keys
+
+
+def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
+    """Each name nbtools reads from a verl run (curves, health, card) is one verl v0.7.0 emits (tests/assets/verl/
+    v0.7.0/metric_tags.json, with the line of the tag that logs it): a name verl never writes would leave a curve or
+    a health check silently empty. ``critic/kl`` was one (v0.7.0 logs the in-reward KL as actor/reward_kl_penalty)."""
+    import json
+
+    facts = json.loads((ROOT / "tests" / "assets" / "verl" / "v0.7.0" / "metric_tags.json").read_text())
+    timers = {f"timing_s/{name}" for name in facts["timers"]}
+    unknown = []
+    for role, names in trainers.METRIC_NAMES["verl"].items():
+        for name in names:
+            if "*" in name:
+                if not name.startswith(tuple(facts["validation_prefixes"])):
+                    unknown.append((role, name))
+            elif name not in facts["tags"] and name not in timers:
+                unknown.append((role, name))
+    assert not unknown, f"names verl v0.7.0 does not log: {unknown}"
+    assert trainers.METRIC_NAMES["verl"]["kl"], "no KL name for verl"
