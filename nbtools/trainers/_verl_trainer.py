@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from nbtools.config import Experiment
-from nbtools.errors import NotFoundError
+from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers import verl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
@@ -94,7 +94,9 @@ class Verl:
             raise NotFoundError(
                 f"verl scored dataset {cfg.data.dataset!r} with a rule nbtools has no reward for (it has: "
                 f"{', '.join(sorted(RULES))})",
-                fix="register the rule with nbtools.rewards.register(NAME) and pass the mix to rescore yourself")
+                fix=Fix("register the rule with nbtools.rewards.register(NAME) and pass the mix to rescore yourself",
+                        cli="re-score in a notebook (08) with the rule registered as a reward: nbtools has none for "
+                            "this data source"))
         return [{"name": rule, "weight": 1.0}]
 
     def version(self, cfg: Experiment) -> str:
