@@ -77,12 +77,14 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
     t = trainers.get(cfg)
     if t.prepare_command(cfg) is None:
         return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
-    from nbtools.launch.verl_prepare import prepare_jobs, submit_prepare_jobs
+    from nbtools.launch._submit import send
+    from nbtools.launch.verl_prepare import prepare_jobs
     from nbtools.trainers.verl_prepare import data_present
 
     specs = prepare_jobs(cfg)
+    jobs = [send(spec, cfg) for spec in specs]  # all submitted (or re-attached) before the first wait
     done = []
-    for spec, job in zip(specs, submit_prepare_jobs(cfg), strict=True):
+    for spec, job in zip(specs, jobs, strict=True):
         status = job.wait(timeout)
         done.append(PreparedJob(job.id, spec.metadata.get("nbtools.role", ""), str(status.value), job.reattached))
     return Preparation(t.label, tuple(done), data_present(cfg))
