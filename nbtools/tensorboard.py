@@ -88,6 +88,10 @@ def _attach(pf: Path, logdir: str) -> TensorBoard | None:
     return None
 
 
+# TensorBoard's own words (tensorboard/program.py) and werkzeug's when the port it was given is bound by another
+_PORT_TAKEN = re.compile(r"could not bind to port|Address already in use|is in use by another program")
+
+
 def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBoard:
     """Serve the run's TensorBoard scalars on ``127.0.0.1`` (``port``, or a free one when it is taken).
 
@@ -113,24 +117,27 @@ def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBo
         env["FSSPEC_GS_TOKEN"] = "anon"
     pf.parent.mkdir(parents=True, exist_ok=True)
     log = pf.with_suffix(".log")
-    cmd = [str(exe), "--logdir", logdir, "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false",
-           "--reload_interval", "15"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace")
-        m = re.search(r"http://[^:/\s]+:(\d+)/", text)
-        if m and _pids.port_answers(int(m.group(1))):
-            tb = TensorBoard(proc.pid, int(m.group(1)), logdir, pf)
-            write_text(pf, json.dumps({"pid": proc.pid, "port": tb.port, "logdir": logdir, "command": cmd}))
-            return tb
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    if proc.poll() is None:
-        proc.kill()
+    for attempt in (port, 0):  # port 0: TensorBoard binds a free one itself, so a second start cannot race the first
+        cmd = [str(exe), "--logdir", logdir, "--host", "127.0.0.1", "--port", str(attempt), "--load_fast", "false",
+               "--reload_interval", "15"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log.read_text(errors="replace")
+            m = re.search(r"http://[^:/\s]+:(\d+)/", text)
+            if m and _pids.port_answers(int(m.group(1))):
+                tb = TensorBoard(proc.pid, int(m.group(1)), logdir, pf)
+                write_text(pf, json.dumps({"pid": proc.pid, "port": tb.port, "logdir": logdir, "command": cmd}))
+                return tb
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+        if attempt == 0 or not _PORT_TAKEN.search(log.read_text(errors="replace")):
+            break  # taken between our check and its bind: try again on a port of its own choosing
     raise NotReadyError(f"TensorBoard on {logdir} did not start within {timeout:g} s",
                         reason=log.read_text(errors="replace")[-1500:],
                         fix="read the output above (credentials for gs://? `gcloud auth application-default login`)")

@@ -53,6 +53,24 @@ def test_serves_the_local_run_reattaches_and_stops_by_pid(local_cfg):
     assert not tb.alive() and not nbtools.tensorboard.stop(local_cfg)
 
 
+def test_a_port_taken_between_the_check_and_the_bind_falls_back_to_one_tensorboard_picks(local_cfg):
+    """The port is bound but not listening, so nothing answers on it and `start` chooses it; TensorBoard's bind then
+    fails ("could not bind to port"), as when a second start takes it first. The old code raised NotReadyError."""
+    import socket
+
+    from ports import free_port
+
+    _events(Path(local_cfg.log_dir))
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        tb = nbtools.tensorboard.start(local_cfg, port=port)
+        try:
+            assert tb.port != port and "train/reward" in _tags(tb.url)["exp_001/tensorboard"]
+        finally:
+            assert nbtools.tensorboard.stop(local_cfg)
+
+
 def test_serves_a_gke_run_from_its_bucket(tmp_path, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))

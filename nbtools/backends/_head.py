@@ -26,17 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbtools._ports import free_port, free_ports, port_in_use
 from nbtools.backends._proc import (
     _CHILDREN,
     _alive,
     _dashboard_version,
     _fatal_lines,
-    _free_port,
-    _free_ports,
     _kill_members,
     _log_tail,
     _members,
-    _port_in_use,
     _read_record,
     _retire,
     _session_info,
@@ -152,10 +150,10 @@ def up(cfg: Experiment, *, timeout: float = 120, extra_args: Sequence[str] = (),
             f"(session {info.get('session_name', '?')}); attached to it, and down() will leave it running",
         )
     for key, port in (("ray.dashboard_port", cfg.ray.dashboard_port), ("ray.port", cfg.ray.port)):
-        if _port_in_use(port):
+        if port_in_use(port):
             raise ConflictError(
                 f"port {port} ({key}) is already in use by another process, which is not a Ray dashboard",
-                fix=f"choose another `{key}` in {cfg.source} (e.g. {_free_port()}), or stop the process listening on "
+                fix=f"choose another `{key}` in {cfg.source} (e.g. {free_port()}), or stop the process listening on "
                 f"{port} (find it with `ss -ltnp | grep :{port}`)",
             )
     return _start(cfg, pf, timeout=timeout, extra_args=extra_args, progress=progress)
@@ -191,7 +189,7 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
         link.symlink_to(temp, target_is_directory=True)
     log = pf.parent / "head.log"
     num_cpus = cfg.ray.num_cpus or os.cpu_count() or 1
-    client, listen, grpc, runtime_env, metrics = _free_ports(5, exclude={cfg.ray.port, cfg.ray.dashboard_port})
+    client, listen, grpc, runtime_env, metrics = free_ports(5, exclude={cfg.ray.port, cfg.ray.dashboard_port})
     cmd = [
         *_ray_cli(), "start", "--head", "--block", "--port", str(cfg.ray.port),
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(cfg.ray.dashboard_port), "--include-dashboard", "true",

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from nbtools import _atomic
-from nbtools.errors import ConflictError
 
 __all__: list[str] = []
 
@@ -94,43 +91,6 @@ def auth_headers() -> dict:
         return dict(get_auth_headers_if_auth_enabled({}) or {})
     except Exception:  # older/newer Ray without token auth: plain requests
         return {}
-
-
-def _port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return True
-    return False
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-RAY_WORKER_PORTS = range(10002, 20000)  # `ray start`'s default --min-worker-port..--max-worker-port
-
-
-def _free_ports(n: int, *, exclude: Iterable[int] = ()) -> list[int]:
-    """``n`` distinct free ports, none in ``exclude`` nor in Ray's worker range.
-
-    Why: each pick is released before Ray binds it, so the OS can hand the same ephemeral port out twice (here, or
-    to the caller that chose the dashboard port), and ``ray start`` refuses components that share a port.
-    """
-    taken, out = set(exclude), []
-    for _ in range(100 * n):
-        port = _free_port()
-        if port not in taken and port not in RAY_WORKER_PORTS:
-            taken.add(port)
-            out.append(port)
-            if len(out) == n:
-                return out
-    raise ConflictError(f"expected {n} free TCP ports outside {sorted(exclude)} and Ray's worker range, found {out}",
-                        fix="free some local ports (`ss -ltn`), or widen net.ipv4.ip_local_port_range")
 
 
 def _session_info(rec: dict) -> dict:

@@ -7,18 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import socket
 import sys
 import time
 
+from nbtools._ports import free_port
+
 __all__ = ["main", "free_port"]
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 for the gloo rendezvous (never a fixed default)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

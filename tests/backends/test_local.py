@@ -118,19 +118,6 @@ def test_temp_dir_falls_back_to_short_tmp_dir_for_long_runs_dirs(tmp_path):
     assert len(str(temp)) + local._SOCKET_SUFFIX <= 107
 
 
-def test_the_heads_own_ports_never_repeat_a_configured_one_or_each_other(monkeypatch):
-    """Each free-port pick is released before Ray binds it, so the OS can hand one out twice; `ray start` then
-    refuses a head whose client server and dashboard share a port (seen in CI)."""
-    from nbtools.backends import _proc
-
-    picks = iter([8265, 40001, 40001, 6379, 15000, 40002, 40003, 40002, 40004, 40005])
-    monkeypatch.setattr(_proc, "_free_port", lambda: next(picks))
-    assert _proc._free_ports(5, exclude={6379, 8265}) == [40001, 40002, 40003, 40004, 40005]  # 15000: Ray's workers
-    monkeypatch.setattr(_proc, "_free_port", lambda: 8265)
-    with pytest.raises(ConflictError, match=r"(?s)expected 2 free TCP ports outside \[8265\].*fix: free some local ports"):
-        _proc._free_ports(2, exclude={8265})
-
-
 def test_head_dying_during_start_raises_with_its_log_tail(tmp_path, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
     cfg = _cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port()})

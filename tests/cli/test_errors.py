@@ -11,7 +11,6 @@ import ast
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ports import free_port
 
 from nbtools import cli
 
@@ -321,12 +321,6 @@ def _error_classes() -> set[str]:
         known |= more
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _via_describe(raise_it) -> dict:
     """The JSON document `--json` prints for an error raised by its real code path in this process."""
     from nbtools.cli._errors import describe
@@ -352,7 +346,7 @@ def _job_failed(tmp_path):
     from nbtools.jobs import Job
 
     info = JobInfo(status=JobStatus.FAILED, entrypoint="python run_grpo.py", message="exit code 3")
-    Job(f"http://127.0.0.1:{_free_port()}", "exp-1a2b3c")._raise_if_failed(info)  # the tail: "(log unavailable)"
+    Job(f"http://127.0.0.1:{free_port()}", "exp-1a2b3c")._raise_if_failed(info)  # the tail: "(log unavailable)"
 
 
 def _step_failed(tmp_path):
@@ -384,7 +378,7 @@ def _access_denied(tmp_path):
 ERROR_PATHS = {
     "ConfigError": ("cli", lambda tmp: ["compare", "201/500", "30/60"]),  # mismatched problems: the fix names a flag
     "NotFoundError": ("cli", lambda tmp: ["health", tmp / "empty"]),
-    "NotReadyError": ("cli", lambda tmp: ["jobs", "list", LOCAL, f"ray.dashboard_port={_free_port()}"]),
+    "NotReadyError": ("cli", lambda tmp: ["jobs", "list", LOCAL, f"ray.dashboard_port={free_port()}"]),
     "DependencyError": ("cli", lambda tmp: ["health", "s3://some-bucket/run"]),  # s3fs is not installed
     "CheckpointError": ("cli", lambda tmp: ["merge", _fake_step(tmp), tmp / "merged"]),  # no config.json or .yaml
     "ConflictError": ("cli", lambda tmp: ["merge", _fake_step(tmp / "b"), tmp / "out"]),  # OUT_DIR holds other files

@@ -1,22 +1,11 @@
-"""Free local TCP ports for tests, never the same one twice in one test process.
+"""Free local TCP ports for tests: the library's own choice (outside the ephemeral range, never twice per process).
 
-Why: a port is released before whoever it is for binds it, so the OS can hand the same ephemeral port out again; a
-Ray head whose GCS, dashboard or agents got the same port refuses to start (seen in CI).
+Why: a port found by binding port 0 is released before whoever it is for binds it, and any outgoing connection can
+be handed it meanwhile; a Ray head whose GCS or dashboard port got taken refuses to start (seen in CI).
 """
 
 from __future__ import annotations
 
-import socket
+from nbtools._ports import free_port
 
-_given: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now, and not handed out before by this process."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _given:
-            _given.add(port)
-            return port
+__all__ = ["free_port"]
