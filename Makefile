@@ -55,7 +55,7 @@ PYTHONS ?= /usr/bin/python3 $(sort $(wildcard $(PYENV_ROOT)/versions/3.1[0-9].*/
 ## the version of .venv, when it exists, is not run twice
 test-pythons:
 	COVERED=$$([ -x $(BIN)/python ] && $(BIN)/python -c 'import platform; print(platform.python_version())') \
-	  bash tools/test_pythons.sh $(CURDIR)/.venv-py $(PYTHONS)
+	  PROBE=$$([ -x $(BIN)/python ] && echo $(abspath $(BIN)/python)) bash tools/test_pythons.sh $(CURDIR)/.venv-py $(PYTHONS)
 
 ## Optional third command: notebooks 03 -> 04 -> 05 live in a real JupyterLab driven by Playwright through Debian's
 ## Chromium (installed with apt-get when missing and possible), then 01, 04, 05, 07 and the model card as saved

@@ -9,7 +9,7 @@
 # torch 2.13.0 is the CUDA build (526.6 MB, plus several GB of cuda-toolkit/nvidia-* wheels); it is never downloaded
 # here. An interpreter with no such wheel is reported "not tested" and fails the run only with REQUIRE_ALL=1.
 #
-# usage: [COVERED=3.11.7] tools/test_pythons.sh VENV_PREFIX PYTHON...   (COVERED: a version `make test` already ran)
+# usage: [COVERED=3.11.7] [PROBE=.venv/bin/python] tools/test_pythons.sh VENV_PREFIX PYTHON...   (COVERED: a version `make test` already ran)
 set -uo pipefail
 prefix=$1; shift
 torch_pin=$(grep -E '^torch==' constraints.txt)
@@ -23,16 +23,20 @@ for py in "$@"; do
   fi
   if [ "$ver" = "${COVERED:-}" ]; then summary+=("Python $ver: covered by make test (its .venv)"); continue; fi
   venv=$prefix/$ver
-  echo "== Python $ver ($py): venv $venv"
-  if [ ! -x "$venv/bin/python" ] && ! "$py" -m venv "$venv"; then
-    summary+=("Python $ver: FAILED to create a venv (Debian: apt-get install python3-venv)"); failed=1; continue
-  fi
+  # the wheel is looked for before a venv is made: PROBE (a Python with pip, the project's .venv under make) downloads
+  # it for this interpreter's version, so an interpreter without a wheel costs no venv
   wheels=$(mktemp -d)
   if [ -n "${TORCH_CPU_INDEX:-}" ]; then where=(--index-url "$TORCH_CPU_INDEX"); else where=(--no-index); fi
-  if ! "$venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: "${where[@]}" -d "$wheels" \
-      "$torch_pin" 2>/dev/null || ! ls "$wheels"/torch-*+cpu-*.whl >/dev/null 2>&1; then
+  abi=cp${ver%.*}; abi=${abi//./}
+  if ! "${PROBE:-$py}" -m pip download --quiet --no-deps --only-binary=:all: "${where[@]}" -d "$wheels" \
+      --python-version "${ver%.*}" --implementation cp --abi "$abi" "$torch_pin" 2>/dev/null \
+      || ! ls "$wheels"/torch-*+cpu-*.whl >/dev/null 2>&1; then
     summary+=("Python $ver: not tested (no $torch_pin CPU wheel for it without an index; set TORCH_CPU_INDEX)")
     rm -rf "$wheels"; [ "${REQUIRE_ALL:-0}" = 1 ] && failed=1; continue
+  fi
+  echo "== Python $ver ($py): venv $venv"
+  if [ ! -x "$venv/bin/python" ] && ! "$py" -m venv "$venv"; then
+    summary+=("Python $ver: FAILED to create a venv (Debian: apt-get install python3-venv)"); failed=1; rm -rf "$wheels"; continue
   fi
   if ! { "$venv/bin/python" -m pip install --quiet "$wheels"/torch-*.whl \
          && "$venv/bin/python" -m pip install --quiet -c constraints.txt "${deps[@]}" \
