@@ -36,7 +36,8 @@ from nbtools.storage import RunStorage
 
 __all__ = ["GkeBackend", "POD_LOCAL_ROOTS", "DEFAULT_UP_TIMEOUT"]
 
-# NeMo-RL's relative results/ and logs/ land here on every pod when checkpoint_dir/log_dir are not shared.
+# NeMo-RL's relative results/ and logs/ land here on every pod when checkpoint_dir/log_dir are not shared (the
+# NeMo-RL image's working directory); wipe removes <root>/<experiment> there for a NeMo-RL layout.
 POD_LOCAL_ROOTS = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")
 # A first pull of the NeMo-RL image (~20 GB) plus GPU node start-up takes 10-20 minutes.
 DEFAULT_UP_TIMEOUT = 1800.0
@@ -297,9 +298,15 @@ class GkeBackend:
             out.append(kube.exec_pod(api, ns, p.metadata.name, command, container=container, timeout=timeout))
         return out
 
-    def wipe_paths(self, roots: tuple[str, ...] = POD_LOCAL_ROOTS) -> list[str]:
-        """What ``wipe`` removes: checkpoint_dir, log_dir and ``<root>/<experiment>``; each must name the experiment."""
+    def wipe_paths(self, roots: tuple[str, ...] | None = None) -> list[str]:
+        """What ``wipe`` removes: checkpoint_dir, log_dir (verl's TensorBoard and dump directories are in it) and
+        ``<root>/<experiment>`` under ``roots`` (default: where a NeMo-RL layout's relative results/ and logs/ land,
+        ``POD_LOCAL_ROOTS``; none for verl, whose directories nbtools passes absolute). Each must name the experiment."""
+        from nbtools import trainers
+
         name = self.cfg.name
+        if roots is None:
+            roots = POD_LOCAL_ROOTS if trainers.get(self.cfg).output_dirs(self.cfg).layout == "nemo_rl" else ()
         paths = [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots]
         for p in paths:
             pp = PurePosixPath(p)
@@ -311,7 +318,7 @@ class GkeBackend:
                 )
         return list(dict.fromkeys(paths))
 
-    def wipe(self, *, confirm: str, roots: tuple[str, ...] = POD_LOCAL_ROOTS) -> Teardown:
+    def wipe(self, *, confirm: str, roots: tuple[str, ...] | None = None) -> Teardown:
         """Remove this experiment's results on the head and every worker (NeMo-RL auto-resumes from them otherwise)."""
         if not confirm:
             return Teardown.unconfirmed(self.name, self.cfg.name)

@@ -283,6 +283,9 @@ class RehearsalConfig:
     tie_word_embeddings: bool = True  # tiny Llama: share the input embedding and lm_head
     warmup_think: Literal["copy", "running_max"] = "running_max"  # warm-start scratchpad (answers stay random)
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    # how a response writes its answer: "<answer> X </answer>" (NeMo-RL's math env), or GSM8K's "#### X" (the same
+    # tokens; the form verl's gsm8k rule reads, for a stand-in scoring as verl does)
+    answer_format: Literal["tags", "gsm8k"] = "tags"
     reward_functions: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}]
     )

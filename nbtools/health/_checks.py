@@ -144,18 +144,21 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
 
 def _parsers(data: RunData) -> list[tuple[str, Callable[[str], bool]]]:
     """(label, response -> parseable) for what the reward functions read (default: an answer tag or \\boxed{})."""
-    from nbtools.health._contract import parse_targets
+    from nbtools.health._contract import parse_targets, target_label
 
     targets = parse_targets(data.mix) if data.mix is not None else None
     if not targets:
         targets = [("tag", data.answer_tag), ("boxed", "")]
-    return [(f"<{arg}>" if kind == "tag" else "\\boxed{}", _parser(kind, arg)) for kind, arg in targets]
+    return [(target_label(kind, arg), _parser(kind, arg)) for kind, arg in targets]
 
 
 def _parser(kind: str, arg: str) -> Callable[[pa.Array], pa.Array]:
-    """A vectorised test (RE2: linear time) of NeMo-RL's ``<tag>[\\s\\S]*</tag>`` search, or of a ``\\boxed``."""
+    """A vectorised test (RE2: linear time) of NeMo-RL's ``<tag>[\\s\\S]*</tag>`` search, of a ``\\boxed``, or of
+    GSM8K's ``#### N`` answer line (verl's rule, anywhere in the response: its 300-character window is not applied)."""
     if kind == "tag":
         pattern = re.escape(f"<{arg}>") + r"[\s\S]*" + re.escape(f"</{arg}>")
+    elif kind == "gsm8k":
+        pattern = r"#### -?[0-9.,]"
     else:
         pattern = r"\\boxed[{ ]"
     return lambda arr: pc.fill_null(pc.match_substring_regex(arr, pattern), False)

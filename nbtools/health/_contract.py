@@ -41,7 +41,13 @@ _READS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "exact_answer": (("tag", "tag", "answer"), ("boxed", "", "")),
     "exact_alnum": (("tag", "answer_tag", "answer"),),
     "length_penalty": (),
+    "verl_gsm8k": (("gsm8k", "", ""),),  # verl v0.7.0 verl/utils/reward_score/gsm8k.py (strict): the last "#### N"
 }
+
+
+def target_label(kind: str, tag: str) -> str:
+    """How a parse target reads in messages: ``<answer>``, ``\\boxed{}`` or ``#### N``."""
+    return {"tag": f"<{tag}>", "boxed": "\\boxed{}", "gsm8k": "#### N"}[kind]
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,8 @@ def nemo_rl_prompt(path: str) -> str | None:
 
 
 def parse_targets(spec: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]] | None:
-    """[(kind, tag)] the reward functions read (``("tag", "answer")``, ``("boxed", "")``); None when unknown.
+    """[(kind, tag)] the reward functions read (``("tag", "answer")``, ``("boxed", "")``, ``("gsm8k", "")``); None
+    when unknown.
 
     Rewards with weight 0 and ``length_penalty`` read no answer; a custom reward's format is not known here.
     """
@@ -169,7 +176,7 @@ def reward_contract(spec: Sequence[Mapping[str, Any]], *, asks: ResponseFormat |
 
     mix = mix if mix is not None else combine(list(spec))
     targets = parse_targets(spec)
-    parses = [f"<{a}>" if k == "tag" else "\\boxed{}" for k, a in targets] if targets else []
+    parses = [target_label(k, a) for k, a in targets] if targets else []
     found: list[str] = []
     if asks is not None and targets:
         meets = [t for t in targets if (t[0] == "boxed" and asks.kind == "boxed")

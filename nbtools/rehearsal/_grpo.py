@@ -214,9 +214,11 @@ class Rollout:
 
 
 def rollout(engine: Engine, problems: list[Problem], *, repeats: int, mix, max_new_tokens: int, temperature: float,
-            generator: torch.Generator | None) -> Rollout:
+            generator: torch.Generator | None, answer_format: str = "tags") -> Rollout:
     """Generate ``repeats`` samples per problem with the generation engine and score them with the reward mix (NeMo-RL's
-    math env role). Token tensors are ``[B, T]`` with ``T`` the longest response of this batch (≤ max_new_tokens)."""
+    math env role). Token tensors are ``[B, T]`` with ``T`` the longest response of this batch (≤ max_new_tokens);
+    the response texts are in ``answer_format`` (``task.render_answer``), as scored and stored."""
+    from nbtools.rehearsal.task import render_answer
     from nbtools.rewards import extract_answer
 
     expanded = [p for p in problems for _ in range(repeats)]
@@ -229,7 +231,8 @@ def rollout(engine: Engine, problems: list[Problem], *, repeats: int, mix, max_n
     responses = []
     for i in range(len(expanded)):
         ids = s.tokens[i, : int(s.lengths[i])].tolist()
-        responses.append(decode(ids[:-1] if s.finished[i] else ids))  # text excludes the eos, like vLLM's output
+        # text excludes the eos, like vLLM's output
+        responses.append(render_answer(decode(ids[:-1] if s.finished[i] else ids), answer_format))
     gts = [p.ground_truth for p in expanded]
     df = mix.score_components(gts, responses)
     rewards = df["reward"].to_numpy(dtype=float)

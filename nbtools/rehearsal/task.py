@@ -34,6 +34,7 @@ __all__ = [
     "ground_truth_for",
     "format_prompt",
     "format_response",
+    "render_answer",
     "baseline_dir",
 ]
 
@@ -70,6 +71,26 @@ def format_prompt(digits: tuple[int, ...] | list[int]) -> str:
 def format_response(think: str, answer: str) -> str:
     """A response in the rewarded format: ``<think> ... </think> <answer> X </answer>``."""
     return f"<think> {think} </think> <answer> {answer} </answer>"
+
+
+def render_answer(response: str, answer_format: str = "tags") -> str:
+    """The response text in the run's answer format: as generated (``tags``), or with the answer written as GSM8K's
+    solutions end, ``#### X`` (``gsm8k``: the ``<answer>`` token reads ``####``, the ``</answer>`` token nothing).
+
+    Why: a stand-in trainer that scores as verl does on GSM8K (the last ``#### N``) sees, stores and scores the same
+    text; the tokens the policy generated and learns from are unchanged.
+
+    Example:
+        >>> render_answer("<think> 3 0 6 </think> <answer> 6 </answer>", "gsm8k")
+        '<think> 3 0 6 </think> #### 6'
+    """
+    if answer_format == "tags":
+        return response
+    if answer_format != "gsm8k":
+        raise ConfigError(f"rehearsal.answer_format: {answer_format!r} is not one of 'tags', 'gsm8k'; fix: use 'tags' "
+                          "(<answer> X </answer>) or 'gsm8k' (#### X)")
+    words = {"<answer>": "####", "</answer>": None}
+    return " ".join(w for w in (words.get(t, t) for t in response.split()) if w is not None)
 
 
 def ground_truth_for(prompt: str) -> str:

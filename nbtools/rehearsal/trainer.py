@@ -261,7 +261,8 @@ class _Run:
         self.refit()
         refit_s = time.perf_counter() - t
         ro = _grpo.rollout(self.engine, problems, repeats=repeats, mix=self.mix, max_new_tokens=self.max_new,
-                           temperature=self.cfg.grpo.temperature, generator=gen)
+                           temperature=self.cfg.grpo.temperature, generator=gen,
+                           answer_format=self.cfg.rehearsal.answer_format)
         timing["generation"] = refit_s + ro.gen_seconds
         timing["reward_calculation"] = time.perf_counter() - t - timing["generation"]
         return ro
@@ -341,7 +342,8 @@ class _Run:
         gen = torch.Generator().manual_seed(self.cfg.grpo.seed * 1_000_003 + 17 + step * 7919 + self.rank)
         self.refit()
         ro = _grpo.rollout(self.engine, mine, repeats=1, mix=self.mix, max_new_tokens=self.max_new,
-                           temperature=self.cfg.grpo.temperature, generator=gen)
+                           temperature=self.cfg.grpo.temperature, generator=gen,
+                           answer_format=self.cfg.rehearsal.answer_format)
         part = {"prompts": [p.prompt for p in ro.problems][:keep], "responses": ro.responses[:keep],
                 "observations": ro.observations[:keep], "rewards": ro.rewards.tolist()[:keep],
                 "lengths": ro.lengths.tolist()[:keep], "gts": [p.ground_truth for p in ro.problems][:keep],

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 __all__ = ["tag_span", "extract_answer", "split_think_answer", "last_boxed"]
+
+_GSM8K_ANSWER = re.compile(r"#### (-?[0-9.,]+)")  # no nested quantifier: linear on any input
 
 
 @lru_cache(maxsize=64)
@@ -38,16 +41,23 @@ def _content(text: str, tag: str) -> str | None:
 
 
 def extract_answer(response: str, tag: str = "answer") -> str | None:
-    """The stripped text between the first ``<tag>`` and the last ``</tag>``, or None when the tags are missing.
+    """The stripped text between the first ``<tag>`` and the last ``</tag>``; without them, the number after the
+    last ``#### `` (GSM8K's answer line, commas dropped); else None.
 
-    Why: graders, the trajectory explorer and re-scoring must agree on what "the answer" is.
+    Why: graders, the trajectory explorer and re-scoring must agree on what "the answer" is, for NeMo-RL's tagged
+    responses and for the ``#### N`` answers a verl run on GSM8K is scored by.
 
     Example:
-        >>> extract_answer("<think>4+4</think> <answer> 8 </answer>")
-        '8'
+        >>> extract_answer("<think>4+4</think> <answer> 8 </answer>"), extract_answer("4+4 = 8. #### 8")
+        ('8', '8')
     """
     content = _content(response, tag)
-    return None if content is None else content.strip()
+    if content is not None:
+        return content.strip()
+    if not isinstance(response, str):
+        return None
+    found = _GSM8K_ANSWER.findall(response)
+    return found[-1].replace(",", "") if found else None
 
 
 def split_think_answer(

@@ -162,6 +162,13 @@ def test_wipe_hits_exactly_the_labelled_pods_and_requires_confirm(kd, kc, cfg):
     assert list(out.actions["action"]) == ["removed"] * 3 and out.stopped
 
 
+def test_a_verl_experiments_wipe_removes_its_directories_and_no_nemo_rl_ones(cfg):
+    """verl's TensorBoard and dumps live in log_dir and nbtools passes its paths absolute: nothing under /opt/nemo-rl."""
+    verl = nbtools.config.load(ROOT / "experiments/gke-b200-verl.yaml", backend="gke")
+    assert _be(verl).wipe_paths() == [verl.checkpoint_dir, verl.log_dir]
+    assert _be(cfg).wipe_paths()[2:] == [f"/opt/nemo-rl/results/{cfg.name}", f"/opt/nemo-rl/logs/{cfg.name}"]
+
+
 def test_the_wipe_command_removes_only_this_experiment(tmp_path, cfg):
     """Run the exact argv wipe sends to the pods, here, on a tree holding two experiments."""
     root = tmp_path / "data"

@@ -121,3 +121,17 @@ def test_the_command_line_offers_health_and_stop_when_unhealthy():
     r = subprocess.run([sys.executable, "-m", "nbtools.cli", "health", str(ROOT / "no-such-run"), "--json"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 1 and "found nothing there" in r.stdout and "fix" in r.stdout
+
+
+def test_a_verl_gsm8k_runs_answer_format_is_gsm8ks_answer_line(tmp_path):
+    """verl's GSM8K rule reads ``#### N`` (v0.7.0 verl/utils/reward_score/gsm8k.py): with the experiment, answers in
+    that form are parseable and tagged answers are not; the message names what the rule reads."""
+    from nbtools.rehearsal.verl_layout import dump_generations
+
+    cfg = nbtools.config.load(Path(__file__).resolve().parents[2] / "experiments" / "gke-b200-verl.yaml")
+    assert health.parse_targets(nbtools.rewards.trained_with(cfg)) == [("gsm8k", "")]
+    for step, outputs in ((1, ["12 + 4 = 16. #### 16", "#### -3"]), (2, ["<answer> 16 </answer>", "#### x"])):
+        dump_generations(tmp_path / "rollout_data", step, inputs=["q"] * 2, outputs=outputs, gts=["16", "16"],
+                         scores=[1.0, 0.0])
+    result = health.check(tmp_path / "rollout_data", config=cfg, checks=["answer-format"])["answer-format"]
+    assert result.series.to_dict() == {1: 0.0, 2: 1.0} and "have no #### N" in result.message, result

@@ -176,6 +176,13 @@ def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, tag, dumps):
     rollouts = sorted(p.name for p in (logs / "rollout_data").glob("*.jsonl"))
     assert rollouts == (["1.jsonl", "2.jsonl"] if dumps else [])
     assert (logs / "validation_data").exists() == dumps
+    if dumps:  # scored as verl scores openai/gsm8k (the double's own rule): nbtools' re-scoring agrees with every score
+        from nbtools import rewards
+
+        rows = pd.concat([pd.read_json(p, lines=True) for p in sorted(logs.glob("*_data/*.jsonl"))])
+        assert rows["output"].str.contains("#### ").any() and not rows["output"].str.contains("<answer>").any()
+        assert [rewards.get("verl_gsm8k")(str(g), o)[0] for g, o in zip(rows["gts"], rows["output"], strict=True)] == \
+            rows["score"].tolist()
     assert (tmp_path / "exp" / "baseline_hf" / "config.json").is_file()  # the stand-in Hub's model, for 07
     from nbtools import checkpoints
 

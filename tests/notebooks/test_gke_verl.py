@@ -3,10 +3,9 @@ experiment (``experiments/gke-b200-verl.yaml``), as tests/notebooks/test_gke.py 
 the verl stand-in (tests/doubles/sim_verl, at the experiment's ``trainer.verl_ref``) for 03's preparation and training, and
 07's evaluation jobs run ``nbtools.evals.vllm_generate`` over the vLLM test double (tests/doubles/vllm_double). The notebooks
 run in their order, once each, in one module (conftest's ``NotebooksInOrder``); each one's final check cell must hold.
-
-01–07 only: 08 re-scores the dumps with the mix the run trained with, and the verl double scores with the simulated
-image's task mix (the rehearsal's), not verl's GSM8K rule that a verl run on ``gsm8k`` scores with, so 08's check that
-the stored rewards are reproduced cannot hold here until the double scores as verl does (and 09 runs only after 08).
+08 re-scores the dumps with verl's GSM8K rule (what ``rewards.trained_with`` gives a verl run on ``gsm8k``) and must
+reproduce the stored scores, which the double computed with its own re-implementation of that rule
+(tests/doubles/sim_verl/verl/utils/reward_score); 09 runs with ``CONFIRM`` set, as for the NeMo-RL experiment.
 
 Sized to be cheap: ``NBTOOLS_SIM_VERL_STEPS`` GRPO steps (default 4), a checkpoint and a validation every 2, a short
 warm start; 07's checks ask for paired comparisons, not for a gain, and the local verl pass trains the full run.
@@ -29,9 +28,9 @@ SIM_GKE = {"provisioned": False, "steps": STEPS, "experiment": "gke-b200-verl.ya
 
 @pytest.fixture(scope="module")
 def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
-    return notebooks_in_order(NOTEBOOKS[:7], sim_executor(sim_gke, tmp_path_factory.mktemp("executed-gke-verl")))
+    return notebooks_in_order(NOTEBOOKS, sim_executor(sim_gke, tmp_path_factory.mktemp("executed-gke-verl")))
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS[:7], ids=[p.stem for p in NOTEBOOKS[:7]])
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_verl_notebook_on_simulated_gke(notebook, in_order):
     in_order.through(notebook)

@@ -87,6 +87,16 @@ def test_split_is_disjoint_and_answers_follow_the_rule():
         task.make_split(cfg.replace(**{"rehearsal.num_train": 990}))
 
 
+def test_gsm8k_answer_format_writes_the_answer_tokens_as_gsm8ks_answer_line():
+    """``rehearsal.answer_format: gsm8k``: the same tokens read ``#### X`` (what verl's GSM8K rule scores)."""
+    r = task.format_response("3 3 6", "6")
+    assert task.render_answer(r) == r == task.render_answer(r, "tags")
+    assert task.render_answer(r, "gsm8k") == "<think> 3 3 6 </think> #### 6"
+    assert task.render_answer("<think> 3 </think> <answer> 4", "gsm8k") == "<think> 3 </think> #### 4"  # truncated
+    with pytest.raises(ConfigError, match="rehearsal.answer_format"):
+        task.render_answer(r, "boxed")
+
+
 def test_warm_start_scratchpads():
     from nbtools.rehearsal._grpo import think_for
 
@@ -130,6 +140,9 @@ def test_rehearsal_config_fields_have_working_defaults():
         cfg.replace(**{"rehearsal.lr_warmup_start_factor": 0})  # torch's LinearLR refuses it too
     with pytest.raises(ConfigError, match="fix: set `rehearsal.warmup_think` to one of them"):
         cfg.replace(**{"rehearsal.warmup_think": "sorted"})
+    assert cfg.rehearsal.answer_format == "tags"
+    with pytest.raises(ConfigError, match="rehearsal.answer_format"):
+        cfg.replace(**{"rehearsal.answer_format": "boxed"})
 
 
 @pytest.fixture(scope="module")

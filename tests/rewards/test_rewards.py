@@ -33,6 +33,15 @@ def test_split_think_answer_and_extract_answer():
     assert rewards.extract_answer("<answer><answer>5</answer>") == "<answer>5"  # nested / unbalanced
 
 
+def test_extract_answer_reads_gsm8ks_answer_line_when_there_are_no_tags():
+    """A verl run on GSM8K answers ``#### N`` (what verl's rule reads): the last one, commas dropped; tags win."""
+    assert rewards.extract_answer("48 + 24 = 72. #### 72") == "72"
+    assert rewards.extract_answer("#### 1 then #### -1,000") == "-1000"
+    assert rewards.extract_answer("<answer> 4 </answer> #### 5") == "4"
+    assert rewards.extract_answer("####5") is None and rewards.extract_answer("#### x") is None
+    assert rewards.split_think_answer("<think> 3 0 6 </think> #### 6") == ("3 0 6", "6")
+
+
 def test_tag_extraction_equals_nemo_rl_regex_on_random_strings():
     """Our linear-time search must capture exactly what NeMo-RL's greedy regex captures."""
     import random

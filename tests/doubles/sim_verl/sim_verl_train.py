@@ -11,6 +11,12 @@ checkpoints in ``trainer.default_local_dir``, training and validation dumps only
 directory. ``actor_rollout_ref.model.path`` is the model verl would download; the double trains the simulated image's
 tiny model (``sim_gke.json`` beside the checkout names the baked rehearsal config) and, like the rehearsal, saves its
 warm start at ``<experiment dir>/baseline_hf`` (the stand-in Hub's copy of that model).
+
+Rewards as verl v0.7.0 scores them (``verl/workers/reward_manager/naive.py`` over ``verl/utils/reward_score/__init__.py``
+``default_compute_score``): the training parquet's ``data.reward_fn_key`` column (``data_source``) picks the rule, here
+the double's own GSM8K rule (``verl/utils/reward_score/gsm8k.py`` of this checkout), applied to the response text and
+the ground truth; the rehearsal writes its answers as GSM8K's ``#### N`` (``rehearsal.answer_format=gsm8k``) and trains
+on, dumps and logs exactly those scores. A ``custom_reward_function.path`` is refused (the double loads no user code).
 """
 
 from __future__ import annotations
@@ -61,12 +67,45 @@ def _move(src: Path, dest: Path | None) -> None:
     shutil.move(str(src), str(dest))
 
 
+REWARD = "sim_verl.default_compute_score"  # the name the double's rule has in the rehearsal's reward registry
+
+
+def _data_source(config: DictConfig) -> str:
+    """The training rows' data source (``data.reward_fn_key``); the rehearsal's problems stand in for one source."""
+    import pyarrow.parquet as pq
+
+    key = OmegaConf.select(config, "data.reward_fn_key") or "data_source"
+    files = OmegaConf.select(config, "data.train_files")
+    sources = set()
+    for f in [files] if isinstance(files, str) else list(files):
+        sources |= {str(v) for v in pq.read_table(f, columns=[key]).column(key).to_pylist()}
+    if len(sources) != 1:
+        sys.exit(f"(verl test double) data.train_files hold data sources {sorted(sources)}; the double trains one "
+                 "task, so it scores with one rule: give it files of one data source")
+    return sources.pop()
+
+
+def _register_reward(data_source: str, nbtools_rewards) -> None:
+    """The double's verl rule as the rehearsal's reward (``fn(ground_truth, response) -> (score, correct)``)."""
+    from verl.utils.reward_score import default_compute_score
+
+    def verl_rule(ground_truth: str, response: str) -> tuple[float, bool]:
+        score = default_compute_score(data_source, response, ground_truth)
+        score = float(score["score"]) if isinstance(score, dict) else score
+        return score, score >= 1.0
+
+    nbtools_rewards.register(REWARD, verl_rule)
+
+
 def train(config: DictConfig, row: dict, outputs: dict) -> None:
     sel = lambda k: OmegaConf.select(config, k)  # noqa: E731
     ckpt = sel("trainer.default_local_dir")
     if not str(ckpt).startswith("/"):
         sys.exit(f"(verl test double) trainer.default_local_dir={ckpt} is relative: it would land in the checkout; "
                  "pass an absolute path on the shared mount")
+    if sel("custom_reward_function.path"):
+        sys.exit(f"(verl test double) custom_reward_function.path={sel('custom_reward_function.path')}: the double "
+                 "scores with verl's default_compute_score only; leave it unset")
     if sel("trainer.total_training_steps") is None:
         sys.exit("(verl test double) trainer.total_training_steps is null: verl would derive it from "
                  "data.train_files x trainer.total_epochs; the double needs it set")
@@ -79,11 +118,17 @@ def train(config: DictConfig, row: dict, outputs: dict) -> None:
     over = [f"name={json.dumps(exp.name)}", f"checkpointing.checkpoint_dir={json.dumps(str(ckpt))}",
             f"logging.log_dir={json.dumps(str(log_dir))}", f"grpo.kl_penalty={kl}", "logging.tensorboard=true"]
     over += [f"{dst}={json.dumps(sel(src))}" for src, dst in TO_REHEARSAL.items() if sel(src) is not None]
+    over += ["rehearsal.answer_format=gsm8k", f"rehearsal.reward_functions={json.dumps([{'name': REWARD, 'weight': 1.0}])}"]
     print(f"(verl test double) verl's config -> nbtools rehearsal ({' '.join(over)})", flush=True)
     sim = _sim()
     if sim["nbtools_root"] not in sys.path:
         sys.path.insert(0, sim["nbtools_root"])
+    import nbtools.rewards
     from nbtools.rehearsal._launch import main as rehearse
+
+    if str(CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(CHECKOUT))
+    _register_reward(_data_source(config), nbtools.rewards)  # before the ranks fork: they inherit the registry
 
     rc = rehearse(["--config", sim["rehearsal_config"], "--runs-dir", str(exp.parent), *over])
     for key, name in _DUMPS.items():
