@@ -21,7 +21,6 @@ from run_eval_double import FAKE_RUN_EVAL
 
 from nbtools import checkpoints, evals, health, metrics, trajectories
 
-ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "readers"
 URL = f"gs://{BUCKET}/run"
 
