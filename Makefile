@@ -49,7 +49,7 @@ test: $(STAMP)
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
 
 ## The inner loop: every test not marked slow (no Ray head, simulated GKE, notebook kernel or training run: markers in
-## tests/conftest.py and SLOW_FIXTURES), in a shuffled order (pytest-randomly prints the seed); about 3 min on 2 cores
+## tests/conftest.py and SLOW_FIXTURES), in a shuffled order (pytest-randomly prints the seed); under 3 min on 2 cores
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider --durations=10
 
