@@ -10,7 +10,7 @@ export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-pythons test-browser lab install clean-notebooks lint bench manifests
+.PHONY: demo test test-fast test-pythons test-browser lab install clean-notebooks lint bench manifests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,7 @@ demo: $(STAMP)
 ## Unit + integration tests (in a shuffled order: pytest-randomly prints the seed, --randomly-seed=N repeats it), then
 ## every notebook through nbmake in its order (each builds on the ones before) with gcloud, kubectl and helm off PATH
 ## (the local backend must not need them); exit status is non-zero when either part fails.
-## The inner loop: `.venv/bin/python -m pytest tests -m "not slow"` (no Ray head, simulated GKE or rehearsal run)
+## The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones included.
 CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
@@ -47,6 +47,11 @@ test: $(STAMP)
 	  -p no:cacheprovider -p no:randomly --durations=10; nbs=$$?; \
 	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
+
+## The inner loop: every test not marked slow (no Ray head, simulated GKE, notebook kernel or training run: markers in
+## tests/conftest.py and SLOW_FIXTURES), in a shuffled order (pytest-randomly prints the seed); under 3 min on 2 cores
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow" -p no:cacheprovider --durations=10
 
 ## The checkpoint safety and merge tests under every interpreter in PYTHONS that exists, one small venv each
 ## (.venv-py/<version>/); torch only as a CPU wheel (see tools/test_pythons.sh), never PyPI's CUDA build

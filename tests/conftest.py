@@ -150,10 +150,12 @@ _HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_re
 def pytest_collection_modifyitems(config, items):
     """Mark by what a test needs, so ``-m "not slow"`` (the inner loop) leaves out every test that starts or shares a
     Ray head, a simulated GKE or the shared rehearsal run, including through another fixture, without a marker to
-    forget in each file."""
+    forget in each file. A module names its own heavy fixtures (a training run, a notebook kernel) in
+    ``SLOW_FIXTURES = ("run",)``: every test that needs one is slow, so the inner loop never sets it up."""
     for item in items:
         needs = getattr(item, "fixturenames", ())
-        for fixture, marks in _HEAVY_FIXTURES.items():
+        heavy = {**_HEAVY_FIXTURES, **{f: ("slow",) for f in getattr(getattr(item, "module", None), "SLOW_FIXTURES", ())}}
+        for fixture, marks in heavy.items():
             if fixture in needs:
                 for mark in marks:
                     item.add_marker(mark)

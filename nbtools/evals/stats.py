@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = [
     "TestResult",
@@ -41,10 +40,18 @@ class TestResult:
     statistic: float | None = None
 
 
+def _scipy_stats():
+    """scipy.stats, imported on first use: it costs ~1.3 s of CPU, which every process that imports nbtools.evals
+    (an evaluation job, ``nbtools eval-parse``) would pay without computing a test."""
+    from scipy import stats
+
+    return stats
+
+
 def _z(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    return float(_st.norm.ppf(0.5 + confidence / 2.0))
+    return float(_scipy_stats().norm.ppf(0.5 + confidence / 2.0))
 
 
 def wilson_ci(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
@@ -93,7 +100,7 @@ def mcnemar_exact(*, fixed: int, broken: int) -> TestResult:
     m = fixed + broken
     if m == 0:
         return TestResult("McNemar exact", 1.0, 0.0)
-    p = _st.binomtest(fixed, m, 0.5, alternative="two-sided").pvalue
+    p = _scipy_stats().binomtest(fixed, m, 0.5, alternative="two-sided").pvalue
     return TestResult("McNemar exact", float(min(1.0, p)), float(min(fixed, broken)))
 
 
@@ -143,7 +150,7 @@ def wilcoxon_paired(a: np.ndarray, b: np.ndarray) -> TestResult:
     d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
     if not np.any(d != 0):
         return TestResult("Wilcoxon signed-rank (per-problem accuracy)", 1.0, 0.0)
-    res = _st.wilcoxon(d, zero_method="wilcox", alternative="two-sided")
+    res = _scipy_stats().wilcoxon(d, zero_method="wilcox", alternative="two-sided")
     return TestResult("Wilcoxon signed-rank (per-problem accuracy)", float(res.pvalue), float(res.statistic))
 
 
@@ -164,7 +171,7 @@ def two_proportion_ztest(x1: float, n1: float, x2: float, n2: float) -> TestResu
     if se == 0:
         return TestResult("two-proportion z-test (unpaired)", 1.0, 0.0)
     z = (p2 - p1) / se
-    return TestResult("two-proportion z-test (unpaired)", float(2 * _st.norm.sf(abs(z))), float(z))
+    return TestResult("two-proportion z-test (unpaired)", float(2 * _scipy_stats().norm.sf(abs(z))), float(z))
 
 
 def fisher_exact(x1: int, n1: int, x2: int, n2: int) -> TestResult:
@@ -177,7 +184,7 @@ def fisher_exact(x1: int, n1: int, x2: int, n2: int) -> TestResult:
     if not (0 <= x1 <= n1 and 0 <= x2 <= n2):
         raise ValueError(f"fisher_exact needs 0 <= x <= n, got {x1!r}/{n1!r} and {x2!r}/{n2!r}")
     table = [[int(x1), int(n1 - x1)], [int(x2), int(n2 - x2)]]
-    res = _st.fisher_exact(table, alternative="two-sided")
+    res = _scipy_stats().fisher_exact(table, alternative="two-sided")
     return TestResult("Fisher exact (unpaired)", float(res.pvalue), float(res.statistic))
 
 

@@ -26,7 +26,8 @@ import runpy
 import sys
 from typing import Any, NamedTuple
 
-__all__ = ["ENV_NAME", "ENV_FQN", "EnvironmentReturn", "RewardMixEnv", "RewardMixEnvironment", "register", "main"]
+# RewardMixEnvironment: built on first access by the module __getattr__ below
+__all__ = ["ENV_NAME", "ENV_FQN", "EnvironmentReturn", "RewardMixEnv", "RewardMixEnvironment", "register", "main"]  # noqa: F822
 
 ENV_NAME = "nbtools_reward"
 ENV_FQN = "nbtools.rewards.nemo_rl_env.RewardMixEnvironment"
@@ -101,7 +102,13 @@ def _remote_class():
     return ray.remote(RewardMixEnv)
 
 
-RewardMixEnvironment = _remote_class()  # what ENV_REGISTRY[ENV_NAME]["actor_class_fqn"] names
+def __getattr__(name: str) -> Any:
+    """``RewardMixEnvironment`` (what ENV_REGISTRY[ENV_NAME]["actor_class_fqn"] names), built on first access: importing
+    ray costs about 2 s of CPU, which every ``nbtools`` command and kernel that imports this module would pay."""
+    if name == "RewardMixEnvironment":
+        cls = globals()["RewardMixEnvironment"] = _remote_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register() -> None:

@@ -118,6 +118,7 @@ def test_temp_dir_falls_back_to_short_tmp_dir_for_long_runs_dirs(tmp_path):
     assert len(str(temp)) + local._SOCKET_SUFFIX <= 107
 
 
+@pytest.mark.slow  # a real `ray start` that dies
 def test_head_dying_during_start_raises_with_its_log_tail(tmp_path, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
     cfg = _cfg(**{"ray.port": free_port(), "ray.dashboard_port": free_port()})

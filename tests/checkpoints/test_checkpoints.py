@@ -117,6 +117,7 @@ def test_chunks_come_from_metadata_not_guesses(ckpts):
     assert all(c.start >= 0 for c in emb.chunks)  # raw bytes found inside the torch.save records
 
 
+@pytest.mark.slow  # a merge process
 def test_multi_file_output_and_cli_reuse(ckpts, tmp_path):
     root, models = ckpts
     step = root / "v2st-fsdp4-tied" / "step_1"

@@ -190,6 +190,7 @@ def _killed_merge(step: Path, out: Path, flags: Path) -> int:
     return p.pid
 
 
+@pytest.mark.slow  # merge processes, one killed
 def test_stale_dirs_of_a_killed_merge_are_removed_by_the_next(base, tmp_path):
     step, out = base / "st" / "step_1", tmp_path / "hf"
     _merge(step, out)

@@ -499,3 +499,14 @@ def test_same_ids_on_different_problems_are_refused_or_noted():
         compare(base, tuned)
     tuned.table["ground_truth"] = " 4 "  # same after surrounding whitespace
     assert compare(base, tuned).paired and not compare(base, tuned).notes
+
+
+def test_importing_nbtools_evals_leaves_scipy_unimported_until_a_test_is_computed():
+    """An evaluation job and ``nbtools eval-parse`` import nbtools.evals without computing a test (scipy: ~1.3 s)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nbtools.evals as e; print('scipy.stats' in sys.modules); "
+            "print(round(e.stats.mcnemar_exact(fixed=40, broken=9).p_value, 10), 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["False", str(round(stats.mcnemar_exact(fixed=40, broken=9).p_value, 10)), "True"], out

@@ -27,6 +27,7 @@ def _generator():
 
 
 GEN = _generator()
+SLOW_FIXTURES = ("plans",)  # plans every experiment variant (tests/conftest.py marks its readers slow)
 TABLE = _flags.shipped_table()
 STALE = f"the shipped gcloud flag table is stale: run `{_flags.REGENERATE}` (one command; needs gcloud on PATH) and commit it"
 
@@ -68,7 +69,6 @@ def _fake_gcloud(root: Path, version: str, flags: list[str]) -> Path:
     return exe
 
 
-@pytest.mark.slow  # plans every experiment variant
 def test_variants_span_the_config_axes(plans):
     assert len(plans) == len(GEN.gke_experiments()) * 2 * 2 * 3 * 2 * 2  # experiments x mode x kuberay x provisioning x storage x GSA
     assert len(GEN.gke_experiments()) >= 3 and any("verl" in f.name for f in GEN.gke_experiments())

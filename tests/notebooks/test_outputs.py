@@ -21,6 +21,7 @@ from ports import free_port
 from nbtools.demo import check_outputs
 
 ROOT = Path(__file__).resolve().parents[2]
+SLOW_FIXTURES = ("executed",)  # a notebook kernel (tests/conftest.py marks its readers slow)
 
 SETUP = '''
 import numpy as np, pandas as pd
@@ -84,7 +85,6 @@ def executed(tmp_path_factory):
     return path, nb
 
 
-@pytest.mark.slow  # a notebook kernel
 def test_every_figure_cell_shows_a_png_under_agg(executed):
     path, nb = executed
     for cell in nb.cells[1:1 + len(FIGURE_CELLS)]:
@@ -96,7 +96,6 @@ def test_every_figure_cell_shows_a_png_under_agg(executed):
     assert (path.parent / "timing.png").stat().st_size > 1000
 
 
-@pytest.mark.slow  # a notebook kernel
 def test_check_outputs_flags_a_bare_figure_and_nothing_else(executed):
     path, nb = executed
     problems = check_outputs(path)

@@ -157,6 +157,7 @@ def warm_model():
     return model.eval(), task.make_split(cfg)[1]
 
 
+@pytest.mark.slow  # warm-starts a policy (the config's 150 steps)
 def test_warm_start_answer_is_the_same_prior_for_every_problem():
     """The baseline is uninformative by construction: after the config's warm start, the answer digit's distribution
     is ``answer_prior`` whatever the problem, so greedy decoding answers the preferred digit everywhere and the right

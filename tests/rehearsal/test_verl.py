@@ -28,6 +28,7 @@ CONFIG = ROOT / "experiments" / "local-verl.yaml"
 TINY = ["rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
         "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8", "grpo.val_period=2", "grpo.val_at_start=true",
         "checkpointing.save_period=1", "checkpointing.keep_top_k=2"]
+SLOW_FIXTURES = ("run",)  # two real rehearsal runs (tests/conftest.py marks their readers slow)
 DUMP_KEYS = {"input", "output", "gts", "score", "step", "acc"}  # _dump_generations + the reward's extra info
 
 

@@ -143,6 +143,16 @@ def test_the_reward_module_reaches_the_environment_actor_in_a_real_ray_job(rewar
     assert json.loads(line.removeprefix("REWARDS=")) == pytest.approx([1.0, 0.0])
 
 
+def test_importing_the_environment_module_leaves_ray_unimported_until_the_actor_class_is_asked_for():
+    """Every ``nbtools`` command imports this module (launch builds its command line); ray costs ~2 s a process."""
+    import subprocess
+
+    code = ("import sys, nbtools.cli, nbtools.launch, nbtools.rewards.nemo_rl_env as m; print('ray' in sys.modules); "
+            "c = m.RewardMixEnvironment; print('ray' in sys.modules, type(c).__name__, c is m.RewardMixEnvironment)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["False", "True", "ActorClass(RewardMixEnv)", "True"], out
+
+
 def test_the_shipped_example_module_is_what_notebook_08_would_launch(tmp_path, monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
     cfg = nbtools.config.load(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml", overrides={
