@@ -32,7 +32,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Unit + integration tests (in a shuffled order: pytest-randomly prints the seed, --randomly-seed=N repeats it), then
+## Unit + integration tests in file order (-p no:randomly: CI's order is the same every run; `make test-fast` and a
+## plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats it), then
 ## every notebook through nbmake in its order (each builds on the ones before) with gcloud, kubectl and helm off PATH
 ## (the local backend must not need them); exit status is non-zero when either part fails.
 ## The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones included.
