@@ -45,6 +45,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -204,7 +205,17 @@ class SimGke:
         return self
 
     def stop(self) -> None:
-        """Stop everything this sim started (forwards, mirror, controller, Ray head by pid, API double, emulator)."""
+        """Stop everything this sim started (forwards, mirror, controller, Ray head by pid, API double, emulator), and
+        a TensorBoard a notebook started on its experiment (09 stops it, but a run that ends earlier would leave it)."""
+        if self._stack is not None and self.experiment_yaml.is_file():
+            import nbtools
+            from nbtools.errors import NbtoolsError
+
+            with self.activated():
+                try:
+                    nbtools.tensorboard.stop(self.cfg())
+                except (NbtoolsError, OSError) as e:
+                    print(f"sim_gke: TensorBoard not stopped: {e}", file=sys.stderr)
         if self._stack is not None:
             stack, self._stack = self._stack, None
             stack.close()
