@@ -230,7 +230,9 @@ class SimGke:
         gpus = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
         env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": IMAGE_PYTHONPATH, "HF_HUB_OFFLINE": "1",
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
-               "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else ""}
+               "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else "",
+               # the verl stand-in trains answers written "#### X"; the vLLM double's text says them so too
+               "SIM_VLLM_ANSWER_FORMAT": "gsm8k" if self.trainer_kind() == "verl" else ""}
         from nbtools.errors import NotReadyError
 
         ray_cli = launch = _head._ray_cli
@@ -300,6 +302,10 @@ class SimGke:
             "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
             "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
         }
+
+    def trainer_kind(self) -> str:
+        """The sim experiment's ``trainer.kind`` (nemo-rl unless written from a verl experiment)."""
+        return (yaml.safe_load(self.experiment_yaml.read_text()).get("trainer") or {}).get("kind", "nemo-rl")
 
     def activated(self):
         """A context in which this process's environment is :meth:`env` (restored on exit)."""

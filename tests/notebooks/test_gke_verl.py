@@ -34,3 +34,25 @@ def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_verl_notebook_on_simulated_gke(notebook, in_order):
     in_order.through(notebook)
+
+
+def test_07_scores_the_answers_the_verl_stand_in_trained(in_order, sim_gke):
+    """07's jobs score with verl's GSM8K rule, which reads only a final ``#### N``: the texts must say the answers as
+    the verl stand-in trained and scored them, or both models score 0 and the comparison says nothing (it did)."""
+    import pandas as pd
+
+    import nbtools
+
+    in_order.through(next(p for p in NOTEBOOKS if p.stem.startswith("07")))
+    with sim_gke.activated():
+        cfg = sim_gke.cfg()
+        tables = {d.name: pd.read_parquet(d / "results.parquet") for d in nbtools.evals.eval_dir(cfg).iterdir()
+                  if (d / "results.parquet").is_file()}
+    assert {"baseline_greedy", "finetuned_greedy"} <= set(tables), sorted(tables)
+    both = pd.concat(tables.values())
+    assert not both["response"].str.contains("<answer>", regex=False).any()
+    written = both["response"].str.contains(r"#### -?\d", regex=True)
+    assert written.mean() > 0.5, both["response"].head().tolist()
+    agree = both["correct"] == (both["extracted_answer"].astype(str).str.replace(",", "") == both["ground_truth"].astype(str))
+    assert agree.all(), both.loc[~agree, ["response", "extracted_answer", "ground_truth", "correct"]].head()
+    assert both["correct"].any(), "no answer scored correct: the scorer reads none of them"

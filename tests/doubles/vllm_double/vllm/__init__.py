@@ -4,10 +4,15 @@ tensor_parallel_size=..., max_model_len=...)``, ``SamplingParams(n, temperature,
 ``CompletionOutput`` with ``.text`` (vllm/entrypoints/llm.py, vllm/outputs.py). NOT vLLM: it generates with
 transformers on CPU, applying the tokenizer's chat template with ``add_generation_prompt=True`` as ``LLM.chat`` does;
 greedy at temperature 0, else sampled with the request's seed.
+
+``SIM_VLLM_ANSWER_FORMAT=gsm8k`` (set by the simulated GKE for a verl experiment): the text reads the model's answer
+tokens as the verl stand-in trained and scored them, ``#### X`` (nbtools' ``rehearsal.answer_format: gsm8k``), so an
+evaluation scored with verl's GSM8K rule sees what the trainer saw.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
@@ -36,6 +41,13 @@ class RequestOutput:
     outputs: list[CompletionOutput]
 
 
+def _as_trained(text: str) -> str:
+    if os.environ.get("SIM_VLLM_ANSWER_FORMAT") != "gsm8k":
+        return text
+    words = {"<answer>": "####", "</answer>": ""}
+    return " ".join(w for w in (words.get(t, t) for t in text.split()) if w)
+
+
 class LLM:
     def __init__(self, model: str, *, seed: int = 0, tensor_parallel_size: int = 1, max_model_len: int | None = None,
                  **_: object):
@@ -60,6 +72,6 @@ class LLM:
                                           num_return_sequences=sp.n, pad_token_id=self.tok.pad_token_id,
                                           **({} if greedy else {"temperature": sp.temperature, "top_p": sp.top_p,
                                                                 "top_k": sp.top_k if sp.top_k > 0 else 0}))
-            texts = [self.tok.decode(g[ids.shape[1]:], skip_special_tokens=True) for g in gen]
+            texts = [_as_trained(self.tok.decode(g[ids.shape[1]:], skip_special_tokens=True)) for g in gen]
             out.append(RequestOutput(prompt, [CompletionOutput(j, t) for j, t in enumerate(texts)]))
         return out
