@@ -19,25 +19,20 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nbtools import rewards
 from nbtools._atomic import write_json
 
 __all__ = ["gsm8k_score", "SCORERS", "main"]
 
-_CLIP = 300  # verl scores the last 300 characters only
-
-
 def gsm8k_score(response: str, ground_truth: str) -> float:
-    """verl's GSM8K rule (verl v0.7.0 verl/utils/reward_score/gsm8k.py, ``method="strict"``): the last
-    ``#### <number>`` in the answer's final 300 characters, commas and ``$`` removed, equals the ground truth: 1.0;
-    else 0.0 (verl's ``format_score`` default)."""
-    found = re.findall(r"#### (\-?[0-9\.\,]+)", response[-_CLIP:])
-    return 1.0 if found and found[-1].replace(",", "").replace("$", "") == str(ground_truth) else 0.0
+    """verl's GSM8K rule (verl v0.7.0 verl/utils/reward_score/gsm8k.py, ``method="strict"``) as a score: nbtools'
+    ``verl_gsm8k`` reward, the one 08 re-scores a verl run's dumps with."""
+    return rewards.verl_gsm8k(ground_truth, response)[0]
 
 
 # data_source -> scorer, as verl's default_compute_score routes them (verl/utils/reward_score/__init__.py)

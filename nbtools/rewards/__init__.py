@@ -21,7 +21,14 @@ import importlib
 
 from nbtools.rewards import _builtins
 from nbtools.rewards._advantages import group_advantages, group_baseline_std
-from nbtools.rewards._builtins import exact_alnum, exact_answer, format_reward, length_penalty, math_expr
+from nbtools.rewards._builtins import (
+    exact_alnum,
+    exact_answer,
+    format_reward,
+    length_penalty,
+    math_expr,
+    verl_gsm8k,
+)
 from nbtools.rewards._mathverify import grade as math_verify_grade
 from nbtools.rewards._mix import Component, RewardMix, combine
 from nbtools.rewards._registry import RewardFn, available, get, register, unregister
@@ -35,7 +42,7 @@ from nbtools.rewards._ship import (
     reward_overrides,
     reward_py_modules,
 )
-from nbtools.rewards._text import extract_answer, last_boxed, split_think_answer, tag_span
+from nbtools.rewards._text import extract_answer, gsm8k_answer, last_boxed, split_think_answer, tag_span
 
 __all__ = [
     "ENTRY_MODULE",
@@ -52,12 +59,14 @@ __all__ = [
     "group_advantages",
     "group_baseline_std",
     "extract_answer",
+    "gsm8k_answer",
     "split_think_answer",
     "tag_span",
     "last_boxed",
     "format_reward",
     "math_expr",
     "exact_answer",
+    "verl_gsm8k",
     "exact_alnum",
     "length_penalty",
     "math_verify_grade",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from nbtools.errors import ConfigError
 from nbtools.rewards._mathverify import boxed, grade
 from nbtools.rewards._registry import register
-from nbtools.rewards._text import tag_span
+from nbtools.rewards._text import gsm8k_answer, tag_span
 
 __all__ = ["format_reward", "math_expr", "exact_answer", "exact_alnum", "length_penalty", "verl_gsm8k"]
 
@@ -143,19 +143,22 @@ def length_penalty(
     return max(-1.0, (free - n) / buffer), None
 
 
+_VERL_CLIP = 300  # verl's rule searches the solution's last 300 characters only
+
+
 @register("verl_gsm8k", _builtin=True)
 def verl_gsm8k(ground_truth: str, response: str) -> tuple[float, bool]:
     """verl's GSM8K rule (verl v0.7.0 ``verl/utils/reward_score/gsm8k.py``, ``method="strict"``): 1.0 when the last
     ``#### <number>`` in the response's final 300 characters equals the ground truth, else 0.0.
 
     Why: what a verl run on ``gsm8k`` scored its rollouts with (``default_compute_score`` for ``openai/gsm8k``), so
-    re-scoring its dumps with it reproduces their ``score``; the evaluation job scores with the same function.
+    re-scoring its dumps with it reproduces their ``score``; the evaluation job (``evals.vllm_generate``) scores with
+    this function too.
 
     Example:
         >>> verl_gsm8k("72", "She sold 48 + 24 = 72 clips. #### 72")
         (1.0, True)
     """
-    from nbtools.evals.vllm_generate import gsm8k_score
-
-    score = gsm8k_score(_text(response), _text(ground_truth))
+    answer = gsm8k_answer(_text(response)[-_VERL_CLIP:])
+    score = 1.0 if answer is not None and answer == _text(ground_truth) else 0.0
     return score, score > 0

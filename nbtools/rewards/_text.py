@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["tag_span", "extract_answer", "split_think_answer", "last_boxed"]
+__all__ = ["tag_span", "extract_answer", "split_think_answer", "last_boxed", "gsm8k_answer"]
 
 _GSM8K_ANSWER = re.compile(r"#### (-?[0-9.,]+)")  # no nested quantifier: linear on any input
 
@@ -56,7 +56,18 @@ def extract_answer(response: str, tag: str = "answer") -> str | None:
         return content.strip()
     if not isinstance(response, str):
         return None
-    found = _GSM8K_ANSWER.findall(response)
+    return gsm8k_answer(response)
+
+
+def gsm8k_answer(text: str) -> str | None:
+    """The number after the last ``#### `` in ``text``, commas dropped (verl v0.7.0 ``gsm8k.py``'s strict
+    extraction); None when there is none.
+
+    Example:
+        >>> gsm8k_answer("48 + 24 = 72 clips. #### 1,072")
+        '1072'
+    """
+    found = _GSM8K_ANSWER.findall(text)
     return found[-1].replace(",", "") if found else None
 
 
