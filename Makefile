@@ -9,6 +9,13 @@ NBMAKE_TIMEOUT ?= 1200
 export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
+# Byte-code is written (__pycache__) on first import: a machine that sets PYTHONDONTWRITEBYTECODE (these CI machines
+# do) would otherwise compile torch, transformers, ray and pandas from source in every process the tests start (every
+# Ray worker, job, kernel and CLI call): `import torch, transformers, ray, pandas` took 8.1 CPU-s each time instead of
+# 3.1 after the first (2026-11-26, this 2-core machine).
+unexport PYTHONDONTWRITEBYTECODE
+# pytest-xdist workers for `make test` (each module stays on one worker: --dist loadfile); 2 on CI's 2 cores
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast test-pythons test-browser lab install clean-notebooks lint bench manifests
 
@@ -32,16 +39,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Unit + integration tests in file order (-p no:randomly: CI's order is the same every run; `make test-fast` and a
-## plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats it), then
-## every notebook through nbmake in its order (each builds on the ones before) with gcloud, kubectl and helm off PATH
-## (the local backend must not need them); exit status is non-zero when either part fails.
-## The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones included.
+## Unit + integration tests on TEST_WORKERS pytest-xdist workers, each module on one worker, the longest modules handed
+## out first (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run;
+## `make test-fast` and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats
+## it); every test process with one OpenMP thread (the miniature models gain nothing from two, and two workers'
+## processes with two threads each oversubscribe two cores). Then every notebook through nbmake in its order (each
+## builds on the ones before) with gcloud, kubectl and helm off PATH (the local backend must not need them); exit
+## status is non-zero when either part fails. The inner loop is `make test-fast` (below); `make test` runs every test,
+## the slow ones included.
 CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
 	echo "== unit and integration tests (runs dir $$runs)"; \
-	$(BIN)/python -m pytest tests -p no:cacheprovider -p no:randomly --durations=30; unit=$$?; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -p no:randomly \
+	  --durations=30; unit=$$?; \
 	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
 	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
 	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \

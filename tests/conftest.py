@@ -147,6 +147,19 @@ def _restore_env(old: str | None) -> None:
 _HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_rehearsal": ("slow",)}
 
 
+# The longest modules (seconds alone on the 2-core CI machine, `--durations=0`, 2026-11-26): under pytest-xdist they are
+# handed out first, so the last worker to finish is not the one that drew a four-minute notebook pass at the end.
+LONGEST_FIRST = (
+    "tests/notebooks/test_gke.py",  # 258 s
+    "tests/notebooks/test_gke_verl.py",  # 239 s
+    "tests/notebooks/test_verl_local.py",  # 134 s
+    "tests/integration/test_cli.py",  # 114 s
+    "tests/integration/test_sim_gke.py",  # 106 s
+    "tests/integration/test_health_rehearsal.py",  # 61 s
+    "tests/integration/test_verl_stand_ins.py",  # 56 s
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark by what a test needs, so ``-m "not slow"`` (the inner loop) leaves out every test that starts or shares a
     Ray head, a simulated GKE or the shared rehearsal run, including through another fixture, without a marker to
@@ -160,6 +173,21 @@ def pytest_collection_modifyitems(config, items):
                 for mark in marks:
                     item.add_marker(mark)
 
+
+class _LongestFirst:
+    """Under pytest-xdist (a worker's collection is what the controller hands out, in its order), the longest modules
+    go first; each module keeps its tests' order. Without xdist the order stays the file order or pytest-randomly's."""
+
+    @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and the deselection by marker
+    def pytest_collection_modifyitems(self, items):
+        rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+        key = {item.nodeid: rank.get(item.nodeid.split("::")[0], len(rank)) for item in items}
+        items.sort(key=lambda item: key[item.nodeid])  # stable
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        config.pluginmanager.register(_LongestFirst(), "nbtools-longest-first")
 
 
 class NotebooksInOrder:
