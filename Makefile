@@ -39,31 +39,24 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Two passes at once, each printed whole when both are done (exit status non-zero when either fails):
-## - unit + integration tests on TEST_WORKERS pytest-xdist workers, each module on one worker, the longest modules
-##   handed out first (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run;
-##   `make test-fast` and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats
-##   it); every test process with one OpenMP thread (the miniature models gain nothing from two, and two workers'
-##   processes with two threads each oversubscribe two cores). The tests' Ray heads use free ports, never local.yaml's.
-## - every notebook through nbmake in its order (each builds on the ones before) on experiments/local.yaml, as
-##   committed, with gcloud, kubectl and helm off PATH (the local backend must not need them), in its own runs dir.
-## The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones included.
+## Unit + integration tests on TEST_WORKERS pytest-xdist workers, each module on one worker, the longest modules handed
+## out first (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run;
+## `make test-fast` and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats
+## it); every test process with one OpenMP thread (the miniature models gain nothing from two, and two workers'
+## processes with two threads each oversubscribe two cores). Then every notebook through nbmake in its order (each
+## builds on the ones before) with gcloud, kubectl and helm off PATH (the local backend must not need them); exit
+## status is non-zero when either part fails. The inner loop is `make test-fast` (below); `make test` runs every test,
+## the slow ones included.
 CLOUD_CLIS := gcloud kubectl helm
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
-	mkdir -p "$$runs/notebooks"; \
-	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
-	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS), beside the tests: $$runs/notebooks/nbmake.log"; \
-	( export NBTOOLS_RUNS_DIR=$$runs/notebooks; \
-	  PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
-	    -p no:cacheprovider -p no:randomly --durations=10 > "$$runs/notebooks/nbmake.log" 2>&1 ) & nbpid=$$!; \
-	trap 'kill $$nbpid 2>/dev/null' EXIT; \
 	echo "== unit and integration tests (runs dir $$runs)"; \
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -p no:randomly \
 	  --durations=30; unit=$$?; \
-	wait $$nbpid; nbs=$$?; trap - EXIT; \
-	echo "== notebooks through nbmake (their output, from $$runs/notebooks/nbmake.log)"; \
-	cat "$$runs/notebooks/nbmake.log"; \
+	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
+	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
+	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
+	  -p no:cacheprovider -p no:randomly --durations=10; nbs=$$?; \
 	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
 	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
 

@@ -38,9 +38,9 @@ for py in "$@"; do
   if [ ! -x "$venv/bin/python" ] && ! "$py" -m venv "$venv"; then
     summary+=("Python $ver: FAILED to create a venv (Debian: apt-get install python3-venv)"); failed=1; rm -rf "$wheels"; continue
   fi
-  if ! { "$venv/bin/python" -m pip install --quiet "$wheels"/torch-*.whl \
-         && "$venv/bin/python" -m pip install --quiet -c constraints.txt "${deps[@]}" \
-         && "$venv/bin/python" -m pip install --quiet --no-deps -e . ; }; then
+  if ! { "$venv/bin/python" -m pip install --quiet --no-compile "$wheels"/torch-*.whl \
+         && "$venv/bin/python" -m pip install --quiet --no-compile -c constraints.txt "${deps[@]}" \
+         && "$venv/bin/python" -m pip install --quiet --no-compile --no-deps -e . ; }; then
     summary+=("Python $ver: FAILED to install"); failed=1; rm -rf "$wheels"; continue
   fi
   rm -rf "$wheels"
