@@ -181,8 +181,7 @@ class _LongestFirst:
     @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and the deselection by marker
     def pytest_collection_modifyitems(self, items):
         rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-        key = {item.nodeid: rank.get(item.nodeid.split("::")[0], len(rank)) for item in items}
-        items.sort(key=lambda item: key[item.nodeid])  # stable
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
 
 
 def pytest_configure(config):
