@@ -5,7 +5,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 STAMP := $(VENV)/.nbtools-installed
-NBMAKE_TIMEOUT ?= 1200
 export MPLBACKEND := Agg
 export RAY_USAGE_STATS_ENABLED := 0
 export PYTHONUNBUFFERED := 1
@@ -39,26 +38,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/nbtools demo
 
-## Unit + integration tests on TEST_WORKERS pytest-xdist workers, each module on one worker, the longest modules handed
-## out first (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run;
-## `make test-fast` and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats
-## it); every test process with one OpenMP thread (the miniature models gain nothing from two, and two workers'
-## processes with two threads each oversubscribe two cores). Then every notebook through nbmake in its order (each
-## builds on the ones before) with gcloud, kubectl and helm off PATH (the local backend must not need them); exit
-## status is non-zero when either part fails. The inner loop is `make test-fast` (below); `make test` runs every test,
-## the slow ones included.
-CLOUD_CLIS := gcloud kubectl helm
+## Every test on TEST_WORKERS pytest-xdist workers, each module on one worker, the longest modules handed out first
+## (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run; `make test-fast`
+## and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats it); every test
+## process with one OpenMP thread (the miniature models gain nothing from two, and two workers' processes with two
+## threads each oversubscribe two cores). The nine notebooks as committed, with no gcloud, kubectl or helm on their
+## PATH, are one of those modules (tests/notebooks/test_local.py), so they share the two cores with the rest instead of
+## running alone after them. The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones
+## included.
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
-	echo "== unit and integration tests (runs dir $$runs)"; \
+	echo "== unit, integration and notebook tests (runs dir $$runs)"; \
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -p no:randomly \
-	  --durations=30; unit=$$?; \
-	nopath=$$($(BIN)/python tools/path_without.py "$$runs/path-without-cloud-clis" $(CLOUD_CLIS)) || exit 1; \
-	echo "== notebooks through nbmake, PATH without $(CLOUD_CLIS)"; \
-	PATH="$(abspath $(BIN)):$$nopath" $(BIN)/python -m pytest notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
-	  -p no:cacheprovider -p no:randomly --durations=10; nbs=$$?; \
-	echo "== unit tests exit $$unit, notebooks exit $$nbs"; \
-	[ $$unit -eq 0 ] && [ $$nbs -eq 0 ]
+	  --durations=30
 
 ## The inner loop: every test not marked slow (no Ray head, simulated GKE, notebook kernel or training run: markers in
 ## tests/conftest.py and SLOW_FIXTURES), in a shuffled order (pytest-randomly prints the seed); under 3 min on 2 cores

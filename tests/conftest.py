@@ -152,6 +152,7 @@ _HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_re
 LONGEST_FIRST = (
     "tests/notebooks/test_gke.py",  # 258 s
     "tests/notebooks/test_gke_verl.py",  # 239 s
+    "tests/notebooks/test_local.py",  # about 120 s (the nbmake pass it replaces: 99-122 s)
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
     "tests/integration/test_sim_gke.py",  # 106 s
