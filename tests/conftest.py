@@ -13,6 +13,7 @@ jobs that did not succeed, with their log tails, are printed in that test's repo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,28 +28,47 @@ from ports import free_port
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+def _shared_head_dir(basetemp: Path) -> Path:
+    """Under pytest-xdist, the runs dir of the one head every worker shares (beside the workers' own tmp dirs)."""
+    return basetemp / "rayhead-shared"
+
+
 @pytest.fixture(scope="session")
 def ray_head_runs_dir(tmp_path_factory) -> Path:
     """The runs dir the session head was started from (its pid file is ``<dir>/ray/head.json``)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = _shared_head_dir(tmp_path_factory.getbasetemp().parent)
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("rayhead")
 
 
 @pytest.fixture(scope="session")
 def ray_head(ray_head_runs_dir):
-    """A real local Ray head (ClusterHandle) shared by the session; ``.dashboard_url`` is the Jobs API address."""
+    """A real local Ray head (ClusterHandle) shared by the session; ``.dashboard_url`` is the Jobs API address.
+
+    Under pytest-xdist the workers share one head: the first that needs it starts it (under a file lock), the others
+    attach to it, and the controller stops it when the session ends (pytest_sessionfinish). A second head costs about
+    15 CPU-seconds to start and 4 a minute idle, on two cores that the workers' tests already fill.
+    """
     import nbtools
     from nbtools.backends import _head as local
 
-    cfg = nbtools.config.load(
-        PROJECT_ROOT / "experiments" / "local.yaml", backend="local",
-        overrides={"ray.port": free_port(), "ray.dashboard_port": free_port(), "ray.num_cpus": 4},
-    )
+    xdist = "PYTEST_XDIST_WORKER" in os.environ
     old = os.environ.get("NBTOOLS_RUNS_DIR")
     os.environ["NBTOOLS_RUNS_DIR"] = str(ray_head_runs_dir)
     try:
-        handle = local.up(cfg, timeout=300, progress=False)
+        with _head_lock(ray_head_runs_dir if xdist else None):
+            rec = local.head_record(ray_head_runs_dir) if xdist else None
+            ports = (rec["port"], rec["dashboard_port"]) if rec else (free_port(), free_port())
+            cfg = nbtools.config.load(
+                PROJECT_ROOT / "experiments" / "local.yaml", backend="local",
+                overrides={"ray.port": ports[0], "ray.dashboard_port": ports[1], "ray.num_cpus": 4},
+            )
+            handle = local.up(cfg, timeout=300, progress=False)
     except BaseException:  # a head still starting in the background must not outlive the session
-        local.stop_all_under(ray_head_runs_dir)
+        if not xdist:
+            local.stop_all_under(ray_head_runs_dir)
         raise
     finally:
         _restore_env(old)
@@ -56,11 +76,35 @@ def ray_head(ray_head_runs_dir):
     try:
         yield handle
     finally:
-        results = local.stop_all_under(ray_head_runs_dir)
-        temp, note = local.temp_dir_for(ray_head_runs_dir)
-        if note:  # pytest's tmp path was too long for Ray's sockets: drop the /tmp fallback with the head
-            shutil.rmtree(temp, ignore_errors=True)
-        assert any(r.stopped for r in results), [str(r) for r in results]
+        if not xdist:  # under xdist the controller stops it, once every worker is done
+            _stop_session_head(ray_head_runs_dir)
+
+
+def _head_lock(runs_dir: Path | None):
+    if runs_dir is None:
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    return FileLock(str(runs_dir) + ".lock", timeout=600)
+
+
+def _stop_session_head(runs_dir: Path) -> None:
+    from nbtools.backends import _head as local
+
+    results = local.stop_all_under(runs_dir)
+    temp, note = local.temp_dir_for(runs_dir)
+    if note:  # pytest's tmp path was too long for Ray's sockets: drop the /tmp fallback with the head
+        shutil.rmtree(temp, ignore_errors=True)
+    assert any(r.stopped for r in results), [str(r) for r in results]
+
+
+def pytest_sessionfinish(session):
+    """The xdist controller stops the head its workers shared (if any of them started one)."""
+    if hasattr(session.config, "workerinput") or not getattr(session.config.option, "numprocesses", None):
+        return
+    shared = _shared_head_dir(session.config._tmp_path_factory.getbasetemp())
+    if (shared / "ray").is_dir():
+        _stop_session_head(shared)
 
 
 @pytest.fixture(scope="session")
