@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from repo_tools import load_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSETS = ROOT / "tests" / "assets"
@@ -127,13 +128,6 @@ def test_the_distribution_is_not_called_nbtools():
     assert "pip install -e ." in readme and DISTRIBUTION in readme, "the README says how to install from a clone"
 
 
-def _tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_path_without_drops_only_the_named_commands(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     for d, names in ((first, ["gcloud", "tool", "data.txt"]), (second, ["kubectl", "helm", "tool", "other"])):
@@ -141,7 +135,7 @@ def test_path_without_drops_only_the_named_commands(tmp_path):
         for n in names:
             (d / n).write_text("#!/bin/sh\n")
             (d / n).chmod(0o644 if n.endswith(".txt") else 0o755)
-    out = _tool("path_without").build(tmp_path / "out", {"gcloud", "kubectl", "helm"}, path=f"{first}:{second}:/nonexistent")
+    out = load_tool("path_without").build(tmp_path / "out", {"gcloud", "kubectl", "helm"}, path=f"{first}:{second}:/nonexistent")
     assert sorted(p.name for p in out.iterdir()) == ["other", "tool"]
     assert os.readlink(out / "tool") == str(first / "tool"), "the first match on PATH wins, as in the shell"
     assert shutil.which("gcloud", path=str(out)) is None and shutil.which("other", path=str(out))

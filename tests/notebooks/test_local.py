@@ -5,20 +5,21 @@ steps and its ports), each final check cell included.
 The notebooks run in their order, once each, in one module, each in its own kernel through papermill without
 parameters (nothing is injected: the committed defaults run), against one runs dir, whatever order pytest runs the
 tests in (a test asks for its notebook and every earlier one not yet run). The runs dir is
-``$NBTOOLS_RUNS_DIR/local-notebooks`` when that is set (``make test`` sets it), else the module's tmp dir; the executed
+a new ``$NBTOOLS_RUNS_DIR/local-notebooks-*`` when that is set (``make test`` sets it), else the module's tmp dir; the executed
 copies go to its ``executed/``. The kernels' PATH is this venv's ``bin`` and a directory of links to everything on
 PATH except ``gcloud``, ``kubectl`` and ``helm`` (``tools/path_without.py``: those tools may sit in ``/usr/bin``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from repo_tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
@@ -27,22 +28,16 @@ CLOUD_CLIS = {"gcloud", "kubectl", "helm"}
 pytestmark = pytest.mark.slow
 
 
-def _path_without(target: Path, drop: set[str]) -> Path:
-    spec = importlib.util.spec_from_file_location("path_without", ROOT / "tools" / "path_without.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.build(target, drop)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The runs dir, with NBTOOLS_RUNS_DIR and the reduced PATH set for the module (the kernels inherit both)."""
     base = os.environ.get("NBTOOLS_RUNS_DIR")
-    runs = Path(base) / "local-notebooks" if base else tmp_path_factory.mktemp("local-notebooks")
-    if runs.exists():
-        shutil.rmtree(runs)
-    runs.mkdir(parents=True)
-    nopath = _path_without(tmp_path_factory.mktemp("path") / "without-cloud-clis", CLOUD_CLIS)
+    if base:  # a new dir each run: a re-run never re-attaches to (or writes into) an earlier one's
+        Path(base).mkdir(parents=True, exist_ok=True)
+        runs = Path(tempfile.mkdtemp(prefix="local-notebooks-", dir=base))
+    else:
+        runs = tmp_path_factory.mktemp("local-notebooks")
+    nopath = load_tool("path_without").build(tmp_path_factory.mktemp("path") / "without-cloud-clis", CLOUD_CLIS)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NBTOOLS_RUNS_DIR", str(runs))
         mp.setenv("PATH", os.pathsep.join([str(Path(sys.executable).parent), str(nopath)]))

@@ -9,11 +9,11 @@ verl's own ``verl/trainer/config/_generated_ppo_trainer.yaml`` at each tag (test
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from repo_tools import load_tool
 
 from nbtools import config, trainers
 from nbtools.launch import lint
@@ -43,10 +43,7 @@ def _rule(cfg, rule):
 
 
 def test_package_key_tables_are_the_tags_configs():
-    spec = importlib.util.spec_from_file_location("gen_verl_keys", ROOT / "tools" / "gen_verl_keys.py")
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    files = gen.generate(ASSETS)
+    files = load_tool("gen_verl_keys").generate(ASSETS)
     assert set(files) == {f"verl_keys_{v}.json" for v in VERL}  # one table per release entry, no table without one
     for name, text in files.items():
         assert (ROOT / "nbtools" / "data" / name).read_text() == text, f"{name} is stale: run tools/gen_verl_keys.py"
