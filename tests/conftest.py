@@ -13,7 +13,6 @@ jobs that did not succeed, with their log tails, are printed in that test's repo
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -51,6 +50,8 @@ def ray_head(ray_head_runs_dir):
     attach to it, and the controller stops it when the session ends (pytest_sessionfinish). A second head costs about
     15 CPU-seconds to start and 4 a minute idle, on two cores that the workers' tests already fill.
     """
+    from filelock import FileLock
+
     import nbtools
     from nbtools.backends import _head as local
 
@@ -58,8 +59,8 @@ def ray_head(ray_head_runs_dir):
     old = os.environ.get("NBTOOLS_RUNS_DIR")
     os.environ["NBTOOLS_RUNS_DIR"] = str(ray_head_runs_dir)
     try:
-        with _head_lock(ray_head_runs_dir if xdist else None):
-            rec = local.head_record(ray_head_runs_dir) if xdist else None
+        with FileLock(f"{ray_head_runs_dir}.lock", timeout=600):  # another worker may be starting it
+            rec = local.head_record(ray_head_runs_dir)
             ports = (rec["port"], rec["dashboard_port"]) if rec else (free_port(), free_port())
             cfg = nbtools.config.load(
                 PROJECT_ROOT / "experiments" / "local.yaml", backend="local",
@@ -78,14 +79,6 @@ def ray_head(ray_head_runs_dir):
     finally:
         if not xdist:  # under xdist the controller stops it, once every worker is done
             _stop_session_head(ray_head_runs_dir)
-
-
-def _head_lock(runs_dir: Path | None):
-    if runs_dir is None:
-        return contextlib.nullcontext()
-    from filelock import FileLock
-
-    return FileLock(str(runs_dir) + ".lock", timeout=600)
 
 
 def _stop_session_head(runs_dir: Path) -> None:
