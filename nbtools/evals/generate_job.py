@@ -73,7 +73,9 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
                    temperature=float(temperature), save_path=save_path, config="nbtools.evals.vllm_generate",
                    overrides=tuple(args), entrypoint=entrypoint, submission_id=f"{cfg.name}-eval-test-{_slug(label)}-{digest}",
                    address=cfg.dashboard_url, runtime_env=carry_env(env), metadata=metadata,
-                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else (),
+                   # vLLM runs in this driver: it needs the GPUs, so Ray must start it on a GPU node, not the head
+                   entrypoint_num_gpus=int(cfg.model.tensor_parallel_size))
 
 
 def generate_jobs(cfg: Experiment, *, num_tests_per_prompt: int = 1, temperature: float = 0.0,

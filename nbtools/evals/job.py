@@ -35,7 +35,7 @@ __all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eva
            "generation_length"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
-LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each GPU worker pod
+LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each pod's local disk
 _MMLU_LANGS = ["AR-XY", "BN-BD", "DE-DE", "ES-LA", "FR-FR", "HI-IN", "ID-ID", "IT-IT", "JA-JP", "KO-KR", "PT-BR",
                "ZH-CN", "SW-KE", "YO-NG"]
 _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mmlu_{x}" for x in _MMLU_LANGS)]
@@ -124,13 +124,26 @@ class EvalJob:
     address: str
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
-    local_copy: tuple[str, ...] = ()  # argv run in every GPU worker pod first: the model to the node's local disk
+    local_copy: tuple[str, ...] = ()  # argv run first in the pods that read the model: the model to their local disk
+    entrypoint_num_gpus: float = 0  # GPUs for the driver: >0 puts it on a GPU worker (Ray's placement), else the head
+
+    @property
+    def copy_to(self) -> str | None:
+        """The pods :meth:`prepare` copies to (``exec_on``'s node type): where the job's processes read the model.
+
+        The driver runs where Ray puts it: on the head (GPU-less on KubeRay) unless it asks for GPUs. run_eval.py's
+        driver loads the tokenizer from ``generation.model_name`` there and its vLLM workers load the weights on the GPU
+        workers, so every pod (None); a driver that runs vLLM itself asks for GPUs and only the workers need it.
+        """
+        return "worker" if self.entrypoint_num_gpus else None
 
     def prepare(self, cfg: Any, *, timeout: float = 3600) -> list[Any]:
-        """Copy the model to every GPU worker pod's local disk (``local_copy``), before :meth:`submit`.
+        """Copy the model to the local disk of every pod that reads it (``local_copy`` on :attr:`copy_to`), before
+        :meth:`submit`.
 
         Why: vLLM loads safetensors with mmap, which over gcsfuse can crawl or crash (notebook 06 says so; tutorial
-        000 copies to the workers' disks). The copy is checked and skipped when already there.
+        000 copies to the workers' disks, after merging on the head). Each pod has its own disk, so the copy goes where
+        the job's processes run. The copy is checked and skipped when already there.
 
         Raises:
             NotReadyError: a pod's copy failed (its output says why).
@@ -140,7 +153,7 @@ class EvalJob:
         from nbtools import backends
         from nbtools.errors import NotReadyError
 
-        done = backends.get(cfg).exec_on(list(self.local_copy), node_type="worker", timeout=timeout)
+        done = backends.get(cfg).exec_on(list(self.local_copy), node_type=self.copy_to, timeout=timeout)
         bad = [r for r in done if r.returncode != 0]
         if bad:
             raise NotReadyError(f"copying the model to local disk failed in pod(s) {[r.pod for r in bad]}: "
@@ -151,8 +164,9 @@ class EvalJob:
 
     def to_command(self) -> str:
         """The equivalent `ray job submit` command, to copy into a terminal."""
+        gpus = f" --entrypoint-num-gpus {self.entrypoint_num_gpus:g}" if self.entrypoint_num_gpus else ""
         return (f"ray job submit --address {shlex.quote(self.address)} --submission-id {shlex.quote(self.submission_id)}"
-                f" -- {self.entrypoint}")
+                f"{gpus} -- {self.entrypoint}")
 
     def submit(self):
         """Submit through `nbtools.jobs.submit` (re-attaches when this submission id already exists).
@@ -163,7 +177,8 @@ class EvalJob:
         from nbtools import jobs
 
         return jobs.submit(self.address, entrypoint=self.entrypoint, submission_id=self.submission_id,
-                           runtime_env=self.runtime_env or None, metadata=self.metadata)
+                           runtime_env=self.runtime_env or None, metadata=self.metadata,
+                           entrypoint_num_gpus=self.entrypoint_num_gpus or None)
 
     def _repr_html_(self) -> str:
         return (f"<b>NeMo-RL eval job</b> <code>{_h(self.submission_id)}</code>: "
@@ -207,7 +222,7 @@ def build_eval_job(
         save_path: `eval.save_path`; default `<dirname(log_dir)>/eval/<dataset>_<label>` on the shared mount.
         config: eval config relative to the NeMo-RL checkout.
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
-        copy_to_local: load the model from the GPU nodes' local disk (copied there by :meth:`EvalJob.prepare`), not
+        copy_to_local: load the model from the pods' local disks (copied there by :meth:`EvalJob.prepare`), not
             through gcsfuse with mmap; default: on GKE for a model under the gcsfuse mount (the merged model).
 
     Returns:

@@ -219,6 +219,7 @@ def submit(
     runtime_env: dict | None = None,
     metadata: dict[str, str] | None = None,
     entrypoint_num_cpus: float | None = None,
+    entrypoint_num_gpus: float | None = None,
 ) -> Job:
     """Submit a job, or re-attach when ``submission_id`` already exists on that cluster (never twice).
 
@@ -229,6 +230,8 @@ def submit(
         runtime_env: Ray runtime env (working_dir, env_vars, ...). Never put secrets in it.
         metadata: string tags stored with the job.
         entrypoint_num_cpus: CPUs reserved for the entrypoint process.
+        entrypoint_num_gpus: GPUs reserved for the entrypoint process; Ray then runs it on a node with that many free
+            GPUs (without it, on the head, which on KubeRay has none and its own local disk).
 
     Example:
         >>> job = nbtools.jobs.submit(cfg.dashboard_url, entrypoint="python -c 'print(42)'", submission_id="demo-1")
@@ -239,7 +242,8 @@ def submit(
     existing = _lookup(url, submission_id)
     if existing is not None:
         return _job(url, submission_id, existing.entrypoint, reattached=True)
-    kwargs = {k: v for k, v in {"runtime_env": runtime_env, "metadata": metadata, "entrypoint_num_cpus": entrypoint_num_cpus}.items() if v is not None}
+    kwargs = {k: v for k, v in {"runtime_env": runtime_env, "metadata": metadata, "entrypoint_num_cpus": entrypoint_num_cpus,
+                                "entrypoint_num_gpus": entrypoint_num_gpus}.items() if v is not None}
     try:
         _call(url, lambda c: c.submit_job(entrypoint=entrypoint, submission_id=submission_id, **kwargs))
     except RuntimeError as e:  # a concurrent submit won the race: attach to that one

@@ -4,6 +4,7 @@ The double has no controller: each test plays the KubeRay operator by adding pod
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import os
 import signal
@@ -364,16 +365,25 @@ def test_events_read_the_pods_disruption_condition_kubelet_sets_without_an_event
     assert _be(cfg, kc).events(since=t + 3600) == [] and len(_be(cfg, kc).events(since=t - 60, until=t + 60)) == 1
 
 
-def test_the_eval_job_copies_the_merged_model_to_every_gpu_workers_disk_first(kd, kc, cfg, monkeypatch):
-    """Issue 27 item 10: the merged model is loaded from each worker's local disk, not mmap'd through gcsfuse."""
+def test_the_eval_job_copies_the_merged_model_to_the_disk_of_every_pod_that_reads_it_first(kd, kc, cfg, monkeypatch):
+    """Issue 27 item 10: the merged model is loaded from local disk, not mmap'd through gcsfuse. Issue 40 item 5: each
+    pod has its own disk, and run_eval.py's driver runs on the (GPU-less) head and loads the tokenizer from the model
+    path there, so the head gets the copy too; a driver that runs vLLM itself asks Ray for GPUs and lands on a worker."""
     monkeypatch.setenv("KUBECONFIG", kc)
     _pods(kd, workers=2)
     merged = nbtools.evals.finetuned_model_path(cfg)
     spec = nbtools.evals.build_eval_job(cfg, merged, label="fine-tuned")
+    assert spec.entrypoint_num_gpus == 0 and "--entrypoint-num-gpus" not in spec.to_command()
     spec.prepare(cfg)
     hit = sorted((e["pod"], e["container"]) for e in kd.execs)
-    assert hit == [(f"{NAME}-gpu-workers-w0", "ray-worker"), (f"{NAME}-gpu-workers-w1", "ray-worker")]
+    assert hit == [(f"{NAME}-gpu-workers-w0", "ray-worker"), (f"{NAME}-gpu-workers-w1", "ray-worker"),
+                   (f"{NAME}-head-h1", "ray-head")]
     assert kd.execs[0]["command"] == list(spec.local_copy) and merged in spec.local_copy[2]
+    kd.execs.clear()
+    on_gpu = dataclasses.replace(spec, entrypoint_num_gpus=1)
+    on_gpu.prepare(cfg)
+    assert sorted(e["pod"] for e in kd.execs) == [f"{NAME}-gpu-workers-w0", f"{NAME}-gpu-workers-w1"]
+    assert "--entrypoint-num-gpus 1 -- " in on_gpu.to_command()
     kd.execs.clear()
     kd.exec_result[f"{NAME}-gpu-workers-w1"] = ("", "cp: No space left on device\n", 1)
     with pytest.raises(nbtools.errors.NotReadyError, match=r"gpu-workers-w1.*No space left on device"):

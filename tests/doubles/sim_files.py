@@ -7,6 +7,9 @@ e.g. ``<root>/data``, the experiment's ``storage.mount_path``) is a bind mount o
 side ``data_dir`` stays empty, exactly as a laptop has no ``/data``. Everything the jobs write is there for the pods
 and reaches this machine only through the bucket (the gcsfuse stand-in mirrors ``backing_dir``), so a reader that
 opens the cluster's paths locally instead of the ``gs://`` URL fails here as it would on GKE.
+
+Each pod also has its own local disk at :data:`LOCAL_DISK` (the head's namespace and each GPU worker node's, see
+sim_nodes.py, bind their own directory there), so a file copied to the workers' disks is not on the head's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ DOUBLES = Path(__file__).resolve().parent
 BUCKET = "sim-bucket"
 PROJECT = "sim-project"
 
-__all__ = ["write_shims", "write_checkout", "write_experiment", "pods_launcher", "in_pods", "BUCKET", "PROJECT"]
+__all__ = ["write_shims", "write_checkout", "write_experiment", "pods_launcher", "in_pods", "BUCKET", "PROJECT", "LOCAL_DISK"]
+# A pod's local disk as nbtools uses it: where EvalJob.prepare copies a model (nbtools.evals.job.LOCAL_MODELS). Each
+# pod's namespace binds its own directory here, so a copy made in one pod is not there in another (as on GKE).
+LOCAL_DISK = "/tmp/nbtools-models"
 
 
 def _set(data: dict, dotted: str, value: Any) -> None:
@@ -123,14 +129,20 @@ def write_experiment(sim, rehearsal: dict, changes: dict) -> None:
         + yaml.safe_dump(data, sort_keys=False))
 
 
-def pods_launcher(backing: Path, mount: Path) -> list[str]:
-    """The command prefix that runs a program in a new mount namespace where ``mount`` shows ``backing``.
+def pods_launcher(backing: Path, mount: Path, disk: Path | None = None) -> list[str]:
+    """The command prefix that runs a program in a new mount namespace where ``mount`` shows ``backing`` (the shared
+    bucket) and, with ``disk``, :data:`LOCAL_DISK` shows ``disk``: that pod's own local disk, which no other pod sees.
 
     Raises:
         RuntimeError: this machine does not allow it (no ``unshare``, or no permission to mount), with the way out.
     """
     script = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
-    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sim-pods", str(backing), str(mount)]
+    args = [str(backing), str(mount)]
+    if disk is not None:  # the mount point is an empty dir on this machine's /tmp; each namespace binds its own over it
+        script = ('mount --bind "$1" "$2" && mkdir -p "$4" && mount --bind "$3" "$4" && shift 4 && exec "$@"')
+        args += [str(disk), LOCAL_DISK]
+        Path(disk).mkdir(parents=True, exist_ok=True)
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sim-pods", *args]
     try:
         r = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30, check=False)
     except FileNotFoundError:

@@ -12,7 +12,10 @@ when a start-up step fails):
    nbtools, like the NeMo-RL image (``sim_image/sitecustomize.py`` on its PYTHONPATH); ``python`` on its PATH is
    this venv's interpreter (the image's venv). It runs in its own mount namespace: only it and its jobs (the
    "pods") see the run's files at the mount path ``<root>/data``; here that directory stays empty (sim_files.py).
-   ``kubectl exec`` into a sim pod runs the command in that namespace.
+   Like a KubeRay head pod it has no GPU; the GPU worker pods are real Ray worker nodes joined to it (sim_nodes.py),
+   each in its own namespace, and every pod has its own local disk (sim_files.LOCAL_DISK), so Ray places a job's
+   driver on the head unless the job asks for GPUs, as on GKE. ``kubectl exec`` into a sim pod runs the command in
+   that pod's namespace.
 4. **gcloud / kubectl / helm**: recording shims first on PATH (``sim_shims.py``, ``sim_shims_kube.py``): the TEST
    DOUBLE of these tools that the unit tests of plans use too (alone: ``SimGke(root, ray=False, mirror=False)``).
 5. **gcsfuse**: a mirror thread from what the pods write (``backing_dir``, their ``/data``) into ``gs://sim-bucket``
@@ -58,6 +61,7 @@ from ports import free_port as _free_port
 from sim_files import BUCKET, PROJECT, in_pods, pods_launcher, write_checkout, write_experiment, write_shims
 from sim_gcsfuse import BucketMirror
 from sim_kuberay import KubeRayController, local_exec
+from sim_nodes import WorkerNodes
 from sim_shims import read_log, write_credentials
 
 __all__ = ["SimGke", "BUCKET", "PROJECT", "FAKE_HF_TOKEN", "crd_schema", "nemo_rl_configs"]
@@ -160,6 +164,8 @@ class SimGke:
         self.kuberay: KubeRayController | None = None
         self.mirror: BucketMirror | None = None
         self.head = None  # ClusterHandle of the Ray head (its dashboard is what the head pod's 8265 reaches)
+        self.workers: WorkerNodes | None = None  # the GPU worker pods' Ray nodes (isolated sims only)
+        self.head_disk = self.root / "pods" / "head" / "disk"  # the head pod's local disk (its LOCAL_DISK)
         self._stack: ExitStack | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------------
@@ -190,6 +196,9 @@ class SimGke:
                 stack.callback(self._stop_head)
                 self.head = self._start_head()
                 routes[8265] = ("127.0.0.1", self.head.extra["dashboard_port"])
+                if self.isolated:
+                    self.workers = self._start_workers()
+                    stack.callback(self.workers.stop)
             self.kuberay = stack.enter_context(KubeRayController(self.kube, routes=routes, ready_after=self.ready_after))
             self.kube.exec_handler = local_exec(self.pod_paths, cwd=self.code_dir, env=self._image_env, prefix=self._in_pods)
             if self._want_mirror:
@@ -236,18 +245,33 @@ class SimGke:
         from nbtools.errors import NotReadyError
 
         ray_cli = launch = _head._ray_cli
-        if self.isolated:  # the head and every job it starts see backing_dir at data_dir (sim_files.py)
-            prefix = pods_launcher(self.backing_dir, self.data_dir)
+        num_gpus = gpus["worker_replicas"] * gpus["gpus_per_node"]
+        if self.isolated:  # the head and every job it starts see backing_dir at data_dir (sim_files.py), and its disk
+            prefix = pods_launcher(self.backing_dir, self.data_dir, self.head_disk)
             launch = lambda: [*prefix, *ray_cli()]  # noqa: E731
+            num_gpus = 0  # a KubeRay head pod has no GPU: the worker nodes (_start_workers) have them
         for attempt in (1, 2):  # on a loaded 2-core machine the raylet's fixed 15 s wait for its agent can expire
             try:
                 with _environ(env), mock.patch.object(_head, "_ray_cli", launch):
                     return _head.up(cfg, timeout=600, progress=False,
-                                    extra_args=("--num-gpus", str(gpus["worker_replicas"] * gpus["gpus_per_node"])))
+                                    extra_args=("--num-gpus", str(num_gpus)))
             except NotReadyError as e:
                 if attempt == 2 or "exited during start" not in str(e):
                     raise
                 _head.stop_all_under(self.head_dir)
+
+    def _start_workers(self) -> WorkerNodes:
+        """One Ray worker node per worker pod (``cluster.worker_replicas``), ``cluster.gpus_per_node`` GPUs each."""
+        from nbtools.backends import _head
+
+        cluster = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
+        env = {k: v for k, v in self._image_env().items() if k != "RAY_ADDRESS"}
+        env["SIM_VLLM_ANSWER_FORMAT"] = "gsm8k" if self.trainer_kind() == "verl" else ""
+        env["SIM_GKE_FLUSH_DIR"] = str(self.flush_dir) if self._want_mirror else ""
+        return WorkerNodes(self.root / "pods", backing=self.backing_dir, mount=self.data_dir,
+                           gcs_address=self.head.gcs_address, dashboard_url=self.head.dashboard_url,
+                           count=int(cluster["worker_replicas"]), gpus=int(cluster["gpus_per_node"]), env=env,
+                           ray_cli=_head._ray_cli()).start()
 
     def _image_env(self) -> dict[str, str]:
         """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""
@@ -282,8 +306,17 @@ class SimGke:
         data = self.data_dir if self._in_pods() else self.backing_dir
         return {str(self.data_dir): data, "/data": data, "/opt/nemo-rl": self.code_dir, str(self.root): self.root}
 
-    def _in_pods(self) -> list[str]:
-        return in_pods(self.head.pid if self.isolated and self.head is not None else None)
+    def _in_pods(self, namespace: str = "default", pod: str | None = None) -> list[str]:
+        """The prefix that runs a command in ``pod``'s namespace: a worker pod's Ray node, else the head's."""
+        if not self.isolated or self.head is None:
+            return []
+        labels = (self.pods(namespace).get(pod or "", {}).get("metadata") or {}).get("labels") or {}
+        if labels.get("ray.io/node-type") == "worker" and self.workers is not None:
+            workers = sorted(n for n, p in self.pods(namespace).items()
+                             if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+                             and p["metadata"]["labels"].get("ray.io/cluster") == labels.get("ray.io/cluster"))
+            return in_pods(self.workers.pid(workers.index(pod)))
+        return in_pods(self.head.pid)
 
     def host_path(self, pod_path: str | os.PathLike) -> Path:
         """Where a file the pods see at ``pod_path`` (under the mount path) is on this machine (``backing_dir``)."""

@@ -302,9 +302,9 @@ class KubeRayController:
 
 
 def local_exec(paths: Callable[[], dict[str, Path]], *, cwd: Path, env: Callable[[], dict[str, str]],
-               prefix: Callable[[], list[str]] = list):
-    """An ``exec_handler`` for the API double: ``kubectl exec`` into a pod runs the command here, after ``prefix()``
-    (e.g. ``nsenter`` into the pods' mount namespace), in ``env()``, with absolute path arguments under a pod path
+               prefix: Callable[[str, str], list[str]] = lambda namespace, pod: []):
+    """An ``exec_handler`` for the API double: ``kubectl exec`` into a pod runs the command here, after
+    ``prefix(namespace, pod)`` (e.g. ``nsenter`` into that pod's mount namespace), in ``env()``, with absolute path arguments under a pod path
     mapped (``paths()``: pod path -> local dir); any other absolute path fails like a missing file, so a command can
     touch nothing outside the sim."""
 
@@ -320,7 +320,7 @@ def local_exec(paths: Callable[[], dict[str, Path]], *, cwd: Path, env: Callable
             argv.append(a)
         if shutil.which(argv[0], path=env().get("PATH")) is None and not Path(argv[0]).is_file():
             return "", f'OCI runtime exec failed: exec: "{argv[0]}": executable file not found in $PATH\n', 127
-        r = subprocess.run([*prefix(), *argv], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
+        r = subprocess.run([*prefix(namespace, pod), *argv], cwd=cwd, env=env(), capture_output=True, text=True, timeout=300, check=False)
         return r.stdout, r.stderr, r.returncode
 
     return run

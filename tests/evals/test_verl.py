@@ -54,6 +54,8 @@ def test_the_eval_plan_builds_one_job_per_model_on_the_test_split():
     assert base.save_path != tuned.save_path and base.submission_id != tuned.submission_id
     assert tuned.model_name == "/data/verl-runs/verl-qwen2-5-32b-gsm8k-b200/merged_hf"  # notebook 06 merges there
     assert tuned.local_copy and not base.local_copy  # the merged model goes to local disk first (no mmap via gcsfuse)
+    # vLLM runs in the driver: Ray must start it on a GPU node (the KubeRay head has none), and only there is the copy
+    assert (base.entrypoint_num_gpus, tuned.entrypoint_num_gpus, tuned.copy_to) == (8, 8, "worker")
     with pytest.raises(Exception, match="greedy decoding gives one answer"):
         evals.build_generate_job(cfg, cfg.model.name, label="x", num_tests_per_prompt=4, temperature=0.0)
 

@@ -193,6 +193,37 @@ def test_up_gets_kuberay_pods_and_reaches_the_sim_ray_head_through_the_forward(s
         assert not sim.kuberay.errors
 
 
+def test_every_pod_has_its_own_disk_and_ray_runs_a_jobs_driver_on_the_gpu_less_head_unless_it_asks_for_gpus(sim_gke):
+    """Issue 40 item 5: a file copied to the worker pods' local disks is not on the head's, and a job's driver runs
+    where Ray puts it (the head, with no GPU, unless ``entrypoint_num_gpus``), so it sees only that pod's disk."""
+    from nbtools.evals.job import LOCAL_MODELS
+
+    sim = sim_gke
+    with sim.activated():
+        cfg = sim.cfg()
+        cluster = nbtools.backends.get(cfg)
+        try:
+            url = cluster.up(timeout=120, progress=False).dashboard_url
+            nodes = cluster.resources().node_table
+            assert sorted(zip(nodes["head"], nodes["GPU"], strict=True)) == [(False, 8.0), (True, 0.0)], nodes
+            f = f"{LOCAL_MODELS}/{uuid.uuid4().hex[:8]}/weights"
+            wrote = cluster.exec_on(["bash", "-c", f"mkdir -p {os.path.dirname(f)} && echo worker-disk > {f}"],
+                                    node_type="worker")
+            assert [r.returncode for r in wrote] == [0], wrote
+            on_head = cluster.exec_on(["bash", "-c", f"cat {f}"], node_type="head")[0]
+            assert on_head.returncode == 1 and "No such file" in on_head.stderr and not os.path.exists(f)
+            tag = uuid.uuid4().hex[:6]
+            driver_on_head = nbtools.jobs.submit(url, entrypoint=f"cat {f}", submission_id=f"sim-disk-head-{tag}")
+            driver_on_gpu = nbtools.jobs.submit(url, entrypoint=f"cat {f}", submission_id=f"sim-disk-gpu-{tag}",
+                                                entrypoint_num_gpus=1)
+            assert driver_on_gpu.wait(timeout=300).value == "SUCCEEDED" and "worker-disk" in driver_on_gpu.logs()
+            with pytest.raises(nbtools.errors.JobFailedError):
+                driver_on_head.wait(timeout=300)
+            assert "No such file" in driver_on_head.logs()
+        finally:
+            cluster.down()
+
+
 def test_jobs_on_the_sim_head_import_nbtools_only_through_py_modules(sim_gke):
     """Issue #13 item 3's proof: where the image has no nbtools, a job gets it from its runtime_env."""
     url, python = sim_gke.head.dashboard_url, sys.executable

@@ -4,7 +4,12 @@ NOT NeMo-RL (no vLLM, no GPUs, no MATH-500 here). It takes run_eval.py's command
 dotlist overrides, as ``OmegaConf.from_cli`` reads them), loads the eval config with its ``defaults:`` parent, and
 evaluates the HuggingFace model at ``generation.model_name`` on the rehearsal's held-out problems with
 ``nbtools.evals.evaluate_local`` (``eval.num_tests_per_prompt`` samples per problem at ``generation.temperature``),
-whatever ``data.dataset_name`` says. Like ``nemo_rl/evals/eval.py`` it prints the score block (``_print_results``:
+whatever ``data.dataset_name`` says. Where the real one runs each part, so does the double: the driver (on the head
+pod, which has no GPU) loads the tokenizer from ``generation.model_name`` with transformers (``tokenizer.name:
+${generation.model_name}``, ``get_tokenizer`` in ``examples/run_eval.py`` at v0.7.0), and the model is loaded and
+generates in a Ray task holding ``cluster.gpus_per_node`` GPUs (NeMo-RL's vLLM workers), so on the simulated GKE on a
+GPU worker node with that pod's own disk; a cluster with no GPUs (a local test head) runs it where it can. Like
+``nemo_rl/evals/eval.py`` it prints the score block (``_print_results``:
 basenames, f-string reprs, pass@k summed over problems) and, with ``eval.save_path``, writes ``config.json`` and
 ``evaluation_data.json`` (prompt, response, reward 0/1, ``message_log`` and ``extra_env_info`` as Python reprs,
 ``sample_index``; each prompt's samples consecutive).
@@ -19,12 +24,27 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_nemo_rl_config import apply_dotlist, get, import_nbtools, load_config, sim  # noqa: E402
+from sim_nemo_rl_config import apply_dotlist, get, load_config, sim  # noqa: E402
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimator NeMo-RL uses: 1 - C(n-c, k) / C(n, k)."""
     return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _generate(nbtools_root: str, rehearsal_config: str, model_path: str, n: int, temperature: float, top_p: float,
+              top_k: int, seed: int):
+    """The GPU part (NeMo-RL's vLLM workers), run as a Ray task: load ``model_path`` where it runs, generate, score."""
+    if nbtools_root not in sys.path:
+        sys.path.insert(0, nbtools_root)
+    from nbtools.config import load
+    from nbtools.evals import evaluate_local
+    from nbtools.rehearsal import task
+
+    reh = load(rehearsal_config, backend="local")
+    return evaluate_local(model_path, task.held_out_problems(reh), reward=list(reh.rehearsal.reward_functions), n=n,
+                          temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=reh.rehearsal.max_new_tokens,
+                          seed=seed, progress_desc="run_eval double").table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,22 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     temperature, top_p, top_k = float(get(cfg, "generation.temperature", 0.0)), float(get(cfg, "generation.top_p", 1.0)), int(get(cfg, "generation.top_k", -1))
     seed, metric = int(get(cfg, "eval.seed", 42)), str(get(cfg, "eval.metric", "pass@k"))
     max_model_len = get(cfg, "generation.vllm_cfg.max_model_len", 2048)
-    import_nbtools()
-    from nbtools.config import load
-    from nbtools.evals import evaluate_local
-    from nbtools.rehearsal import task
-
-    reh = load(sim()["rehearsal_config"], backend="local")
-    if not os.path.isdir(model_path):  # a Hub id: the stand-in Hub has one model, the rehearsal's warm start, which the
+    if not model_path.startswith("/") and not os.path.isdir(model_path):  # a Hub id: the stand-in Hub has one model, the rehearsal's warm start, which the
         # run_grpo.py double saved beside the experiment's dirs (save_path = <experiment dir>/eval/<dataset>_<label>)
         hub = os.path.join(os.path.dirname(os.path.dirname(str(get(cfg, "eval.save_path")))), "baseline_hf")
         print(f"(NeMo-RL test double) {model_path} comes from the stand-in Hub: {hub}", flush=True)
         model_path = hub
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(model_path)  # the driver's tokenizer, here (the head): a missing path fails as in NeMo-RL
     print(f"(NeMo-RL test double) evaluating {model_path} on the rehearsal's held-out split as {dataset!r}", flush=True)
-    res = evaluate_local(model_path, task.held_out_problems(reh), reward=list(reh.rehearsal.reward_functions), n=n,
-                         temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=reh.rehearsal.max_new_tokens,
-                         seed=seed, progress_desc="run_eval double")
-    table = res.table  # problems in dataset order, each one's samples consecutive (NeMo-RL's repeat order)
+    import ray
+
+    ray.init(address="auto", log_to_driver=True, include_dashboard=False)
+    gpus = min(int(get(cfg, "cluster.gpus_per_node", 1)), int(ray.cluster_resources().get("GPU", 0)))
+    generate = ray.remote(num_gpus=gpus, num_cpus=0)(_generate)
+    table = ray.get(generate.remote(sim()["nbtools_root"], sim()["rehearsal_config"], model_path, n, temperature, top_p,
+                                    top_k, seed))  # problems in dataset order, each one's samples consecutive
     rows, score = [], 0.0
     for _, group in table.groupby("problem_id", sort=False):
         correct = int(group["correct"].sum())

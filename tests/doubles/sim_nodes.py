@@ -1,0 +1,113 @@
+"""The simulated GKE's GPU worker nodes: real Ray worker nodes (``ray start --address=<head> --block``) joined to the
+sim's Ray head, each in its own mount namespace (the pod's view: the bucket's mount, and its own local disk).
+
+Why: on KubeRay the head pod has no GPU and every pod has its own disk. Ray itself then decides where a job's driver
+runs (the head, unless the job asks for GPUs with ``entrypoint_num_gpus``) and where GPU tasks run (the workers), so a
+job that reads a file from the wrong pod's disk fails here as it does on GKE. The head is started with
+``--num-gpus 0``; worker node ``i`` has the experiment's ``cluster.gpus_per_node`` GPUs and stands for the ``i``-th
+worker pod (by name) of the RayCluster. A replaced (preempted) pod keeps its slot's disk here; on GKE a new VM's
+disk is empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ports import free_port
+from sim_files import pods_launcher
+
+__all__ = ["WorkerNodes"]
+
+
+class WorkerNodes:
+    """``count`` Ray worker nodes of ``gpus`` GPUs each, joined to the head at ``gcs_address``; stop with :meth:`stop`."""
+
+    def __init__(self, root: Path, *, backing: Path, mount: Path, gcs_address: str, dashboard_url: str, count: int,
+                 gpus: int, env: dict[str, str], ray_cli: list[str]):
+        self.root, self.backing, self.mount = Path(root), backing, mount
+        self.gcs_address, self.dashboard_url, self.count, self.gpus = gcs_address, dashboard_url, count, gpus
+        self.env, self.ray_cli = env, ray_cli
+        self.procs: list[subprocess.Popen] = []
+
+    def disk(self, i: int) -> Path:
+        """Worker ``i``'s local disk on this machine (what its pod sees at sim_files.LOCAL_DISK)."""
+        return self.root / f"worker-{i}" / "disk"
+
+    def start(self, *, timeout: float = 300) -> WorkerNodes:
+        for i in range(self.count):
+            log = self.root / f"worker-{i}" / "ray-start.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            ports = [str(free_port()) for _ in range(6)]
+            cmd = [*pods_launcher(self.backing, self.mount, self.disk(i)), *self.ray_cli, "start", "--block",
+                   "--address", self.gcs_address, "--num-gpus", str(self.gpus), "--num-cpus", "2",
+                   "--object-store-memory", str(100 << 20), "--node-manager-port", ports[0], "--object-manager-port", ports[1],
+                   "--dashboard-agent-listen-port", ports[2], "--dashboard-agent-grpc-port", ports[3],
+                   "--runtime-env-agent-port", ports[4], "--metrics-export-port", ports[5], "--disable-usage-stats"]
+            env = {**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0",
+                   "RAY_agent_register_timeout_ms": "120000", "RAY_raylet_start_wait_time_s": "120"}
+            env.pop("RAY_ADDRESS", None)
+            with open(log, "wb") as out:
+                self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                   start_new_session=True, env=env, close_fds=True))
+        self._wait(timeout)
+        return self
+
+    def _wait(self, timeout: float) -> None:
+        """Until the head's State API reports ``count`` more alive nodes with GPUs (as notebook 02 reads them)."""
+        from nbtools.backends._types import fetch_resources
+        from nbtools.errors import NotReadyError
+
+        end, delay = time.monotonic() + timeout, 0.2
+        while True:
+            dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:
+                tail = (self.root / f"worker-{dead[0]}" / "ray-start.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"simulated GPU worker node {dead[0]} exited during start:\n{tail}")
+            try:
+                table = fetch_resources(self.dashboard_url, timeout=5).node_table
+                joined = int((table["GPU"] > 0).sum())
+            except (NotReadyError, KeyError, AttributeError):
+                joined = 0
+            if joined >= self.count:
+                return
+            if time.monotonic() > end:
+                raise TimeoutError(f"{joined} of {self.count} simulated GPU worker nodes joined {self.gcs_address} "
+                                   f"in {timeout}s (logs under {self.root})")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+    def pid(self, i: int) -> int | None:
+        """The pid of worker ``i``'s ``ray start`` (inside its namespace: ``nsenter --target`` it), if running."""
+        if not self.procs:
+            return None
+        p = self.procs[i % len(self.procs)]
+        return p.pid if p.poll() is None else None
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM each ``ray start --block`` (it stops the processes it started), then SIGKILL what is left of its
+        session (only the processes these nodes started)."""
+        import psutil
+
+        members = []
+        for p in self.procs:
+            try:
+                members += [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(members, timeout=timeout)
+        for m in alive:
+            try:
+                m.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)
+        for p in self.procs:
+            p.poll()
+        self.procs = []
+
