@@ -1,4 +1,5 @@
-"""A run's files by URL: a local path (or ``file://``) on the local backend, ``gs://BUCKET/PREFIX`` on GKE.
+"""A run's files by URL: a local path (or ``file://``) on the local backend, ``gs://BUCKET/PREFIX`` on GKE, and
+``ray+http://HEAD:8265/PATH`` on a Ray cluster whose disks this machine does not see (read by Ray jobs, ``_rayfs``).
 
 Why: on GKE the pods write logs, checkpoints and eval results to a bucket they mount with gcsfuse at ``/data``; a
 laptop or a Workbench VM has no such mount. Every reader in nbtools therefore takes a URL and goes through this
@@ -87,7 +88,7 @@ class RunStorage:
             return str(cluster_path)
         mount = self.mount_path.rstrip("/") or "/"
         p = posixpath.normpath(str(cluster_path))
-        if p != mount and not p.startswith(mount + "/"):
+        if p != mount and not p.startswith(mount.rstrip("/") + "/"):
             raise NotFoundError(
                 f"{cluster_path!r} is not under the shared storage mount {mount!r}, so it cannot be read from here "
                 f"(only {self.root} is)",
@@ -187,6 +188,11 @@ def filesystem(url: str | os.PathLike):
     if local is not None:  # the registry's answer for a plain local path never changes: resolve it once
         return local, text if _plain(text) else local._strip_protocol(text)
     if proto not in _GCS:
+        if proto.startswith("ray+"):  # a Ray cluster's own files, read by short jobs through its dashboard (_rayfs)
+            from nbtools._rayfs import PROTOCOLS, RayJobsFileSystem
+
+            for name in PROTOCOLS:
+                fsspec.register_implementation(name, RayJobsFileSystem, clobber=True)
         try:
             fs, path = fsspec.core.url_to_fs(text)
         except (ImportError, ValueError) as e:

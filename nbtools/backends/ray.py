@@ -1,7 +1,8 @@
 """The ``ray`` backend: any running Ray cluster by its dashboard address (a DGX Cloud Lepton RayCluster, an
 on-prem head). nbtools attaches and never starts or stops it; the run's files are read at ``storage.url`` (e.g.
-``gs://…`` or ``s3://…`` that the cluster's ``storage.mount_path`` maps to), or in place when this machine mounts the
-same filesystem.
+``gs://…``, ``s3://…`` or a local directory that the cluster's ``storage.mount_path`` maps to: the fast path), else
+through the cluster itself, with nothing but its address: short Ray jobs read the paths where the jobs see them
+(``nbtools._rayfs``), since this machine usually does not mount the cluster's disks.
 
 Example:
     >>> cluster = nbtools.backends.get(cfg)       # `backend: ray`, `ray.address: http://head:8265`
@@ -61,10 +62,13 @@ class RayBackend:
 
     @property
     def storage(self) -> RunStorage:
+        from nbtools._rayfs import root_url
+
         s = self.cfg.storage
         if s.url:
             return RunStorage(s.url.rstrip("/"), s.mount_path)
-        return RunStorage(s.mount_path)  # same paths here as on the cluster (a shared filesystem)
+        mount = (s.mount_path or "/").rstrip("/") or "/"
+        return RunStorage(root_url(self.dashboard_url) + (mount if mount != "/" else ""), mount)
 
     def up(self, *, timeout: float | None = None, progress: bool = True) -> ClusterHandle:
         """Check that the Jobs API answers at ``ray.address`` and hand back a handle (nothing is started)."""

@@ -30,7 +30,8 @@ DOUBLES = Path(__file__).resolve().parent
 BUCKET = "sim-bucket"
 PROJECT = "sim-project"
 
-__all__ = ["write_shims", "write_checkout", "write_experiment", "pods_launcher", "in_pods", "BUCKET", "PROJECT", "LOCAL_DISK"]
+__all__ = ["write_shims", "write_checkout", "write_experiment", "write_ray_experiment", "pods_launcher", "in_pods", "BUCKET",
+           "PROJECT", "LOCAL_DISK"]
 # A pod's local disk as nbtools uses it: where EvalJob.prepare copies a model (nbtools.evals.job.LOCAL_MODELS). Each
 # pod's namespace binds its own directory here, so a copy made in one pod is not there in another (as on GKE).
 LOCAL_DISK = "/tmp/nbtools-models"
@@ -157,3 +158,19 @@ def pods_launcher(backing: Path, mount: Path, disk: Path | None = None) -> list[
 def in_pods(head_pid: int | None) -> list[str]:
     """The prefix that runs a command in the pods' mount namespace (the Ray head's), or nothing when not isolated."""
     return ["nsenter", f"--target={head_pid}", "--mount", "--"] if head_pid else []
+
+
+def write_ray_experiment(sim, path: Path, **changes: Any) -> Path:
+    """The sim experiment as a ``backend: ray`` one (tutorial 003's shape: the Ray cluster's dashboard address and a
+    ``storage.mount_path`` only its nodes see, no ``storage.url``), for the ``ray`` backend against the sim's Ray
+    head; ``changes`` are dotted keys (e.g. ``{"storage.url": ...}``)."""
+    data = yaml.safe_load(sim.experiment_yaml.read_text())
+    data["backend"] = "ray"
+    data["ray"] = {"address": sim.head.dashboard_url}
+    data["storage"] = {"kind": "gcsfuse", "mount_path": str(sim.data_dir)}
+    for key, value in changes.items():
+        _set(data, key, value)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# The simulated GKE's Ray head as a plain Ray cluster (tests/doubles/sim_files.py).\n"
+                    + yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,221 @@
+"""A read path to a Ray cluster's own files through its Jobs API: an fsspec filesystem for ``ray+http://HEAD:8265/PATH``.
+
+Why: on a Ray cluster someone else runs (DGX Cloud Lepton, tutorial 003's ``/nemo-workspace``, an on-prem head) the
+run's files are on a disk only the cluster's nodes mount, and the dashboard address is often all the user has. Each
+call here is one short Ray job on the cluster (``python -c`` with the operations, base64 in its argument) that lists,
+stats or reads the paths there and prints the answer to its log, which this side reads and decodes; the job is
+deleted afterwards. Calls that name many paths (``get``/``cat`` of a list, ``find``) are one job, not one per file.
+Errors keep their kind (``FileNotFoundError``, ``PermissionError``, ...), so ``nbtools.storage`` treats this
+filesystem like any other. It reads where a job's driver runs (the head, without ``entrypoint_num_gpus``): the shared
+storage every node mounts. A ``storage.url`` this machine can read (``gs://``, ``s3://``, a local mount) stays the
+fast path; this is the path when there is none.
+
+Example:
+    >>> storage.ls("ray+http://head:8265/nemo-workspace/nemo-rl/my-run/logs")   # one Ray job on the cluster
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shlex
+import time
+import uuid
+import zlib
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+__all__ = ["RayJobsFileSystem", "PROTOCOLS", "root_url"]
+
+PROTOCOLS = ("ray+http", "ray+https")
+_BEGIN, _END = "NBTOOLS-RAYFS-BEGIN", "NBTOOLS-RAYFS-END"
+_ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirectoryError,
+           "NotADirectoryError": NotADirectoryError, "PermissionError": PermissionError}
+
+# What runs on the cluster: only the standard library of whatever Python the image has (no nbtools there).
+_SCRIPT = r'''
+import base64, json, os, stat, sys, zlib
+def st(p, name=None):
+    s = os.stat(p); l = os.lstat(p)
+    return {"name": name or p, "size": s.st_size, "type": "directory" if stat.S_ISDIR(s.st_mode) else "file",
+            "mtime": s.st_mtime, "ino": s.st_ino, "islink": stat.S_ISLNK(l.st_mode)}
+def run(op):
+    k, p = op["op"], op["path"]
+    if k == "info":
+        return st(p)
+    if k == "ls":
+        if not os.path.isdir(p):
+            return [st(p)]
+        out = []
+        for n in sorted(os.listdir(p)):
+            try:
+                out.append(st(os.path.join(p, n)))
+            except FileNotFoundError:
+                pass
+        return out
+    if k == "find":
+        if not os.path.isdir(p):
+            return [st(p)] if os.path.exists(p) else []
+        out = [st(p)] if op.get("withdirs") else []
+        for d, dirs, files in os.walk(p):
+            dirs.sort()
+            for n in (dirs if op.get("withdirs") else []) + sorted(files):
+                try:
+                    out.append(st(os.path.join(d, n)))
+                except FileNotFoundError:
+                    pass
+        return out
+    if k == "cat":
+        with open(p, "rb") as f:
+            start, end = op.get("start"), op.get("end")
+            size = os.fstat(f.fileno()).st_size
+            start = 0 if start is None else (start if start >= 0 else max(size + start, 0))
+            end = size if end is None else (end if end >= 0 else max(size + end, 0))
+            f.seek(start)
+            return base64.b64encode(f.read(max(end - start, 0))).decode()
+    if k == "write":
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        tmp = p + ".nbtools-partial-%d" % os.getpid()
+        with open(tmp, "wb") as f:
+            f.write(base64.b64decode(op["data"]))
+            f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, p)
+        return None
+    raise ValueError("unknown op " + k)
+res = []
+for op in json.loads(zlib.decompress(base64.b64decode(sys.argv[1]))):
+    try:
+        res.append({"ok": run(op)})
+    except Exception as e:
+        res.append({"err": type(e).__name__, "msg": str(e)})
+sys.stdout.write("%s\n%s\n%s\n" % ("NBTOOLS-RAYFS-BEGIN", base64.encodebytes(zlib.compress(json.dumps(res).encode())).decode(), "NBTOOLS-RAYFS-END"))
+'''
+
+
+def root_url(dashboard_url: str) -> str:
+    """The URL of the cluster's ``/`` as this filesystem reads it: ``http://head:8265`` -> ``ray+http://head:8265``."""
+    return "ray+" + dashboard_url.rstrip("/")
+
+
+class RayJobsFileSystem(AbstractFileSystem):
+    """The files of the Ray cluster at ``address`` (its dashboard URL), read by short Ray jobs."""
+
+    protocol = PROTOCOLS
+    root_marker = "/"
+    cachable = True
+
+    def __init__(self, address: str, *, timeout: float = 300, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.address = address.rstrip("/")
+        self.timeout = timeout
+        self.jobs_run = 0  # how many read jobs this instance submitted (what a reader costs, for tests and benchmarks)
+
+    # -- addressing --------------------------------------------------------------------------------------------
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        text = str(path)
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        if not text.startswith("/"):  # "head:8265/abs/path" (storage passes URLs without their scheme)
+            text = "/" + text.split("/", 1)[1] if "/" in text else "/"
+        return text.rstrip("/") or "/"
+
+    @staticmethod
+    def _get_kwargs_from_urls(path):
+        proto, _, rest = str(path).partition("://")
+        return {"address": f"{proto.split('+', 1)[1]}://{rest.split('/', 1)[0]}"} if rest else {}
+
+    # -- the one round trip ----------------------------------------------------------------------------------
+    def _run(self, ops: list[dict]) -> list[Any]:
+        """Run ``ops`` in one Ray job on the cluster; each result, or its error raised as its kind."""
+        from nbtools.errors import NotReadyError
+        from nbtools.jobs._client import client_for
+
+        payload = base64.b64encode(zlib.compress(json.dumps(ops).encode())).decode()
+        entrypoint = f'PY=$(command -v python3 || command -v python) && "$PY" -c {shlex.quote(_SCRIPT)} {payload}'
+        client = client_for(self.address)
+        sid = f"nbtools-read-{uuid.uuid4().hex[:12]}"
+        client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata={"nbtools": "read"})
+        self.jobs_run += 1
+        try:
+            end, delay = time.monotonic() + self.timeout, 0.05
+            while True:
+                status = client.get_job_status(sid)
+                if status.is_terminal():
+                    break
+                if time.monotonic() > end:
+                    client.stop_job(sid)
+                    raise NotReadyError(f"reading through the Ray cluster at {self.address} took over {self.timeout:g} s "
+                                        f"(job {sid} is {status.value})",
+                                        fix="check the cluster has a free CPU for a short job (`nbtools.backends.get(cfg)"
+                                            ".resources()`), or set storage.url to where this machine reads the run")
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+            text = client.get_job_logs(sid)
+        finally:
+            try:
+                client.delete_job(sid)
+            except Exception:  # noqa: BLE001 - a job left in the list is harmless; the answer matters
+                pass
+        if _BEGIN not in text or _END not in text:
+            raise NotReadyError(f"the read job on the Ray cluster at {self.address} gave no answer ({status.value})",
+                                reason=text.strip()[-500:],
+                                fix="the cluster's jobs need `python3` (or `python`) on their PATH; check the job's log above")
+        body = text.split(_BEGIN, 1)[1].split(_END, 1)[0]
+        out = []
+        for r in json.loads(zlib.decompress(base64.b64decode(body))):
+            if "err" in r:
+                raise _ERRORS.get(r["err"], OSError)(f"{r['err']}: {r['msg']} (on the Ray cluster at {self.address})")
+            out.append(r["ok"])
+        return out
+
+    def _one(self, op: str, path: str, **kw: Any) -> Any:
+        return self._run([{"op": op, "path": self._strip_protocol(path), **kw}])[0]
+
+    # -- fsspec's verbs -----------------------------------------------------------------------------------------
+    def ls(self, path, detail=True, **kwargs):
+        items = self._one("ls", path)
+        return items if detail else [d["name"] for d in items]
+
+    def info(self, path, **kwargs):
+        return self._one("info", path)
+
+    def find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):
+        items = self._one("find", path, withdirs=bool(withdirs))
+        if maxdepth is not None:
+            base = self._strip_protocol(path).rstrip("/")
+            items = [d for d in items if d["name"][len(base):].count("/") <= maxdepth]
+        found = {d["name"]: d for d in items}
+        return found if detail else sorted(found)
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        return base64.b64decode(self._one("cat", path, start=start, end=end))
+
+    def cat(self, path, recursive=False, on_error="raise", **kwargs):
+        if not isinstance(path, list | tuple):
+            return self.cat_file(path)
+        data = self._run([{"op": "cat", "path": self._strip_protocol(p)} for p in path])
+        return {p: base64.b64decode(d) for p, d in zip(path, data, strict=True)}
+
+    def get(self, rpath, lpath, recursive=False, **kwargs):
+        """Copy remote files to local paths: a list of files is read in one job."""
+        rpaths = rpath if isinstance(rpath, list | tuple) else [rpath]
+        lpaths = lpath if isinstance(lpath, list | tuple) else [lpath]
+        for data, target in zip(self.cat(list(rpaths)).values(), lpaths, strict=True):
+            with open(target, "wb") as f:
+                f.write(data)
+
+    def get_file(self, rpath, lpath, **kwargs):
+        self.get(rpath, lpath)
+
+    def pipe_file(self, path, value, **kwargs):
+        self._one("write", path, data=base64.b64encode(value).decode())
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "r" not in mode:
+            raise NotImplementedError("the Ray jobs filesystem writes whole files only (pipe_file)")
+        return io.BytesIO(self.cat_file(path))

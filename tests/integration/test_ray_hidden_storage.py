@@ -1,0 +1,85 @@
+"""The ``ray`` backend on a Ray cluster whose run storage this machine cannot see (issue 40 item 5): tutorial 003's
+shape (DGX Cloud Lepton: a dashboard address and ``/nemo-workspace``, no ``storage.url``).
+
+The cluster is the simulated GKE's real local Ray head (tests/doubles/sim_gke.py) used as a plain Ray cluster: its
+processes, and the jobs it runs, see the run's files at ``sim.data_dir`` through a bind mount in their own mount
+namespace, while in this process that directory is empty (sim_files.py). So every read that works here went through
+the cluster (``nbtools._rayfs``: short Ray jobs submitted to the dashboard address); a library that opened the path
+locally would find nothing. The gcsfuse stand-in is off: there is no bucket to fall back on. The NeMo-RL stand-ins of
+the sim's "image" (sim_nemo_rl/) are what the notebooks' jobs run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from sim_files import write_ray_experiment
+
+import nbtools
+from nbtools import storage
+
+pytestmark = pytest.mark.ray
+
+STEPS = 8
+SIM_GKE = {"mirror": False, "provisioned": False, "steps": STEPS,
+           "changes": {"grpo.val_period": STEPS // 2, "checkpointing.save_period": STEPS // 2}}
+
+
+@pytest.fixture(scope="module")
+def ray_cfg_hidden(sim_gke, tmp_path_factory):
+    """The sim experiment as ``backend: ray`` at the sim head's dashboard, storage only the cluster sees."""
+    path = write_ray_experiment(sim_gke, tmp_path_factory.mktemp("ray-exp") / "ray-hidden.yaml")
+    with sim_gke.activated():
+        yield nbtools.config.load(path, backend="ray"), path
+
+
+def _on_cluster(cfg, script: str) -> None:
+    """Run ``sh -c script`` as a job on the cluster (where the run's files are) and wait for it."""
+    job = nbtools.jobs.submit(cfg.dashboard_url, entrypoint=f"sh -c '{script}'", submission_id=f"t-{uuid.uuid4().hex[:8]}")
+    job.wait(timeout=300)
+
+
+def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(sim_gke, ray_cfg_hidden):
+    cfg, _ = ray_cfg_hidden
+    base = f"{sim_gke.data_dir}/probe-{uuid.uuid4().hex[:6]}"
+    _on_cluster(cfg, f"mkdir -p {base}/sub && printf hello > {base}/a.txt && printf 0123456789 > {base}/sub/b.bin")
+    assert not os.path.exists(base), "the run's storage must be invisible here, or this test proves nothing"
+    url = cfg.url(base)
+    assert url.startswith("ray+http://127.0.0.1:") and url.endswith(base[len(str(sim_gke.data_dir)):])
+    fs, _ = storage.filesystem(url)
+    before = fs.jobs_run
+    assert [(e.name, e.is_dir) for e in storage.ls(url)] == [("a.txt", False), ("sub", True)]
+    assert storage.read_text(storage.join(url, "a.txt")) == "hello"
+    assert storage.read_bytes(storage.join(url, "sub", "b.bin"), 2, 5) == b"234"
+    assert storage.info(storage.join(url, "missing")) is None
+    with pytest.raises(nbtools.errors.NotFoundError, match="found nothing there"):
+        storage.read_bytes(storage.join(url, "missing"))
+    mirrored = storage.mirror(url)  # one job lists the tree, one reads every file
+    assert (mirrored / "sub" / "b.bin").read_bytes() == b"0123456789" and (mirrored / "a.txt").read_text() == "hello"
+    assert fs.jobs_run - before == 7, fs.jobs_run - before
+    again = fs.jobs_run
+    storage.mirror(url)  # nothing changed: only the listing
+    assert fs.jobs_run - again == 1
+    assert not any(j.startswith("nbtools-read-") for j in nbtools.jobs.list_jobs(cfg.dashboard_url).get("id", [])), \
+        "read jobs are deleted once read"
+
+
+def test_silent_resume_lint_lists_the_checkpoints_through_the_cluster(sim_gke, ray_cfg_hidden):
+    cfg, _ = ray_cfg_hidden
+    _on_cluster(cfg, f"mkdir -p {cfg.checkpoint_dir}/step_3 {cfg.checkpoint_dir}/step_6")
+    try:
+        found = {f.rule: f for f in nbtools.launch.lint(cfg, cluster_gpus=8).findings}
+        assert "silently resume from it" in found["existing-checkpoints"].message
+        assert "step_6" in found["existing-checkpoints"].message
+    finally:
+        _on_cluster(cfg, f"rm -rf {cfg.checkpoint_dir}")
+
+
+def test_a_storage_url_this_machine_reads_stays_the_fast_path(sim_gke, ray_cfg_hidden, tmp_path):
+    _, path = ray_cfg_hidden
+    (tmp_path / "x").write_text("local")
+    cfg = nbtools.config.load(path, backend="ray", overrides={"storage.url": str(tmp_path)})
+    assert cfg.url(f"{sim_gke.data_dir}/x") == str(tmp_path / "x")
+    assert storage.read_text(cfg.url(f"{sim_gke.data_dir}/x")) == "local"
