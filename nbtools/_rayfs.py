@@ -161,11 +161,13 @@ class RayJobsFileSystem(AbstractFileSystem):
                 client.delete_job(sid)
             except Exception:  # noqa: BLE001 - a job left in the list is harmless; the answer matters
                 pass
-        if _BEGIN not in text or _END not in text:
+        lines = text.splitlines()
+        if _BEGIN not in lines or _END not in lines:  # whole lines: a log may also echo the command that prints them
             raise NotReadyError(f"the read job on the Ray cluster at {self.address} gave no answer ({status.value})",
-                                reason=text.strip()[-500:],
+                                reason=text.strip()[-800:],
                                 fix="the cluster's jobs need `python3` (or `python`) on their PATH; check the job's log above")
-        body = text.split(_BEGIN, 1)[1].split(_END, 1)[0]
+        first = len(lines) - 1 - lines[::-1].index(_BEGIN)
+        body = "".join(lines[first + 1:first + lines[first:].index(_END)])
         out = []
         for r in json.loads(zlib.decompress(base64.b64decode(body))):
             if "err" in r:

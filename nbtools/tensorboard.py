@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 import signal
 import subprocess
@@ -69,6 +70,16 @@ def logdir_of(cfg: Experiment) -> str:
     return b.storage.url(b.log_dir)
 
 
+def _servable(logdir: str) -> str:
+    """What TensorBoard itself can read for ``logdir``: the URL, except a Ray cluster's own files (``ray+http://``,
+    read by jobs in this process only), which it serves from their local mirror, refreshed on each :func:`start`."""
+    if not logdir.startswith("ray+"):
+        return logdir
+    from nbtools import storage
+
+    return str(storage.mirror(logdir, include=lambda rel: "tfevents" in posixpath.basename(rel)))
+
+
 def _pid_file(cfg: Experiment) -> Path:
     return Path(cfg.runs_dir) / "tensorboard" / f"{cfg.name}.json"
 
@@ -105,6 +116,7 @@ def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBo
     pf = _pid_file(cfg)
     running = _attach(pf, logdir)
     if running is not None:
+        _servable(logdir)  # a mirror it serves is brought up to date
         return running
     stop(cfg)  # a server of ours on another logdir (the config changed): replace it
     exe = Path(sys.executable).parent / "tensorboard"
@@ -112,13 +124,14 @@ def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBo
         raise DependencyError("TensorBoard is not installed in this environment", fix=f"{sys.executable} -m pip install tensorboard")
     if _pids.port_answers(port):
         port = 0
+    served = _servable(logdir)
     env = {**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}  # gcsfs: plain JSON API reads
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         env["FSSPEC_GS_TOKEN"] = "anon"
     pf.parent.mkdir(parents=True, exist_ok=True)
     log = pf.with_suffix(".log")
     for attempt in (port, 0):  # port 0: TensorBoard binds a free one itself, so a second start cannot race the first
-        cmd = [str(exe), "--logdir", logdir, "--host", "127.0.0.1", "--port", str(attempt), "--load_fast", "false",
+        cmd = [str(exe), "--logdir", served, "--host", "127.0.0.1", "--port", str(attempt), "--load_fast", "false",
                "--reload_interval", "15"]
         with open(log, "wb") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

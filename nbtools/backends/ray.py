@@ -143,9 +143,13 @@ class RayBackend:
         return Teardown(self.name, rows, "delete these directories where the cluster keeps them (nbtools has no shell there)")
 
     def provision_plan(self):
-        from nbtools import gke
+        """Nothing to provision (the cluster exists): the plan the same experiment would need on GKE, shown and never
+        applied, as on the local backend (notebook 01 validates its gcloud flags either way)."""
+        from nbtools import backends, gke
 
-        return gke.Plan.empty("provision", f"backend 'ray': the cluster at {self.dashboard_url} already exists")
+        return gke.plan(backends.gke_view(self.cfg), applicable=False,
+                        note=f"backend 'ray': the cluster at {self.dashboard_url} already exists, nothing to provision; "
+                             "this is what the same experiment needs on GKE")
 
     def destroy_plan(self, *, delete_bucket: str | None = None):
         from nbtools import gke

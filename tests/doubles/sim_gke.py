@@ -262,8 +262,6 @@ class SimGke:
 
     def _start_workers(self) -> WorkerNodes:
         """One Ray worker node per worker pod (``cluster.worker_replicas``), ``cluster.gpus_per_node`` GPUs each."""
-        from nbtools.backends import _head
-
         cluster = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
         env = {k: v for k, v in self._image_env().items() if k != "RAY_ADDRESS"}
         env["SIM_VLLM_ANSWER_FORMAT"] = "gsm8k" if self.trainer_kind() == "verl" else ""
@@ -271,7 +269,7 @@ class SimGke:
         return WorkerNodes(self.root / "pods", backing=self.backing_dir, mount=self.data_dir,
                            gcs_address=self.head.gcs_address, dashboard_url=self.head.dashboard_url,
                            count=int(cluster["worker_replicas"]), gpus=int(cluster["gpus_per_node"]), env=env,
-                           ray_cli=_head._ray_cli()).start()
+                           python=sys.executable).start()
 
     def _image_env(self) -> dict[str, str]:
         """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""

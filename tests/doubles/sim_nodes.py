@@ -20,17 +20,38 @@ from pathlib import Path
 from ports import free_port
 from sim_files import pods_launcher
 
-__all__ = ["WorkerNodes"]
+__all__ = ["WorkerNodes", "PATIENT_RAY"]
+
+# ``ray start`` for a worker node, waiting up to 5 min (not Ray's fixed 30 s: ray/_private/node.py, Node.__init__'s
+# ``raylet_start_wait_time_s``) for its raylet to register with the head's GCS, which on a loaded 2-core machine takes
+# longer; everything else is Ray's own CLI.
+PATIENT_RAY = """
+import sys, time
+import ray._private.services as services
+_get_node = services.get_node
+def get_node(*args, **kwargs):
+    end = time.monotonic() + 300
+    while True:
+        try:
+            return _get_node(*args, **kwargs)
+        except RuntimeError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(1)
+services.get_node = get_node
+from ray.scripts.scripts import main
+sys.exit(main())
+"""
 
 
 class WorkerNodes:
     """``count`` Ray worker nodes of ``gpus`` GPUs each, joined to the head at ``gcs_address``; stop with :meth:`stop`."""
 
     def __init__(self, root: Path, *, backing: Path, mount: Path, gcs_address: str, dashboard_url: str, count: int,
-                 gpus: int, env: dict[str, str], ray_cli: list[str]):
+                 gpus: int, env: dict[str, str], python: str):
         self.root, self.backing, self.mount = Path(root), backing, mount
         self.gcs_address, self.dashboard_url, self.count, self.gpus = gcs_address, dashboard_url, count, gpus
-        self.env, self.ray_cli = env, ray_cli
+        self.env, self.ray_cli = env, [python]  # the venv's Python, running PATIENT_RAY
         self.procs: list[subprocess.Popen] = []
 
     def disk(self, i: int) -> Path:
@@ -46,7 +67,7 @@ class WorkerNodes:
         log = self.root / f"worker-{i}" / "ray-start.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         ports = [str(free_port()) for _ in range(6)]
-        cmd = [*pods_launcher(self.backing, self.mount, self.disk(i)), *self.ray_cli, "start", "--block",
+        cmd = [*pods_launcher(self.backing, self.mount, self.disk(i)), *self.ray_cli, "-c", PATIENT_RAY, "start", "--block",
                "--address", self.gcs_address, "--num-gpus", str(self.gpus), "--num-cpus", "2",
                "--object-store-memory", str(100 << 20), "--node-manager-port", ports[0], "--object-manager-port", ports[1],
                "--dashboard-agent-listen-port", ports[2], "--dashboard-agent-grpc-port", ports[3],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 from sim_files import write_ray_experiment
@@ -83,3 +84,36 @@ def test_a_storage_url_this_machine_reads_stays_the_fast_path(sim_gke, ray_cfg_h
     cfg = nbtools.config.load(path, backend="ray", overrides={"storage.url": str(tmp_path)})
     assert cfg.url(f"{sim_gke.data_dir}/x") == str(tmp_path / "x")
     assert storage.read_text(cfg.url(f"{sim_gke.data_dir}/x")) == "local"
+
+
+# -- the notebooks, in their order, on BACKEND="ray" -------------------------------------------------------------
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("0[1-9]_*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def in_order(sim_gke, ray_cfg_hidden, tmp_path_factory, notebooks_in_order):
+    """Notebooks 01–09 with ``BACKEND="ray"`` and the hidden-storage experiment, each once, in their order."""
+    out = tmp_path_factory.mktemp("executed-ray")
+    cfg, path = ray_cfg_hidden
+
+    def execute(notebook: Path) -> None:
+        import papermill as pm
+
+        from nbtools.demo import kernel_config
+
+        params = {"BACKEND": "ray", "CONFIG": str(path)}
+        if notebook.stem.startswith("09"):
+            params["CONFIRM"] = cfg.name
+        with sim_gke.activated():
+            pm.execute_notebook(str(notebook), str(out / notebook.name), parameters=params, cwd=str(notebook.parent),
+                                kernel_name="python3", progress_bar=False, execution_timeout=1500, config=kernel_config())
+
+    return notebooks_in_order(NOTEBOOKS, execute)
+
+
+@pytest.mark.slow  # the nine notebooks, a short NeMo-RL stand-in run and two evaluation jobs
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_on_a_ray_cluster_whose_storage_this_machine_cannot_see(notebook, in_order, sim_gke):
+    in_order.through(notebook)
+    assert not any(sim_gke.data_dir.iterdir()), "the notebooks' machine must not see the run's files"
