@@ -133,7 +133,7 @@ class RayJobsFileSystem(AbstractFileSystem):
     def _run(self, ops: list[dict]) -> list[Any]:
         """Run ``ops`` in one Ray job on the cluster; each result, or its error raised as its kind."""
         from nbtools.errors import NotReadyError
-        from nbtools.jobs._client import client_for
+        from nbtools.jobs import client_for
 
         payload = base64.b64encode(zlib.compress(json.dumps(ops).encode())).decode()
         entrypoint = f'PY=$(command -v python3 || command -v python) && "$PY" -c {shlex.quote(_SCRIPT)} {payload}'
