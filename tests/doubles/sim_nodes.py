@@ -76,16 +76,14 @@ class WorkerNodes:
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "120000",
                "RAY_raylet_start_wait_time_s": "120"}
         env.pop("RAY_ADDRESS", None)
-        with open(log, "ab") as out:
+        with open(log, "wb") as out:
             return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env=env, close_fds=True)
 
     def _wait(self, timeout: float) -> None:
-        """Until the head's State API reports ``count`` alive nodes with GPUs (as notebook 02 reads them). A node whose
-        ``ray start`` gave up (its fixed 30 s wait for the raylet to register expires on a loaded 2-core machine) is
-        started again, twice at most."""
+        """Until every node's ``ray start`` reports it started, then the head's State API lists them with their GPUs (as
+        notebook 02 reads them). A node whose ``ray start`` gave up is started again (a fresh log), twice at most."""
         from nbtools.backends._types import fetch_resources
-        from nbtools.errors import NotReadyError
 
         end, delay, tries = time.monotonic() + timeout, 0.2, [1] * self.count
         while True:
@@ -98,12 +96,14 @@ class WorkerNodes:
                     raise RuntimeError(f"simulated GPU worker node {i} exited during start (3 tries):\n{tail}")
                 tries[i] += 1
                 self.procs[i] = self._spawn(i)
-            try:
-                table = fetch_resources(self.dashboard_url, timeout=5).node_table
-                joined = int((table["GPU"] > 0).sum())
-            except (NotReadyError, KeyError, AttributeError):
-                joined = 0
+            # `ray start` says "Ray runtime started." once its node is registered with the head's GCS (no API call:
+            # on a loaded machine the State API itself can take longer than any short timeout)
+            joined = sum("Ray runtime started" in (self.root / f"worker-{i}" / "ray-start.log").read_text(errors="replace")
+                         for i in range(self.count))
             if joined >= self.count:
+                table = fetch_resources(self.dashboard_url, timeout=60).node_table
+                if int((table["GPU"] > 0).sum()) < self.count:
+                    raise RuntimeError(f"the simulated GPU worker nodes started but the head lists {table}")
                 return
             if time.monotonic() > end:
                 raise TimeoutError(f"{joined} of {self.count} simulated GPU worker nodes joined {self.gcs_address} "
