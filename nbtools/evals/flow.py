@@ -83,10 +83,10 @@ def evaluate(
         n: samples per problem.
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
-        max_model_len: NeMo-RL only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it as
-            max_new_tokens; default: the experiment's generation length, ``nbtools.evals.job.generation_length``; the
-            MATH-500 tutorial used 8192). Use the same value for
-            both models: scores are comparable only at equal settings.
+        max_model_len: the generation length: NeMo-RL's vLLM max_model_len (prompt + the longest answer, printed as
+            max_new_tokens; default: the benchmark's published length, MATH-500 at 8192 as tutorial 000, else the
+            experiment's, ``nbtools.evals.job.eval_length``), verl's answer budget (default: the run's
+            ``data.max_response_length``). Use the same value for both models: scores compare only at equal settings.
         timeout: seconds to wait for a cluster evaluation job.
         batch_size: rehearsal only: sequences per forward pass.
 
@@ -106,11 +106,13 @@ def evaluate(
     if trainer.eval_plan == "held-out-local":
         from nbtools.rehearsal import task
 
-        return evaluate_local(
+        result = evaluate_local(
             local_models(cfg)[which], task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
             temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
             batch_size=batch_size, out_dir=out, progress_desc=f"{which} ({mode})",
         )
+        result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
+        return result
     if trainer.eval_plan == "generate-job":  # the experiment's own test split, so `dataset` does not apply
         jobs = generate_jobs(cfg, num_tests_per_prompt=n, temperature=temperature, max_new_tokens=max_model_len)
     elif trainer.eval_plan == "run-eval-job":
@@ -124,5 +126,6 @@ def evaluate(
     job = spec.submit()
     job.wait(timeout=timeout)
     result = collect(job, save_path=cfg.url(spec.save_path))
+    result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
     result.save(out)
     return result
