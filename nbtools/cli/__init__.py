@@ -128,10 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks-dir", help="where the notebooks are (default: the project's notebooks/)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     from nbtools.cli._card import register_card
+    from nbtools.cli._evaluate import register_evaluate
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
 
     register_fit(sub)
+    register_evaluate(sub)
     register_diagnose(sub)
     register_card(sub)
     register_health(sub)
