@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
 # GRPO steps: 40 by default (what the notebooks read and check matters here, not how far the policy learns; the local
-# pass, test_local.py, trains the demo's 200); validation and checkpoint every min(50, STEPS // 2), so two of each
+# pass, notebooks/ through nbmake, trains the demo's 200); validation and checkpoint every min(50, STEPS // 2), so two of each
 STEPS = int(os.environ.get("NBTOOLS_SIM_STEPS", "40"))
 PERIOD = max(1, min(50, STEPS // 2))  # 50 as local.yaml at 200 steps
 
