@@ -106,8 +106,9 @@ class WorkerNodes:
                     raise RuntimeError(f"the simulated GPU worker nodes started but the head lists {table}")
                 return
             if time.monotonic() > end:
+                tail = (self.root / "worker-0" / "ray-start.log").read_text(errors="replace")[-1500:]
                 raise TimeoutError(f"{joined} of {self.count} simulated GPU worker nodes joined {self.gcs_address} "
-                                   f"in {timeout}s (logs under {self.root})")
+                                   f"in {timeout}s (logs under {self.root}); worker 0's log ends:\n{tail}")
             time.sleep(delay)
             delay = min(delay * 1.5, 2.0)
 
