@@ -5,15 +5,13 @@ The cluster is the simulated GKE's real local Ray head (tests/doubles/sim_gke.py
 processes, and the jobs it runs, see the run's files at ``sim.data_dir`` through a bind mount in their own mount
 namespace, while in this process that directory is empty (sim_files.py). So every read that works here went through
 the cluster (``nbtools._rayfs``: short Ray jobs submitted to the dashboard address); a library that opened the path
-locally would find nothing. The gcsfuse stand-in is off: there is no bucket to fall back on. The NeMo-RL stand-ins of
-the sim's "image" (sim_nemo_rl/) are what the notebooks' jobs run.
+locally would find nothing. The gcsfuse stand-in is off: there is no bucket to fall back on.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from pathlib import Path
 
 import pytest
 from sim_files import write_ray_experiment
@@ -23,9 +21,7 @@ from nbtools import storage
 
 pytestmark = pytest.mark.ray
 
-STEPS = 8
-SIM_GKE = {"mirror": False, "provisioned": False, "steps": STEPS,
-           "changes": {"grpo.val_period": STEPS // 2, "checkpointing.save_period": STEPS // 2}}
+SIM_GKE = {"mirror": False, "provisioned": False}
 
 
 @pytest.fixture(scope="module")
@@ -85,35 +81,3 @@ def test_a_storage_url_this_machine_reads_stays_the_fast_path(sim_gke, ray_cfg_h
     assert cfg.url(f"{sim_gke.data_dir}/x") == str(tmp_path / "x")
     assert storage.read_text(cfg.url(f"{sim_gke.data_dir}/x")) == "local"
 
-
-# -- the notebooks, in their order, on BACKEND="ray" -------------------------------------------------------------
-
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("0[1-9]_*.ipynb"))
-
-
-@pytest.fixture(scope="module")
-def in_order(sim_gke, ray_cfg_hidden, tmp_path_factory, notebooks_in_order):
-    """Notebooks 01–09 with ``BACKEND="ray"`` and the hidden-storage experiment, each once, in their order."""
-    out = tmp_path_factory.mktemp("executed-ray")
-    cfg, path = ray_cfg_hidden
-
-    def execute(notebook: Path) -> None:
-        import papermill as pm
-
-        from nbtools.demo import kernel_config
-
-        params = {"BACKEND": "ray", "CONFIG": str(path)}
-        if notebook.stem.startswith("09"):
-            params["CONFIRM"] = cfg.name
-        with sim_gke.activated():
-            pm.execute_notebook(str(notebook), str(out / notebook.name), parameters=params, cwd=str(notebook.parent),
-                                kernel_name="python3", progress_bar=False, execution_timeout=1500, config=kernel_config())
-
-    return notebooks_in_order(NOTEBOOKS, execute)
-
-
-@pytest.mark.slow  # the nine notebooks, a short NeMo-RL stand-in run and two evaluation jobs
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_on_a_ray_cluster_whose_storage_this_machine_cannot_see(notebook, in_order, sim_gke):
-    in_order.through(notebook)
-    assert not any(sim_gke.data_dir.iterdir()), "the notebooks' machine must not see the run's files"
