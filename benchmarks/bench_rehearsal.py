@@ -76,9 +76,9 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
     """One seed end to end; returns its figures."""
     runs = Path(args.runs_dir) / f"seed{seed}"
     shutil.rmtree(runs, ignore_errors=True)
-    from nbtools.backends._proc import _free_ports
+    from nbtools._ports import free_ports
 
-    gcs, dashboard = _free_ports(2)  # two picks in a row can return the same port
+    gcs, dashboard = free_ports(2)  # two picks in a row can return the same port
     ov = [*overrides, f"grpo.seed={seed}", f"ray.port={gcs}", f"ray.dashboard_port={dashboard}"]
     cfg = load_config(args.config, ov, str(runs))  # sets NBTOOLS_RUNS_DIR for this seed
     out: dict = {"seed": seed, "load_start": os.getloadavg()[0]}

@@ -274,7 +274,7 @@ class RehearsalConfig:
     ranks: int = 2
     hidden_size: int = 64
     num_layers: int = 2
-    num_heads: int = 4
+    num_heads: int = 2  # head size 32: the smallest vLLM's CPU attention takes (a merged model must load in vLLM)
     intermediate_size: int = 256
     warmup_steps: int = 150
     warmup_lr: float = 3.0e-3

@@ -57,7 +57,7 @@ class Rehearsal:
                       "cosine's floor as a fraction of grpo.learning_rate); fix: e.g. 0.1"))
         if r.num_heads and r.hidden_size % r.num_heads:
             p.append((("rehearsal.hidden_size", "rehearsal.num_heads"),
-                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads"))
+                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 2 heads"))
         n = cfg.grpo.num_prompts_per_step
         if r.ranks >= 1 and n >= 1 and n % r.ranks:
             up = -(-n // r.ranks) * r.ranks
