@@ -15,6 +15,7 @@ step N on the full run and on a 10-step copy (size independence).
 Example:
     $ python benchmarks/bench_trajectories.py                    # generates /tmp/nbtools-bench/run if missing
     $ python benchmarks/bench_trajectories.py --reps 1 --run /path/to/log_dir
+    $ python benchmarks/bench_trajectories.py --tiny             # 12 steps x 16 records in a temp dir, once (tests)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -237,10 +239,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the fast methods (round-robin)")
     ap.add_argument("--slow-reps", type=int, default=1, help="repetitions of pandas and jq (≈20 s each)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true", help="a 12-step run of 16 records in a temp dir, one repetition: "
+                    "every method in seconds, no figure worth reading (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
     if a.child:
         _child(a.child, a.run)
         return 0
+    if a.tiny:
+        sys.path.insert(0, str(HERE))
+        from gen_nemo_rl_run import generate
+
+        with tempfile.TemporaryDirectory(prefix="bench-trajectories-tiny-") as d:
+            generate(Path(d) / "run", steps=12, records=16, seq_len=32)  # record() picks k < 16
+            a.run, a.reps, a.slow_reps = str(Path(d) / "run"), 1, 1
+            return _bench(a)
+    return _bench(a)
+
+
+def _bench(a: argparse.Namespace) -> int:
     if not glob.glob(os.path.join(a.run, "exp_*")) and not _files(a.run):
         sys.path.insert(0, str(HERE))
         from gen_nemo_rl_run import generate
