@@ -68,7 +68,8 @@ def _reported_ready(rc: dict, workers: int) -> int:
     gen, seen = rc.get("metadata", {}).get("generation"), st.get("observedGeneration")
     if gen is not None and seen is not None and int(seen) < int(gen):
         return 0
-    return int(_condition(rc, "HeadPodReady")) + min(int(st.get("readyWorkerReplicas") or 0), workers)
+    head = _condition(rc, "HeadPodReady") or st.get("state") == "ready"  # KubeRay before its status conditions
+    return int(head) + min(int(st.get("readyWorkerReplicas") or 0), workers)
 
 
 def _ready_pods(api, ns: str, name: str, want: int) -> tuple[ReadyReport | None, list, list]:
