@@ -192,7 +192,7 @@ LONGEST_FIRST = (
     "tests/notebooks/test_local.py",  # about 120 s (the nbmake pass it replaces: 99-122 s)
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
-    "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 165 CPU-s of subprocesses (2026-11-27, not alone)
+    "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
     "tests/integration/test_sim_gke.py",  # 106 s
     "tests/integration/test_health_rehearsal.py",  # 61 s
     "tests/integration/test_verl_stand_ins.py",  # 56 s
