@@ -461,6 +461,13 @@ class KubeDouble:
                                                 "specified for non-apply patch")
         body = yaml.safe_load(await request.text()) if apply else await request.json()  # JSON is YAML
         manager = manager or request.headers.get("User-Agent", "unknown").split("/")[0]  # the server's default
+        url_ns = collection.split("/")[-2] if "/namespaces/" in collection else None
+        body_ns = (body.get("metadata") or {}).get("namespace") if isinstance(body, dict) else None
+        if url_ns and body_ns and body_ns != url_ns and request.method in ("POST", "PATCH"):
+            return self._status(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                                                   "sent on the request")
+        if url_ns and isinstance(body, dict) and (request.method == "POST" or apply):  # the server fills it from the URL
+            body.setdefault("metadata", {}).setdefault("namespace", url_ns)
         with self._lock:
             items = self.store.setdefault(collection, {})
             created = False
