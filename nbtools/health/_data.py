@@ -94,6 +94,28 @@ def _label(path) -> str:
     return path if isinstance(path, str) else os.fspath(path)
 
 
+def _latest_run(tb: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """The scalars of the newest run in the first run's directory (``exp``, ``exp#2``…: a relaunch that started over
+    is a new run; its elder is another run's curve), and its start (wall time) when it is such a relaunch."""
+    base = str(tb["run"].iloc[0]).split("#")[0]
+    mine = tb[tb["run"].astype(str).str.split("#").str[0] == base]
+    starts = mine.groupby("run")["wall_time"].min()
+    newest = starts.idxmax() if starts.notna().any() else mine["run"].iloc[0]
+    return mine[mine["run"] == newest], (float(starts[newest]) if "#" in str(newest) else None)
+
+
+def _older_dumps(traj, started: float, slack: float = 1.0) -> list[int]:
+    """Steps whose verl dump was last written before ``started`` (the relaunch): the earlier run's, not this one's."""
+    out = []
+    for step, path in traj.files("train").items():
+        try:
+            if os.stat(path).st_mtime < started - slack:
+                out.append(step)
+        except OSError:
+            continue
+    return out
+
+
 def load(run, *, config=None, cache: bool = True) -> RunData:
     """Read what the checks need from ``run``: an exp dir, a log_dir or a ``gs://`` URL of either, an ``Experiment``
     (its ``logs_url``) or an open ``trajectories.Run``.
@@ -135,9 +157,14 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
             tb = _metrics.read_tensorboard(where)
     except NotFoundError:
         tb = pd.DataFrame(columns=_metrics.COLUMNS)
+    notes: list[str] = []
     if len(tb):
-        first = tb["run"].iloc[0]  # one run: a second run found in the same dir ("#2") is another run's curve
-        tb = tb[tb["run"] == first]
+        tb, started = _latest_run(tb)
+        if started is not None and isinstance(traj, trajectories.VerlRun) and len(records):
+            stale = _older_dumps(traj, started)  # a relaunch into the same dirs leaves the first run's later dumps
+            if stale:
+                records = records[~records["step"].isin(stale)].reset_index(drop=True)
+                notes.append(f"left out the dumps of steps {stale[0]}..{stale[-1]}: written before the relaunch")
         finite = tb[np.isfinite(tb["value"].to_numpy(dtype="float64"))]  # non-finite ones stay in ``raw``: evidence
         scalars = finite.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
         scalars = scalars if len(finite) else pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
@@ -148,7 +175,7 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
                             fix="pass the run's log_dir (the experiment's logs URL) or one exp_NNN dir inside it; a run "
                                 "that just started writes its first step after its first rollout")
     limit = generation_limit(config) if config is not None else None
-    return RunData(where, records, scalars, traj, limit, mix, answer_tag, think_tag,
+    return RunData(where, records, scalars, traj, limit, mix, answer_tag, think_tag, notes,
                    raw=tb[["tag", "step", "value"]].reset_index(drop=True))
 
 

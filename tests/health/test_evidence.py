@@ -139,3 +139,33 @@ def test_supervise_refuses_a_health_period_that_is_not_a_positive_number(every):
     assert _health_args(60.0, None) == health.WARMUP_STEPS
     with pytest.raises(ConfigError, match="health_warmup"):
         _health_args(60.0, -1)
+
+
+def test_a_relaunch_into_the_same_verl_log_dir_is_judged_on_the_new_run(tmp_path, capfd):
+    """verl's TensorBoard adapter is torch's SummaryWriter on TENSORBOARD_DIR; a relaunch writes a second event file
+    from step 1 and rewrites ``rollout_data/{step}.jsonl`` 1..k, leaving the first run's later dumps behind."""
+    import os
+    import time
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from nbtools.rehearsal.verl_layout import dump_generations
+
+    def launch(steps, good: bool):
+        w = SummaryWriter(str(tmp_path / "tensorboard"))
+        for s in steps:
+            scores = [1.0, 0.0, 1.0, 0.0] if good else [0.0] * 4
+            w.add_scalar("critic/score/mean", sum(scores) / 4, s)
+            dump_generations(tmp_path / "rollout_data", s, inputs=["q1", "q1", "q2", "q2"],
+                             outputs=["<answer>1</answer>"] * 4, gts=["1"] * 4, scores=scores)
+        w.close()
+
+    launch(range(1, 11), good=True)
+    hour_ago = time.time() - 3600
+    for f in [*(tmp_path / "rollout_data").iterdir(), *(tmp_path / "tensorboard").iterdir()]:
+        os.utime(f, (hour_ago, hour_ago))
+    launch(range(1, 4), good=False)  # the relaunch: every reward 0
+    report = health.check(tmp_path)
+    assert report.steps == (1, 3) and report["zero-reward"].status == "unhealthy", report
+    rc, doc = _cli(capfd, tmp_path)
+    assert rc == 1 and doc["status"] == "unhealthy"
