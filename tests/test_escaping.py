@@ -197,3 +197,35 @@ def test_html_is_escaped_through_the_one_helper():
     direct = sorted(str(p.relative_to(root)) for p in (root / "nbtools").rglob("*.py")
                     if "html.escape(" in p.read_text() and p.name != "_escape.py")
     assert direct == [], direct
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(value=hostile.filter(lambda s: "\x00" not in s))
+def test_shell_words_and_messages_stand_for_exactly_their_text(value):
+    """#41: what a built command names or prints is one quoted word, in bash and in sh (whose echo expands ``\\``)."""
+    import subprocess
+
+    script = f"{_escape.sh_echo(value)}; printf '%s|' {_escape.sh_join([value, 'x y'])}"
+    for shell in ("bash", "sh"):
+        out = subprocess.run([shell, "-c", script], capture_output=True, check=True).stdout
+        assert out == f"{value}\n{value}|x y|".encode(errors="surrogateescape"), (shell, script)
+
+
+def test_shell_commands_are_quoted_through_the_one_helper():
+    """One quoting path: no module but nbtools._escape imports shlex, and no f-string pastes values into an echo."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent
+    direct, echoes = [], []
+    for p in (root / "nbtools").rglob("*.py"):
+        if p.name == "_escape.py":
+            continue
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and "shlex" in (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]):
+                direct.append(str(p.relative_to(root)))
+            if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.FormattedValue) for v in node.values) and any(
+                    isinstance(v, ast.Constant) and "echo " in str(v.value) for v in node.values):
+                echoes.append(f"{p.relative_to(root)}:{node.lineno}")
+    assert direct == [] and echoes == [], (direct, echoes)
