@@ -114,8 +114,28 @@ def _plan(v):
     return Plan(kind=v, steps=[], state_path=Path(v), note=v)._repr_html_()
 
 
+def _record_panel(v):
+    """#41: a foreign dump's non-numeric ``token_ids`` (and a string group id) reach the explorer's record panel."""
+    from nbtools.explorer._record import record_view
+    from nbtools.explorer._render import compare_html, record_html
+
+    rec = {"step": 1, "idx": 0, "prompt": v, "response": v, "reward": 0.5, "env_observation": v,
+           "token_ids": [v, 7], "token_loss_mask": [1, 1], "generation_logprobs": [-0.1, -0.2]}
+    view = record_view(rec, group=v)
+    return record_html(view) + compare_html([view], [], (1, 2), [3])
+
+
+def _health_report(v):
+    from nbtools.health import CheckResult, Example, HealthReport
+
+    checks = (CheckResult(v, "unhealthy", 1, 0.5, 0.9, v, v, (v,), (Example(1, 2),)),
+              CheckResult("zero-reward", "unknown", None, None, 0.9, v, v))
+    return HealthReport(v, "unhealthy", (1, 2), checks)._repr_html_()
+
+
 HTML_RENDERERS = {"ScoreBlock": _score_block, "EvalResult": _eval_result, "VerifyReport": _verify_report,
-                  "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan}
+                  "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan,
+                  "explorer record panel": _record_panel, "HealthReport": _health_report}
 
 
 def _evaluation_section(v):
