@@ -204,6 +204,35 @@ def test_csv_cells_never_start_a_formula(values):
     assert _escape.csv_cell("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
 
 
+FORMULA = "=HYPERLINK(\"http://x\",\"y\")"
+
+
+def _cells(text: str) -> list[str]:
+    return [c for row in csv.reader(io.StringIO(text)) for c in row]
+
+
+def test_every_csv_nbtools_writes_neutralises_formulas(tmp_path, capfd):
+    """#41: EvalResult.save()'s results.csv (prompts, responses) and ``nbtools metrics --csv`` (tag names) wrote
+    formula-leading cells as they were; the parquet keeps the values as they are."""
+    from tensorboard.summary import DirectoryOutput, Writer
+
+    from nbtools.cli import main
+    from nbtools.evals import EvalResult
+
+    table = pd.DataFrame({"problem_id": ["p1"], "sample": [0], "correct": [True], "prompt": [FORMULA],
+                          "response": ["@SUM(A1)"]})
+    out = EvalResult(table=table, model="m").save(tmp_path / "eval")
+    cells = _cells((out / "results.csv").read_text())
+    assert "'" + FORMULA in cells and "'@SUM(A1)" in cells and not [c for c in cells if c[:1] in "=+-@"]
+    assert EvalResult.load(out).table["prompt"].tolist() == [FORMULA]
+    w = Writer(DirectoryOutput(str(tmp_path / "logs" / "exp_001" / "tensorboard")))
+    w.add_scalar(FORMULA, 1.0, 1)
+    w.close()
+    assert main(["metrics", str(tmp_path / "logs" / "exp_001"), "--csv"]) == 0
+    cells = _cells(capfd.readouterr().out)
+    assert "'" + FORMULA in cells and FORMULA not in cells, cells
+
+
 def test_hub_ids():
     assert _escape.is_hub_id("Qwen/Qwen2.5-1.5B") and _escape.is_hub_id("gpt2")
     for bad in ["<script>", "a/b/c", "/abs/path", "a`b", "x\ny", "../x", "", "a b"]:
