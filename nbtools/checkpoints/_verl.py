@@ -134,9 +134,10 @@ def _step_problem(step: str, n: int, tracked: int | None) -> tuple[int | None, i
         ws, version = _world_size(actor, names)
     except CheckpointError as e:
         return None, None, str(e)
-    missing = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws) if f"model_world_size_{ws}_rank_{r}.pt" not in names]
-    if missing:
-        return ws, version, f"{len(missing)} of {ws} rank files missing ({', '.join(missing[:3])})"
+    present = {r for n in names if (m := _RANK_RE.match(n)) and int(m.group(1)) == ws and (r := int(m.group(2))) < ws}
+    if len(present) < ws:  # counted, never listed: world_size may be any number (1e9 built 1e9 names)
+        first = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(min(ws, len(present) + 3)) if r not in present]
+        return ws, version, f"{ws - len(present)} of {ws} rank files missing ({', '.join(first[:3])})"
     if "config.json" not in _ls(storage.join(actor, "huggingface")):
         return ws, version, "huggingface/config.json is missing (verl's rank 0 writes it with the tokenizer)"
     if tracked is not None and n > tracked:

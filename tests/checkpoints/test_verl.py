@@ -78,6 +78,21 @@ def test_tracker_decides_what_is_finished(runs, tmp_path):
         ck.latest(d)
 
 
+def test_a_huge_world_size_is_counted_not_listed(runs, tmp_path):
+    """#41: ``fsdp_config.json`` ``world_size: 1e9`` made the listing build every missing rank name (59 s, then
+    MemoryError)."""
+    import time
+
+    d = _copy(runs, tmp_path)
+    cfg = d / "global_step_2" / "actor" / "fsdp_config.json"
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "world_size": 10**9}))
+    t0 = time.perf_counter()
+    df = ck.list_checkpoints(d)
+    assert time.perf_counter() - t0 < 5
+    problem = df.loc[df.step == 2, "problem"].item()
+    assert problem.startswith(f"{10**9} of {10**9} rank files missing (model_world_size_1000000000_rank_0.pt"), problem
+
+
 def test_best_needs_metrics(runs):
     d = runs / "trained"
     with pytest.warns(UserWarning, match="verl keeps no metrics"):
