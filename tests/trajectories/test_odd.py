@@ -268,3 +268,19 @@ def test_a_run_dir_deleted_while_it_is_read_stays_deleted(tmp_path):
     assert not exp.exists() and list((tmp_path / "logs").iterdir()) == []
     with pytest.raises(NotFoundError):
         T.open_run(tmp_path / "logs")
+
+
+@pytest.mark.parametrize("first", [1, 640])
+def test_a_foreign_dumps_idx_column_opens_its_record(tmp_path, first):
+    """#41: the explorer's idx column is the record's idx field while ``Run.record(step, idx)`` counted lines, so a
+    dump with 1-based or global idx opened no page (or the wrong record)."""
+    exp = tmp_path / "exp_001"
+    _write(exp, 3, [{"idx": first + k, "rewards": [float(k)]} for k in range(4)])
+    run = T.open_run(exp, cache=False)
+    table = run.read(3)
+    assert table["idx"].tolist() == [first + k for k in range(4)]
+    for idx, reward in zip(table["idx"], table["reward"], strict=True):
+        rec = run.record(3, int(idx))
+        assert rec["idx"] == idx and rec["reward"] == reward and len(rec["token_ids"]) == 4
+    nemo = _write(tmp_path / "exp_002", 1, [{}, {}, {}])  # NeMo-RL's own: idx counts lines, one pread as before
+    assert [T.open_run(nemo.parent, cache=False).record(1, k)["idx"] for k in range(3)] == [0, 1, 2]
