@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import warnings
@@ -154,11 +155,13 @@ class Run:
                                     fix="run.problems lists every skipped line; read another idx") from None
             return rec
         ix = self.index(step, kind=kind)
+        rec = None
         if 0 <= idx < ix.n_lines:
-            rec = self._at_line(ix, step, idx, arrays, kind)
-            if rec.get("idx") in (idx, None):  # NeMo-RL's dumps: the idx field counts lines
+            with contextlib.suppress(NotFoundError):  # a skipped line: the record may sit on another line
+                rec = self._at_line(ix, step, idx, arrays, kind)
+            if rec is not None and rec.get("idx") in (idx, None):  # NeMo-RL: the idx field counts lines (one pread)
                 return rec
-        # a foreign dump's idx (1-based, global) is the table's idx column, not a line number: find its line
+        # the idx column read() shows is the record's idx field (1-based or global in foreign dumps): find its line
         line = next((r["line"] - 1 for r in self.iter_records(step, kind=kind) if r.get("idx") == idx), None)
         if line is not None:
             return self._at_line(ix, step, line, arrays, kind)
