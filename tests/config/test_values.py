@@ -23,7 +23,7 @@ def test_a_token_in_any_free_text_value_is_refused_and_never_shown(key, value):
     assert value not in str(e.value)
 
 
-@pytest.mark.parametrize("key,value", [("model.name", f"/root/.cache/hub/models--q/snapshots/{'ab12' * 10}"),
+@pytest.mark.parametrize("key,value", [("model.name", f"cache/hub/models--q/snapshots/{'ab12' * 10}"),
                                        ("cluster.nccl_installer_ref", "ab12" * 10)])
 def test_a_git_commit_is_not_a_token(key, value):
     assert config.load(LOCAL, overrides={key: value}) is not None
