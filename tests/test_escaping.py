@@ -125,6 +125,20 @@ def _record_panel(v):
     return record_html(view) + compare_html([view], [], (1, 2), [3])
 
 
+def _explorer_summary(v):
+    from nbtools.explorer._render import summary_html
+
+    df = pd.DataFrame({"step": [1, 1], "group": [v, v], "reward": [0.0, 1.0], "correct": [True, None],
+                       "no_signal": [False, False], "generation_length": [3.0, 4.0]})
+    return summary_html(df, v) + summary_html(df.iloc[:0], v)
+
+
+def _supervised_run(v):
+    from nbtools.launch._supervise import SupervisedRun
+
+    return SupervisedRun(v, v, [], 3, note=v)._repr_html_()
+
+
 def _health_report(v):
     from nbtools.health import CheckResult, Example, HealthReport
 
@@ -135,7 +149,8 @@ def _health_report(v):
 
 HTML_RENDERERS = {"ScoreBlock": _score_block, "EvalResult": _eval_result, "VerifyReport": _verify_report,
                   "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan,
-                  "explorer record panel": _record_panel, "HealthReport": _health_report}
+                  "explorer record panel": _record_panel, "explorer summary": _explorer_summary,
+                  "HealthReport": _health_report, "SupervisedRun": _supervised_run}
 
 
 def _evaluation_section(v):

@@ -94,7 +94,7 @@ class SupervisedRun:
         extra = f"<p>{_h(self.note)}</p>" if self.note else ""
         if self.diagnosis and not self.ok:
             extra += self.diagnosis._repr_html_()
-        return (f"<b>supervised run {_h(self.experiment)}: <span style='color:{color}'>{self.status}</span>"
+        return (f"<b>supervised run {_h(self.experiment)}: <span style='color:{color}'>{_h(self.status)}</span>"
                 f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
 
 
