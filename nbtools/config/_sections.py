@@ -283,6 +283,7 @@ class StallConfig:
 
     k: float = 5.0
     floor_s: float = 300.0  # a minimum, so a job whose first steps were fast is not called stalled at a slow one
+    startup_s: float = 1800.0  # before the first step: model loading, engine start-up and warm-up may take this long
 
 
 @dataclass(frozen=True)
