@@ -94,7 +94,7 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
     t0 = time.perf_counter()
     actor = verl_actor_dir(step_dir).resolve()
     step = actor.parent
-    check_not_overlapping(step, Path(out_dir).expanduser())
+    check_not_overlapping(step, Path(out_dir).expanduser(), config=config)
     out = Path(out_dir).expanduser().resolve()
     tracker = step.parent / TRACKER
     if tracker.is_file() and tracker.read_text().strip().isdigit() and step.name.startswith("global_step_"):

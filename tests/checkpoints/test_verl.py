@@ -182,6 +182,29 @@ def test_cli_lists_and_merges(runs, tmp_path, capfd):
     assert m["layout"] == "verl_fsdp" and m["verified"] is True
 
 
+@pytest.mark.parametrize("config_as", ["dir", "config.json"])
+def test_overwrite_never_deletes_the_base_model_given_as_config(runs, tmp_path, capfd, config_as):
+    """#41 H1: ``merge global_step_N BASE --config BASE --overwrite`` replaced BASE, weights included."""
+    from transformers import AutoModelForCausalLM
+
+    from nbtools.cli import main
+
+    base = tmp_path / "base"
+    AutoModelForCausalLM.from_config(tiny_config()).save_pretrained(str(base))
+    before = {p.name: p.read_bytes() for p in base.iterdir()}
+    cfg = base if config_as == "dir" else base / "config.json"
+    step = runs / "trained" / "global_step_2"
+    rc = main(["merge", str(step), str(base), "--config", str(cfg), "--overwrite"])
+    err = capfd.readouterr().err
+    assert rc != 0 and "pick an output outside" in err
+    assert f"the output directory {base} {'is' if config_as == 'dir' else 'contains'} {cfg}, which the merge" in err
+    assert {p.name: p.read_bytes() for p in base.iterdir()} == before  # not a byte of the base model lost
+    with pytest.raises(ConflictError, match="which the merge of .*global_step_2 reads"):
+        ck.merge_verl(step / "actor", base, config=cfg, overwrite=True, progress=False)
+    r = ck.merge(step, tmp_path / "hf", config=cfg, progress=False)  # reading the base model's config is fine
+    assert r.verified and r.layout == "verl_fsdp"
+
+
 def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):
     """On GKE verl writes to the bucket behind /data: the listing reads only listings and the small files there."""
     from gcs_emulator import GcsEmulator
