@@ -114,10 +114,15 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
         s = d.scalar("train/baseline_reward/pct_0")
         if s.empty:
             return _skip(spec, "no records and no train/baseline_reward/pct_0 scalar yet")
-        both = s + d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        ones = d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        both = s + ones
         value = float(_recent(both, c.window).mean())
-        return _result(spec, value, f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards",
-                       series=both)
+        msg = f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards"
+        top = float(_recent(ones, c.window).mean())
+        if value and top / value > 0.5 and spec.level(value)[0] != "ok":
+            return _result(spec, value, msg + f" ({top / value:.0%} of them all-1: the task is solved; move on, or make "
+                           "it harder: harder prompts, more generations per prompt)", series=both, status="solved")
+        return _result(spec, value, msg, series=both)
     codes, _ = pd.factorize(d.records["prompt"], use_na_sentinel=False)  # int keys: a fast groupby
     work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.reward.to_numpy()})
     groups = work.groupby(["step", "group"], sort=False)["reward"].agg(["min", "max", "size"]).reset_index()
@@ -135,9 +140,9 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
     if solved > 0.5 and spec.level(value)[0] != "ok":
-        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are solved, too easy now)"
-        if spec.level(value)[0] == "unhealthy":
-            status = "warning"  # solved, not broken: nothing left to learn from these prompts
+        msg += (f" ({solved:.0%} of them at the top reward {top:g}: the task is solved; move on, or make it harder: "
+                "harder prompts, more generations per prompt)")
+        status = "solved"  # not broken: nothing left to learn from these prompts, which is a result, not a warning
     flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
     ex = []
     if len(flat):
@@ -312,9 +317,17 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
                    f"{early:.3g} over the first {w} steps (+{value:.3g})", series=s - early)
 
 
+def _accuracy_tags() -> tuple[str, ...]:
+    """The validation-accuracy tags every trainer logs (its registry's names: NeMo-RL's ``validation/accuracy``,
+    verl's ``val-core/<data source>/acc/mean@<n>``), so the check runs on whichever trainer wrote the run."""
+    from nbtools.trainers import METRIC_NAMES
+
+    return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
+
+
 def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
-    val = d.scalar("validation/accuracy")
+    val = d.scalar(*_accuracy_tags())
     if len(val) < 3:
         return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
     train = d.scalar("train/reward", "critic/score/mean")

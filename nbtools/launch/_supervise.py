@@ -268,6 +268,12 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
                           fix=Fix("e.g. max_attempts=3", cli="e.g. --max-attempts 3"))
     if stop_when_unhealthy:
         health_warmup = _health_args(health_every, health_warmup)
+    if stop_when_stalled and (isinstance(stall_every, bool) or not isinstance(stall_every, int | float)
+                              or not 1 <= stall_every < float("inf")):
+        from nbtools.errors import ConfigError, Fix
+
+        raise ConfigError(f"stall_every: expected seconds between stall checks, 1 or more, got {stall_every!r}",
+                          fix=Fix("e.g. stall_every=60", cli="e.g. --stall-every 60"))
     deadline = None if timeout is None else time.monotonic() + timeout
     items = read_attempts(cfg)
     job, made = None, 1  # attempts followed by this call (a re-attached one counts): a bound whatever the record says
