@@ -2,9 +2,9 @@
 
 Why: the first thing a maintainer asks for (verl#3873) is versions, the resolved config, every rank's traceback, the
 worker logs and ``ray status``. Ray's dashboard serves all of it: py-spy dumps per process (``/worker/traceback``,
-with ``subprocesses`` for a job whose ranks are children of its entrypoint, the rehearsal's and torchrun's case;
-the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets and the GKE manifests set with the
-``SYS_PTRACE`` capability py-spy needs), GPU memory per process (``/nodes?view=summary``), ``ray status``
+and every Python descendant of a job's entrypoint on this machine, where the ranks of the rehearsal or torchrun are;
+the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets; on GKE the head's env and the
+pods' ``SYS_PTRACE`` capability are not in the manifests yet, and a failed dump becomes a note that names that fix), GPU memory per process (``/nodes?view=summary``), ``ray status``
 (``/api/cluster_status``), actors and their log files (the state API). On GKE the pods' events and conditions come
 from the backend. The bundle is one ``.tar.gz`` plus a ``.md`` summary under ``<logs>/nbtools-diagnosis/``; every
 text in it passes through ``_scrub`` (secret values of this environment and the config's secrets, token-shaped
@@ -64,10 +64,10 @@ def _traceback(url: str, pid: int, node_id: str, *, subprocesses: bool) -> str:
                                            "subprocesses": "1" if subprocesses else "0"}, timeout=60)
 
 
-def _stacks(url: str, targets: list[tuple[int, str, bool]], notes: list[str]) -> tuple[list[RankStack], dict[str, str]]:
+def _stacks(url: str, targets: list[tuple[int, str, bool]], notes: list[str], *,
+            actors: bool = False) -> tuple[list[RankStack], dict[str, str]]:
     """One py-spy sample of every target (pid, node, with children); ranks numbered by thread name, else fork order."""
     raw: dict[str, str] = {}
-    ranks: list[RankStack] = []
 
     def one(t):
         pid, node, sub = t
@@ -79,6 +79,7 @@ def _stacks(url: str, targets: list[tuple[int, str, bool]], notes: list[str]) ->
                 body = e.read().decode()[:300]  # type: ignore[attr-defined]
             return t, f"ERROR {e} {body}"
 
+    found: list[RankStack] = []
     with ThreadPoolExecutor(max_workers=8) as ex:
         for (pid, _node, _sub), text in ex.map(one, targets):
             raw[str(pid)] = text
@@ -87,15 +88,33 @@ def _stacks(url: str, targets: list[tuple[int, str, bool]], notes: list[str]) ->
                        "root or CAP_SYS_PTRACE)") if "disabled" in text or "ermission" in text else ""
                 notes.append(f"py-spy dump of pid {pid} failed: {text[:200]}{fix}")
                 continue
-            found = parse_py_spy(text)
-            named = [s for s in found if s.rank is not None]
-            if not named:  # no "rank N" thread names: the workers in fork order (torch forks rank 0 first)
-                workers = sorted({s.pid for s in found if _is_rank(s)} - {pid})
-                named = [s for s in found if s.pid in workers]
-                for s in named:
-                    s.rank = workers.index(s.pid)
-            ranks += named
+            found += parse_py_spy(text)
+    if actors:  # one worker per Ray actor: its main thread (numbered by the caller)
+        return [s for s in found if s.thread in ("MainThread", "") or s.rank is not None], raw
+    ranks = [s for s in found if s.rank is not None]
+    if not ranks:  # no "rank N" thread names: the rank processes in fork order (torch forks rank 0 first)
+        workers = sorted({s.pid for s in found if _is_rank(s) and s.pid is not None})
+        ranks = [s for s in found if s.pid in workers]
+        for s in ranks:
+            s.rank = workers.index(s.pid)
     return ranks, raw
+
+
+def _entrypoint_targets(pid: int, node: str) -> list[tuple[int, str, bool]]:
+    """What to dump for a job's entrypoint, whose ranks are children of the job supervisor's shell (the rehearsal,
+    torchrun): on this machine each Python descendant alone, since a ``subprocesses`` dump aborts ("Failed to find
+    python version") when a short-lived child exits mid-scan, and the supervisor's watchdog starts a ``sleep 1``
+    every second; on another machine the supervisor with its subprocesses (retried by the caller's samples)."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        if not p.cmdline() or "JobSupervisor" not in p.cmdline()[0]:
+            return [(pid, node, True)]  # not ours to walk: the pid names a process on another machine
+        kids = [c for c in p.children(recursive=True) if os.path.basename(c.exe()).startswith("python")]
+    except (psutil.Error, OSError, IndexError):
+        return [(pid, node, True)]
+    return [(c.pid, node, False) for c in kids]
 
 
 def _is_rank(s: RankStack) -> bool:
@@ -143,13 +162,13 @@ def collect(cfg: Experiment, submission_id: str | None = None, *, samples: int =
             sup, notes = [], notes + [f"Ray's state API did not answer: {type(e).__name__}: {e}"]
         dead = [f"{a.get('class_name')} {a.get('actor_id', '')[:12]}: {(a.get('death_cause') or {})}"[:400]
                 for a in actors if a.get("state") == "DEAD"]
-        targets = [(int(a["pid"]), a["node_id"], True) for a in sup if a.get("pid")]
+        targets = [t for a in sup if a.get("pid") for t in _entrypoint_targets(int(a["pid"]), a["node_id"])]
         alive = [(int(a["pid"]), a["node_id"], False) for a in actors if a.get("state") == "ALIVE" and a.get("pid")]
         for i in range(max(1, samples)):
             if i:
                 time.sleep(gap_s)
             mine, raw = _stacks(url, targets, notes if i == 0 else [])
-            theirs, raw2 = _stacks(url, alive[:64], notes if i == 0 else [])
+            theirs, raw2 = _stacks(url, alive[:64], notes if i == 0 else [], actors=True)
             _renumber([mine], theirs)
             samples_taken.append(mine + theirs)
             for pid, text in {**raw, **raw2}.items():
