@@ -102,9 +102,10 @@ _LIBRARY = re.compile(r"site-packages/|dist-packages/|/lib/python3\.\d+/|^<froze
 def phase_of(frames: list[Frame]) -> str:
     """The phase a stack is in: the highest-priority rule matching any frame; ``collective wait`` when the only
     thing it names is a collective."""
+    names = [f.func.rsplit(".", 1)[-1] for f in frames]  # py-spy 0.4 qualifies methods: "_Run.refit"
     for phase, func, file in _RULES:
-        for f in frames:
-            if func.search(f.func) and (file is None or file.search(f.file)):
+        for f, name in zip(frames, names, strict=True):
+            if func.search(name) and (file is None or file.search(f.file)):
                 return phase
     return "collective wait" if collective_of(frames) else "unknown"
 
@@ -113,7 +114,7 @@ def collective_of(frames: list[Frame]) -> str | None:
     """The collective the innermost frames wait in (``all_reduce``, ``barrier``, …), or None."""
     for f in frames[:12]:
         if _COLLECTIVE_FILE.search(f.file) and _COLLECTIVE_FUNC.search(f.func):
-            return f.func
+            return f.func.rsplit(".", 1)[-1]
     return None
 
 

@@ -35,7 +35,7 @@ Python v3.11.7 (/venv/bin/python3.11)
 Thread 2002 (idle): "rank 0"
     all_reduce (torch/distributed/distributed_c10d.py:2806)
     wrapper (torch/distributed/c10d_logger.py:81)
-    _train (nbtools/rehearsal/trainer.py:262)
+    _Run._train (nbtools/rehearsal/trainer.py:262)
     step (nbtools/rehearsal/trainer.py:222)
     train (nbtools/rehearsal/trainer.py:190)
     run_rank (nbtools/rehearsal/trainer.py:85)
@@ -49,8 +49,8 @@ Python v3.11.7 (/venv/bin/python3.11)
 Thread 2003 (idle): "rank 1"
     wait (threading.py:331)
     wait (threading.py:629)
-    at (nbtools/rehearsal/_faults.py:38)
-    refit (nbtools/rehearsal/trainer.py:285)
+    Injector.at (nbtools/rehearsal/_faults.py:38)
+    _Run.refit (nbtools/rehearsal/trainer.py:285)
     _rollout (nbtools/rehearsal/trainer.py:292)
     step (nbtools/rehearsal/trainer.py:211)
     train (nbtools/rehearsal/trainer.py:190)
@@ -96,7 +96,7 @@ def test_py_spy_dump_gives_each_rank_its_phase_and_collective():
     r0, r1 = ranks[1], ranks[2]
     assert (r0.phase, r0.collective) == ("train fwd/bwd", "all_reduce")
     assert (r1.phase, r1.collective) == ("weight refit", None)  # threading's wait is not a collective
-    assert r1.summary().startswith("wait (") and "refit (rehearsal/trainer.py:285)" in r1.summary()
+    assert r1.summary().startswith("wait (") and "_Run.refit (rehearsal/trainer.py:285)" in r1.summary()
 
 
 @pytest.mark.parametrize("funcs, phase", [
