@@ -38,6 +38,25 @@ ENTRIES: dict[str, dict] = {
 }
 
 
+def _rounded(x):
+    if isinstance(x, float):
+        return round(x, 4)
+    if isinstance(x, list):
+        return [_rounded(v) for v in x]
+    return x
+
+
+def compact(logs: Path) -> None:
+    """Round the dumps' per-token floats to 4 decimals (halves the corpus; no check reads finer than that)."""
+    for f in logs.rglob("*.jsonl"):
+        lines = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+        for rec in lines:
+            for k in ("generation_logprobs", "prev_logprobs", "advantages"):
+                if k in rec:
+                    rec[k] = _rounded(rec[k])
+        f.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
+
+
 def make(name: str) -> None:
     spec = ENTRIES[name]
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,6 +68,7 @@ def make(name: str) -> None:
         dest = OUT / name
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(Path(tmp) / "local-rehearsal" / "logs", dest / "logs")
+        compact(dest / "logs")
     print(f"{name}: {sum(f.stat().st_size for f in dest.rglob('*') if f.is_file()) / 1e3:.0f} kB", flush=True)
 
 

@@ -213,8 +213,13 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
     out["config.json"] = json.dumps(to_dict(cfg), indent=1, default=str)
     out["entrypoint.txt"] = str(info.entrypoint or "")
     renv = dict((info.runtime_env or {}).get("env_vars") or {})
-    env = {k: v for k, v in {**os.environ, **renv}.items() if _ENV_KEEP.match(k)}
-    out["env.json"] = json.dumps({k: (redact(x) if _SECRET_NAME.search(k) else x) for k, x in sorted(env.items())}, indent=1)
+
+    def kept(env) -> dict[str, str]:
+        return {k: (redact(x) if _SECRET_NAME.search(k) else str(x)) for k, x in sorted(env.items()) if _ENV_KEEP.match(k)}
+
+    out["env.json"] = json.dumps({"job runtime_env": kept(renv), "this machine": kept(os.environ),
+                                  "note": "NCCL/CUDA/torch/Ray variables only; the image's own defaults are not listed"},
+                                 indent=1)
     gpu: dict[str, Any] = {}
     with contextlib.suppress(Exception):
         summary = json.loads(_get(url, "/nodes", {"view": "summary"})).get("data", {}).get("summary", [])
