@@ -325,6 +325,25 @@ def _accuracy_tags() -> tuple[str, ...]:
     return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
 
 
+def _val_samples(d: RunData, step: int) -> int | None:
+    """How many prompts the run validated on at ``step``: the lines of its own validation dump (None without one)."""
+    run = d.run
+    try:
+        if run is not None and step in getattr(run, "val_steps", []):
+            return int(run.index(step, kind="val").n_lines) or None
+    except Exception:  # noqa: BLE001 - a dump that cannot be read leaves the check on its threshold alone
+        return None
+    return None
+
+
+def _noise(best: float, last: float, n: int | None) -> float | None:
+    """Two standard errors of the difference of two accuracies measured on ``n`` samples each (None: n unknown)."""
+    if not n:
+        return None
+    var = (best * (1 - best) + last * (1 - last)) / n
+    return 2.0 * float(np.sqrt(var))
+
+
 def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
     val = d.scalar(*_accuracy_tags())
@@ -339,6 +358,12 @@ def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     rose = len(train) and len(at_best) and float(_recent(train, c.window).mean()) > float(at_best.iloc[-min(
         c.window, len(at_best)):].mean())
     series = val.cummax() - val
+    n = _val_samples(d, int(val.index[-1]))
+    noise = _noise(float(val.max()), float(val.iloc[-1]), n)
+    if noise is not None and drop <= noise:  # within the sampling noise of two accuracies over n prompts each
+        return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} vs its best "
+                       f"{val.max():.3g} at step {best_step}: within the noise of {n} validation samples "
+                       f"(2 standard errors: {noise:.3g})", status="ok", series=series)
     if drop < (spec.warning or 0.0):
         return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} (best "
                        f"{val.max():.3g} at step {best_step})", status="ok", series=series)

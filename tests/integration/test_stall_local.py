@@ -19,6 +19,7 @@ import pytest
 
 import nbtools
 from nbtools import storage
+from nbtools.cli import main
 from nbtools.launch._attempts import read_attempts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,14 +135,22 @@ def test_exit_is_named_with_rank_and_phase(cfg_for):
     print(f"exit named in {took:.1f} s")
 
 
-def test_oom_is_named_with_rank_phase_and_cause(cfg_for):
-    cfg = cfg_for("stall-oom", [{"kind": "oom", "rank": 0, "step": 2, "phase": "train"}])
+def test_oom_is_named_with_rank_phase_and_cause_also_by_the_cli(cfg_for, capfd):
+    faults = [{"kind": "oom", "rank": 0, "step": 2, "phase": "train"}]
+    cfg = cfg_for("stall-oom", faults)
     job = nbtools.launch.submit(cfg)
     t = _fault_time(job, time.monotonic() + 240)
     v, took = _until(cfg, job, lambda v: v.status == "ended", t)
     assert v.cause == "oom" and v.stragglers == [0] and _rank(v, 0).phase == "train fwd/bwd", str(v)
     assert "OutOfMemoryError" in _rank(v, 0).error
     print(f"oom named in {took:.1f} s")
+    capfd.readouterr()
+    rc = main(["stall", str(ROOT / "experiments" / "local.yaml"), f"ray.port={cfg.ray.port}",
+               f"ray.dashboard_port={cfg.ray.dashboard_port}", "--id", job.id, "--json", "--no-bundle"])
+    doc = json.loads(capfd.readouterr().out)
+    assert rc == 1 and {"status", "stalled_for_s", "ranks", "stragglers", "cause", "fix", "bundle"} <= set(doc)
+    assert (doc["status"], doc["cause"], doc["stragglers"]) == ("ended", "oom", [0]), doc
+    assert doc["ranks"][0]["phase"] == "train fwd/bwd" and "_train" in doc["ranks"][0]["stack"]
 
 
 def test_slow_rank_is_a_straggler_not_a_stall(cfg_for):
