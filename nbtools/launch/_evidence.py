@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from nbtools.config import Experiment, redact, secret_values, to_dict, token_kind
+from nbtools.errors import NotFoundError
+from nbtools.launch._attempts import read_attempts
 from nbtools.launch._diagnose import diagnose_log
 from nbtools.launch._stacks import RankStack, parse_log_stacks, parse_py_spy
 from nbtools.launch._stall import StallVerdict, judge, progress
@@ -135,7 +137,6 @@ def collect(cfg: Experiment, submission_id: str | None = None, *, samples: int =
             now: float | None = None) -> tuple[StallVerdict, dict[str, str]]:
     """Observe the job and judge it: the verdict and the bundle's files (name -> text, not yet scrubbed)."""
     from nbtools import jobs
-    from nbtools.launch._attempts import read_attempts
 
     url = cfg.dashboard_url
     if submission_id is None:
@@ -290,6 +291,29 @@ def _summary(v: StallVerdict, files: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _NoInfo:
+    """Stands in for a job the cluster no longer knows (no entrypoint, runtime env or start time to show)."""
+
+    entrypoint, runtime_env, start_time = "", {}, None
+
+
+def _lost(cfg: Experiment, submission_id: str | None) -> StallVerdict | None:
+    """A job the attempts record holds as unfinished while the cluster does not know it: its head restarted (a
+    KubeRay RayJob then stays "Running": kuberay#3860, #3903, #4217). None when the record says nothing about it."""
+    recorded = read_attempts(cfg)
+    mine = [a for a in recorded if submission_id in (None, a.submission_id)]
+    if not mine or mine[-1].terminal:
+        return None
+    a = mine[-1]
+    v = StallVerdict(cfg.name, a.submission_id, "UNKNOWN", "stalled", None, cfg.stall.floor_s, None, a.last_step,
+                     cause="lost-node")
+    v.evidence = (f"attempt {a.n} ({a.submission_id}) is recorded as {a.status} but the cluster at {cfg.dashboard_url} "
+                  "does not know it: the Ray head restarted (or the cluster was replaced) and the job died with it")
+    v.fix = ("resubmit (nbtools.launch.resubmit(cfg), or `nbtools launch EXPERIMENT.yaml --retry`): it resumes from the "
+             "newest complete step_N; on GKE also delete a RayJob that still says Running")
+    return v
+
+
 def _n(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -310,7 +334,14 @@ def stall(cfg: Experiment, submission_id: str | None = None, *, bundle: bool = T
         >>> v = nbtools.launch.stall(cfg)
         >>> v.status, v.cause, v.stragglers, v.bundle
     """
-    v, files = collect(cfg, submission_id, samples=samples)
+    try:
+        v, files = collect(cfg, submission_id, samples=samples)
+    except NotFoundError:
+        v = _lost(cfg, submission_id)
+        if v is None:
+            raise
+        files = {"attempts.json": json.dumps([a.to_dict() for a in read_attempts(cfg)], indent=1)}
+        files.update(_context(cfg, cfg.dashboard_url, _NoInfo(), v))
     if bundle:
         write_bundle(cfg, v, files)
     return v

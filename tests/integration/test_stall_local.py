@@ -163,3 +163,15 @@ def test_slow_rank_is_a_straggler_not_a_stall(cfg_for):
     assert _rank(v, 0).collective, str(v)  # rank 0 waits for it in a collective
     print(f"slow named in {took:.1f} s")
     nbtools.jobs.attach(cfg.dashboard_url, job.id).stop(wait=True)
+
+
+def test_a_job_a_restarted_head_forgot_is_stalled_as_lost_node(cfg_for):
+    """The record says RUNNING, the cluster does not know the job (its head restarted: kuberay#3860)."""
+    from nbtools.launch._attempts import Attempt, save
+
+    cfg = cfg_for("stall-ghost", [])
+    save(cfg, [Attempt(1, "stall-ghost-0123456789", started=time.time() - 600, status="RUNNING", last_step=7)])
+    v = nbtools.launch.stall(cfg)
+    assert (v.status, v.cause, v.job_status, v.last_step) == ("stalled", "lost-node", "UNKNOWN", 7), str(v)
+    assert "does not know it" in v.evidence and "resubmit" in v.fix
+    assert v.bundle and storage.exists(v.bundle) and storage.exists(v.summary_url)
