@@ -12,6 +12,7 @@ value crossed the threshold in the run of steps that reaches the end. The checks
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -403,7 +404,15 @@ def run_checks(data: RunData, *, thresholds: dict | None = None, checks=None, wi
             problems.append(f"thresholds[{name!r}]: expected a number (the unhealthy level), a (warning, unhealthy) "
                             f"pair or {{'warning': x, 'unhealthy': y}}, got {t!r}")
             continue
-        specs[name] = replace(specs[name], **{k: (None if v is None else float(v)) for k, v in t.items()})
+        try:
+            levels = {k: (None if v is None else float(v)) for k, v in t.items()}
+        except (TypeError, ValueError):
+            levels = {"unhealthy": float("nan")}
+        if any(v is not None and not math.isfinite(v) for v in levels.values()):
+            problems.append(f"thresholds[{name!r}]: expected finite numbers (or None: never), got {t!r}; a NaN level "
+                            "is never crossed, so the check could never fail")
+            continue
+        specs[name] = replace(specs[name], **levels)
     names = list(checks) if checks else list(specs)
     problems += [f"checks: unknown check {n!r}; the checks are {list(specs)}" for n in names if n not in specs]
     if window < 1:

@@ -140,7 +140,7 @@ class HealthReport:
         color = {"ok": "#2e7d32", "healthy": "#2e7d32", "solved": "#1565c0", "warning": "#ef6c00", "unhealthy": "#c62828",
                  "unknown": "#757575"}
         rows = "".join(
-            f"<tr><td style='color:{color[c.status]}'><b>{c.status}</b></td><td><code>{c.check}</code></td>"
+            f"<tr><td style='color:{color[c.status]}'><b>{c.status}</b></td><td><code>{_h(c.check)}</code></td>"
             f"<td>{'' if c.first_step is None else c.first_step}</td>"
             f"<td>{'' if c.value is None else f'{c.value:.3g}'}</td>"
             f"<td>{'' if c.threshold is None else f'{c.threshold:.3g}'}</td>"

@@ -169,3 +169,12 @@ def test_a_relaunch_into_the_same_verl_log_dir_is_judged_on_the_new_run(tmp_path
     assert report.steps == (1, 3) and report["zero-reward"].status == "unhealthy", report
     rc, doc = _cli(capfd, tmp_path)
     assert rc == 1 and doc["status"] == "unhealthy"
+
+
+@pytest.mark.parametrize("level", ["nan", "inf"])
+def test_a_threshold_that_can_never_be_crossed_is_refused(tmp_path, capfd, level):
+    run = _tb(tmp_path, [0.1] * 3)
+    assert main(["health", str(run), "--threshold", f"kl-runaway={level}"]) != 0
+    assert "expected finite numbers" in capfd.readouterr().err
+    with pytest.raises(ConfigError, match="expected finite numbers"):
+        health.check(run, thresholds={"kl-runaway": (0.1, float(level))})
