@@ -20,7 +20,6 @@ from typing import Any
 from nbtools.fit._estimate import (
     FitInputs,
     FitReport,
-    _train_verdict,
     evaluate,
     generation_candidates,
     training_candidates,
@@ -194,7 +193,7 @@ def _fix(i: FitInputs, rep: FitReport, side: str, cfg: Any) -> OomFix | None:
             continue
         r = evaluate(inp, suggest=False)
         if side == "training":
-            v = _train_verdict(r.training_need_gib, r.usable_gib, r.training_need_gib - r.training.peak_gib)
+            v = r.training_verdict()
             need, usable = r.training_need_gib, r.usable_gib
         else:
             v = r.generation.verdict
@@ -216,7 +215,7 @@ def _fix_for(i: FitInputs, name: str, value: Any, cfg: Any) -> OomFix | None:
     if key is None:
         return None
     r = evaluate(i.with_(**{name: value}), suggest=False)
-    v = _train_verdict(r.training_need_gib, r.usable_gib, r.training_need_gib - r.training.peak_gib)
+    v = r.training_verdict()
     return OomFix(name, value, key, _override(i, cfg, key, value, name), v, round(r.training_need_gib, 2),
                   round(r.usable_gib, 2))
 
