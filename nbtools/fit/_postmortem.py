@@ -175,9 +175,10 @@ def _match(i: FitInputs, tried: float | None) -> tuple[str, str, str] | None:
 
 def _override(i: FitInputs, cfg: Any, key: str, value: Any, name: str) -> str:
     shown = _show(value, name)
-    if key.startswith(_RECIPE_PREFIXES):
+    bare = key.lstrip("+")  # a Hydra add (+) or add-or-override (++) of a recipe key travels the same way
+    if bare.startswith(_RECIPE_PREFIXES):
         existing = [o for o in (getattr(getattr(cfg, "trainer", None), "overrides", None) or [])
-                    if o.split("=", 1)[0].lstrip("+~") != key]
+                    if o.split("=", 1)[0].lstrip("+~") != bare]
         items = existing + [f"{key}={shown}"]
         return "trainer.overrides=[" + ", ".join("'" + s.replace("'", "''") + "'" for s in items) + "]"
     return f"{key}={shown}"

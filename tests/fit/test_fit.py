@@ -547,3 +547,30 @@ def test_two_gpu_miss_on_emulated_h100s_for_both_allocator_settings():
         assert all(x["peak_gib"] <= r.training.peak_gib * (1 + ERROR_MARGIN) for x in rows)
     doms = [r for r in doc["cases"] if r["model"] != "Qwen--Qwen2.5-1.5B"]
     assert doms and all(r["status"] == "ok" and r["num_alloc_retries"] == 0 for r in doms)
+
+
+def test_training_workers_get_expandable_segments_by_default_and_the_experiment_can_turn_it_off():
+    """Issue 42: nbtools gives NeMo-RL's DTensor policy workers PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (no
+    stranded blocks), never the whole job (colocated vLLM's CuMemAllocator asserts on it); the fit check sees it.
+    Any trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF turns the default off, and the verdict then carries the band."""
+    from nbtools.launch import runtime_env
+    from nbtools.trainers import nemo_rl
+
+    cfg = nbtools.config.load(GKE)
+    rendered = [o.render() for o in nemo_rl.overrides(cfg)]
+    assert "+policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in rendered
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in runtime_env.env_vars(cfg)  # not job-wide: vLLM shares the job's env
+    assert "expandable_segments:True" in nemo_rl.command(cfg)
+    on = fit.check(cfg, gpu="h100")
+    assert on.inputs.expandable_segments and on.stranded_gib == (0.5, 0.5)
+
+    off = cfg.replace(**{"trainer.env_vars": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}})
+    assert not any("PYTORCH_CUDA_ALLOC_CONF" in o.key for o in nemo_rl.overrides(off))
+    assert runtime_env.env_vars(off)["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False"
+    r = fit.check(off, gpu="h100")
+    assert not r.inputs.expandable_segments and r.stranded_gib[1] > r.stranded_gib[0] > 0.5
+    # the user's own override of the key wins, and is not repeated
+    mine = cfg.replace(**{"trainer.overrides": ["++policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=backend:native"]})
+    assert [o.render() for o in nemo_rl.overrides(mine) if "ALLOC" in o.key] == [
+        "++policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=backend:native"]
+    assert not fit.check(mine, gpu="h100").inputs.expandable_segments
