@@ -25,7 +25,12 @@ rank also records the caching allocator's view (``reserved_bytes.all.peak``, ``a
 ``num_alloc_retries``, ``num_ooms`` from ``torch.cuda.memory_stats()``), the device memory outside it (``mem_get_info``
 used - ``memory_reserved()``) after NCCL's start, after set-up, after each step and at an out-of-memory, and every size
 the out-of-memory message states (``ranks`` of each row). ``--allocator-cap-gib`` caps the allocator per GPU, to run a
-larger card's allocator as a smaller one's (the memory outside it stays uncapped). Every
+larger card's allocator as a smaller one's (the memory outside it stays uncapped). ``--emulate-gpu h100`` runs a
+larger card as the whole smaller one: each rank, before NCCL, cuBLAS or the allocator touch the card, takes the
+difference to the H100's 81,559 MiB with a raw ``cudaMalloc`` outside PyTorch (CuPy's runtime binding, else
+libcudart through ctypes), so the allocator's ``cudaMalloc`` and everything outside it fail where an H100's would;
+each row records the real card (``card``), ``emulate_gpu`` and the pad, the meta names the emulated GPU and keeps the
+real one, and the device samples and OOM figures are given net of the pad. Every
 case runs in fresh processes (forked from a parent that imported torch but never touched CUDA), so fragmentation and
 cached blocks of one case never reach the next; an out-of-memory is caught and recorded with the allocation that failed
 and PyTorch's whole message (a cuBLAS allocation failure counts as one); when a rank fails its peers get 15 s, then
@@ -36,6 +41,9 @@ Run (one GPU; writes a JSON document and a CSV table)::
     python fit_calibrate.py --configs ../nbtools/data/model_configs --out results/fit_calibration.json
     python fit_calibrate.py --cases smoke --out /tmp/smoke.json                 # 2 small cases
     python fit_calibrate.py --nproc 2 --cases 2gpu --nemo-rl DIR --out results/fit_calibration_h100x2.json  # 2 GPUs
+    python fit_calibrate.py --nproc 4 --cases 4gpu --emulate-gpu h100 --nemo-rl DIR \
+        --out results/fit_calibration_h100x4.json                      # 4 GPUs of any larger kind, run as H100s
+    #   (--nproc takes any world size: one process per GPU, FSDP2 over all of them)
     #   (DIR holds nemo_rl/distributed/model_utils.py and nemo_rl/algorithms/logits_sampling_utils.py of v0.7.0)
     torchrun --nproc-per-node 2 fit_calibrate.py --worker --case '{"model": ...}'  # one case under torchrun
 

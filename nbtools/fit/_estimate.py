@@ -28,7 +28,7 @@ Verdict rules (per GPU; ``usable = capacity - 1.9 GiB`` of CUDA runtime, minus w
 Example:
     >>> r = estimate("Qwen/Qwen2.5-1.5B", gpu="h100", micro_batch=8, seq_len=4096)
     >>> r.verdict, r.suggestions[0]
-    ('does-not-fit', 'use --micro-batch 2: training peak 59.5 GiB, need 61.9 of 75.8 -> fits')
+    ('does-not-fit', 'use --micro-batch 2: training peak 59.5 GiB, need 62.3 of 75.8 -> fits')
 """
 
 from __future__ import annotations
