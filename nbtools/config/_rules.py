@@ -52,8 +52,8 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
     if cfg.cluster.provisioning == "reservation" and not cfg.cluster.reservation:
         add(("cluster.provisioning", "cluster.reservation"),
             "cluster.reservation: required when cluster.provisioning is 'reservation'; fix: set the reservation name or use `provisioning: spot`")
-    expected = GPU_TYPES[cfg.cluster.gpu_type]["gpus_per_node"]
-    if cfg.cluster.gpus_per_node != expected:
+    expected = GPU_TYPES.get(cfg.cluster.gpu_type, {}).get("gpus_per_node")  # a GKE machine type's; else any count
+    if expected is not None and cfg.cluster.gpus_per_node != expected:
         add(("cluster.gpus_per_node", "cluster.gpu_type"),
             f"cluster.gpus_per_node: {cfg.cluster.gpus_per_node} does not match {cfg.cluster.gpu_type} "
             f"({cfg.cluster.machine_type} has {expected}); fix: set `cluster.gpus_per_node` to {expected}")
