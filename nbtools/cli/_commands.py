@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtools import _atomic
+from nbtools._escape import csv_frame
 from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
@@ -178,7 +179,7 @@ def cmd_metrics(a) -> Out:
               file=sys.stderr)
     return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df),
                 "problems": problems},
-               df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
+               csv_frame(df).to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
 
 
 def _is_text(p: Path) -> bool:
