@@ -255,7 +255,8 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # Today's package-level cycle (2026-11-27): one strongly connected set of 12 packages (backends, checkpoints, explorer,
 # fit, gke, health, launch, metrics, rehearsal, rewards, trainers, trajectories); KNOWN_CYCLE_EDGES lists the 30 edges
 # inside it (87 import sites, 46 of them inside functions, after the day's merges). It may only shrink: a new edge
-# inside a cycle (or a new cycle) fails, and an edge that left the cycle must leave this list. The one-folder-per-trainer move (issue 43) empties it.
+# inside a cycle (or a new cycle) fails, and an edge that left the cycle must leave this list. The
+# one-folder-per-trainer move (issue 43) empties it.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     ("nbtools.health", "nbtools.trainers"),  # came with the 2026-11-27 merges (health._checks asks the trainer's tags)
     ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.launch"),
