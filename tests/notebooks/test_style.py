@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
@@ -54,8 +55,10 @@ def test_parameters_cell_first_typed_and_local_by_default(path):
     for node in tree.body:
         assert isinstance(node, ast.AnnAssign), f"{path.name}: parameters must be annotated assignments (`NAME: type = value  # comment`)"
         names[node.target.id] = ast.literal_eval(node.value)
-    assert names.get("BACKEND") == "local", f"{path.name}: BACKEND must default to 'local' (what CI executes)"
-    assert "CONFIG" in names
+    # BACKEND and CONFIG are chosen once for all notebooks (settings.yaml beside them); the cell only overrides
+    assert names.get("BACKEND") == "" and names.get("CONFIG") == "", f"{path.name}: BACKEND and CONFIG default to '' (the shared settings)"
+    shared = yaml.safe_load((path.parent / "settings.yaml").read_text())
+    assert shared == {"backend": "local", "experiment": "../experiments/local.yaml"}, "settings.yaml: local by default (what CI executes)"
     assert len(names) <= 6, f"{path.name}: at most a handful of knobs in the parameters cell"
     for line in _src(params).splitlines():
         assert "#" in line, f"{path.name}: every parameter needs a trailing comment: {line!r}"
