@@ -7,6 +7,12 @@ stdout carries exactly one JSON document, failures included (``{"error": ..., "f
 ...}``, plus the command's own data where it has some); everything else the library prints (progress bars,
 logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value`` overrides after the
 path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
+The experiment is named one way: ``EXPERIMENT.yaml`` first where it is what the command acts on (plan, manifests,
+up, down, launch, jobs, prepare, fit), ``--experiment EXPERIMENT.yaml`` where the command acts on something else
+(health, diagnose, card; health's old ``--config`` still works and says it is deprecated). Commands that change
+something are dry runs unless ``--apply`` (the notebooks' ``APPLY``). A path argument of the wrong kind (a run dir
+for a logs dir, an experiment file for a log) is followed to the right thing with a note, or refused with the fix
+(``nbtools.cli._kinds``), never answered.
 
 Example:
     $ nbtools checkpoints runs/local-rehearsal/checkpoints --json
@@ -46,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = _Parser(prog="nbtools", description="GRPO with NeMo-RL / verl on Ray: the notebooks' steps "
                                  "as commands. Exit 0 ok, 1 failure (fix on stderr), 2 bad usage.")
+    ap.add_argument("--version", "-V", action="store_true", help="print the version and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name, fn, help, *, experiment=False, json_flag=True):
@@ -97,13 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare(add)
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
-    p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a log_dir (its latest exp_NNN)")
+    p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a logs dir (its latest exp_NNN); a run dir or an "
+                   "experiment file: their logs dir")
     p.add_argument("--step", type=int, help="also print this step's rows")
     p = add("metrics", cmd_metrics, "tidy metrics table (run, tag, step, value, wall_time) from TensorBoard or a verl log")
-    p.add_argument("run", metavar="RUN", help="exp_NNN dir, log_dir, event file, or a verl console log")
+    p.add_argument("run", metavar="RUN", help="exp_NNN dir, logs dir, event file, or a verl console log (a run dir or an "
+                   "experiment file: their logs dir)")
     p.add_argument("--csv", action="store_true", help="CSV on stdout")
     p = add("checkpoints", cmd_checkpoints, "steps, layout and training_info of a checkpoint_dir")
-    p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR")
+    p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR",
+                   help="the dir holding step_N (a run dir or an experiment file: their checkpoint dir)")
     p = add("merge", cmd_merge, "merge a step_N checkpoint into a verified HuggingFace directory")
     p.add_argument("step_dir", metavar="STEP_DIR")
     p.add_argument("out_dir", metavar="OUT_DIR")
@@ -211,6 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     from nbtools.cli._errors import UsageError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        from nbtools import __version__
+
+        sys.stdout.write(f"nbtools {__version__} (distribution nbtools-grpo)\n")
+        return 0
     json_out = "--json" in argv
     parser = build_parser()
     try:

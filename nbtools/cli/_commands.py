@@ -138,8 +138,9 @@ TRAJECTORY_ROW = ["step", "idx", "prompt", "response", "reward", "generation_len
 
 def cmd_trajectories(a) -> Out:
     from nbtools import trajectories
+    from nbtools.cli._kinds import resolve
 
-    run = trajectories.open_run(a.run)
+    run = trajectories.open_run(resolve(a.run, want="logs", flag="RUN", command="trajectories").path)
     counts = run.read(columns=["step"])  # the whole run (column cache): records and skipped lines
     data: dict[str, Any] = {"steps": run.steps, "records": int(len(counts)), "skipped_lines": int(run.skipped)}
     text = f"{run.path}: {len(run.steps)} steps, {data['records']} records, {data['skipped_lines']} skipped lines"
@@ -156,18 +157,23 @@ def cmd_trajectories(a) -> Out:
 
 def cmd_metrics(a) -> Out:
     from nbtools import metrics, storage
+    from nbtools.cli._kinds import resolve
+    from nbtools.errors import NotFoundError
 
-    found = storage.info(a.run)  # a path or a URL (gs://…): the same forms on every storage
-    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(a.run)
-    p = storage.fetch(a.run, entry=found) if verl else a.run
+    source = resolve(a.run, want="metrics", flag="RUN", command="metrics").path
+    found = storage.info(source)  # a path or a URL (gs://…): the same forms on every storage
+    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(source)
+    p = storage.fetch(source, entry=found) if verl else source
     df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
     if df.empty and verl and not _is_text(p):
-        from nbtools.errors import NotFoundError
-
         raise NotFoundError(f"{p} holds no metrics: it is not text (so not a verl console log) and its name has no "
                             "'tfevents' (so not a TensorBoard event file)",
                             fix="pass an exp_NNN dir, its tensorboard/ dir, an events.out.tfevents.* file or a verl "
                                 "console log")
+    if df.empty and verl:  # a text file with no `step:N - key:value` line: not (yet) a verl console log
+        raise NotFoundError(f"RUN {a.run}: no verl metric line (`step:N - key:value`) in this text file",
+                            fix="pass the run's logs dir (<run>/logs), one exp_NNN dir or an events.out.tfevents.* "
+                                "file; a verl console log has metric lines once its job finished step 1")
     if df.empty:
         print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
     from nbtools import trainers
@@ -196,10 +202,12 @@ def _is_text(p: Path) -> bool:
 
 def cmd_checkpoints(a) -> Out:
     from nbtools import checkpoints
+    from nbtools.cli._kinds import resolve
 
-    df = checkpoints.list_checkpoints(a.checkpoint_dir)
-    return Out({"checkpoint_dir": str(a.checkpoint_dir), "checkpoints": _records(df)},
-               df.to_string(index=False) if len(df) else f"no step_N checkpoints in {a.checkpoint_dir} yet")
+    where = resolve(a.checkpoint_dir, want="checkpoints", flag="CHECKPOINT_DIR", command="checkpoints").path
+    df = checkpoints.list_checkpoints(where)
+    return Out({"checkpoint_dir": str(where), "checkpoints": _records(df)},
+               df.to_string(index=False) if len(df) else f"no step_N checkpoints in {where} yet")
 
 
 def _existing(p: str, flag: str, *, kind: str, fix: str):
@@ -225,8 +233,10 @@ def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
 
 
 def cmd_merge(a) -> Out:
+    from nbtools.cli._kinds import resolve
     from nbtools.errors import ConflictError, NotFoundError
 
+    resolve(a.step_dir, want="step", flag="STEP_DIR", command="merge")
     _existing_path(a.step_dir, "STEP_DIR", kind="dir",
                    fix="pass a step_N directory; `nbtools checkpoints CHECKPOINT_DIR` lists them")
     if a.config is not None:
