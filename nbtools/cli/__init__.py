@@ -44,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_launch,
         cmd_manifests,
         cmd_merge,
-        cmd_metrics,
         cmd_plan,
         cmd_trajectories,
         cmd_up,
@@ -107,10 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a logs dir (its latest exp_NNN); a run dir or an "
                    "experiment file: their logs dir")
     p.add_argument("--step", type=int, help="also print this step's rows")
-    p = add("metrics", cmd_metrics, "tidy metrics table (run, tag, step, value, wall_time) from TensorBoard or a verl log")
-    p.add_argument("run", metavar="RUN", help="exp_NNN dir, logs dir, event file, or a verl console log (a run dir or an "
-                   "experiment file: their logs dir)")
-    p.add_argument("--csv", action="store_true", help="CSV on stdout")
+    from nbtools.cli._metrics import add_metrics
+
+    add_metrics(add)
     p = add("checkpoints", cmd_checkpoints, "steps, layout and training_info of a checkpoint_dir")
     p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR",
                    help="the dir holding step_N (a run dir or an experiment file: their checkpoint dir)")

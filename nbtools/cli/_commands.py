@@ -16,7 +16,7 @@ from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
 __all__ = [
-    "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories", "cmd_metrics",
+    "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories",
     "cmd_checkpoints", "cmd_merge", "cmd_eval_parse", "cmd_compare", "cmd_demo",
 ]
 
@@ -153,51 +153,6 @@ def cmd_trajectories(a) -> Out:
         data["rows"] = _records(df)
         text += f"\nstep {a.step}: {len(df)} records\n" + df.drop(columns="prompt").to_string(index=False, max_colwidth=60)
     return Out(data, text)
-
-
-def cmd_metrics(a) -> Out:
-    from nbtools import metrics, storage
-    from nbtools.cli._kinds import resolve
-    from nbtools.errors import NotFoundError
-
-    source = resolve(a.run, want="metrics", flag="RUN", command="metrics").path
-    found = storage.info(source)  # a path or a URL (gs://…): the same forms on every storage
-    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(source)
-    p = storage.fetch(source, entry=found) if verl else source
-    df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
-    if df.empty and verl and not _is_text(p):
-        raise NotFoundError(f"{p} holds no metrics: it is not text (so not a verl console log) and its name has no "
-                            "'tfevents' (so not a TensorBoard event file)",
-                            fix="pass an exp_NNN dir, its tensorboard/ dir, an events.out.tfevents.* file or a verl "
-                                "console log")
-    if df.empty and verl:  # a text file with no `step:N - key:value` line: not (yet) a verl console log
-        raise NotFoundError(f"RUN {a.run}: no verl metric line (`step:N - key:value`) in this text file",
-                            fix="pass the run's logs dir (<run>/logs), one exp_NNN dir or an events.out.tfevents.* "
-                                "file; a verl console log has metric lines once its job finished step 1")
-    if df.empty:
-        print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
-    from nbtools import trainers
-
-    problems = list(df.attrs.get("problems") or [])
-    if problems:
-        print(f"note: {len(problems)} damaged stretch(es) were skipped; the JSON lists them under 'problems'",
-              file=sys.stderr)
-    return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df),
-                "problems": problems},
-               df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
-
-
-def _is_text(p: Path) -> bool:
-    """The first 64 KB hold no NUL byte and decode as UTF-8 (a cut multi-byte character at the end allowed)."""
-    with open(p, "rb") as f:
-        head = f.read(1 << 16)
-    if b"\0" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start >= len(head) - 3
-    return True
 
 
 def cmd_checkpoints(a) -> Out:
