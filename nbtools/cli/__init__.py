@@ -161,7 +161,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return parser.parse_args(argv)
 
 
-_EXPERIMENT_FIX = "correct the experiment file or the KEY=VALUE overrides as listed above"
+_EXPERIMENT_FIX = "correct each value listed above in the experiment file or the KEY=VALUE overrides"
 
 
 @contextlib.contextmanager
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args, json_out: bool) -> int:
     from nbtools.cli._errors import describe
 
-    fallback = _EXPERIMENT_FIX if hasattr(args, "experiment") else "see the message above"
+    fallback = _EXPERIMENT_FIX if hasattr(args, "overrides") else f"check the arguments against `nbtools {args.command} --help`"
     with _stdout_to_stderr() as real:
         try:
             out = args.func(args)
@@ -266,7 +266,7 @@ def _run(args, json_out: bool) -> int:
             if os.environ.get("NBTOOLS_DEBUG"):
                 raise
             return f.code
-        error, fix = out.error or f"exit status {out.code}", out.fix or "see the output above"
+        error, fix = out.error or f"exit status {out.code}", out.fix or f"see `nbtools {args.command} --help`"
         if json_out:
             data = _jsonable(out.data)
             if out.code and not out.exact:

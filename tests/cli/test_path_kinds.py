@@ -109,3 +109,10 @@ def test_version(capfd):
     from nbtools import __version__
 
     assert main(["--version"]) == 0 and capfd.readouterr().out == f"nbtools {__version__} (distribution nbtools-grpo)\n"
+
+
+def test_a_step_that_does_not_exist_names_the_steps_that_do(paths, capfd):
+    """Before: `trajectories --step 9999` listed only the five steps nearest to it."""
+    assert main(["trajectories", str(paths["logs"]), "--step", "9999"]) == 1
+    err = capfd.readouterr().err
+    assert "the run has steps 1..2" in err and "fix: pass --step with one of those steps" in err, err
