@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["shown", "remember_runs_dir", "tidy_reprs", "Url", "Argv", "RUNS_DIR"]
+__all__ = ["shown", "pasteable", "remember_runs_dir", "tidy_reprs", "Url", "Argv", "RUNS_DIR"]
 
 RUNS_DIR = "<runs_dir>"
 _CHECKOUT = Path(__file__).resolve().parent.parent
@@ -56,6 +56,22 @@ def shown(text: str, *, html: bool = False) -> str:
         if prefix and prefix in text:
             # only at a path boundary: a runs dir 'runs' must not eat 'runs2'
             text = re.sub(re.escape(prefix) + r"(?=[/\s'\"`<>),;:\]}&]|$)", lambda _m, n=name: n, text)
+    return text
+
+
+def pasteable(text: str) -> str:
+    """``text`` with every absolute path under the runs dir or the checkout made relative to the working directory.
+
+    Why: ``<runs_dir>/…`` is right in prose but breaks a command the user copies; a path relative to where the
+    notebook (or the CLI) runs works when pasted there and names no machine's absolute path.
+    """
+    if not isinstance(text, str) or "/" not in text:
+        return text
+    here = os.getcwd()
+    for prefix, name in _prefixes():
+        if name in (RUNS_DIR, "<checkout>") and prefix and prefix in text:
+            rel = os.path.relpath(prefix, here)
+            text = re.sub(re.escape(prefix) + r"(?=[/\s'\"`<>),;:\]}&]|$)", lambda _m, r=rel: r, text)
     return text
 
 
@@ -99,16 +115,16 @@ class Url(str):
 
 
 class Argv(list):
-    """A command's argv (``list`` in every use: ``subprocess.run(argv)`` runs the real paths) whose repr is
-    :func:`shown`, one argument per line as IPython prints a list."""
+    """A command's argv (``list`` in every use: ``subprocess.run(argv)`` runs the real paths) shown in a notebook
+    as the shell command, with runs-dir and checkout paths relative to the working directory (:func:`pasteable`)."""
 
     def __repr__(self) -> str:
         return shown(list.__repr__(self))
 
     def _repr_pretty_(self, p, cycle) -> None:
-        import pprint
+        import shlex
 
-        p.text(shown(pprint.pformat(list(self), width=110)))
+        p.text(shown(pasteable(shlex.join(self))))  # the command as a shell runs it, pasteable where it is shown
 
     def __reduce__(self):
         return (list, (list(self),))

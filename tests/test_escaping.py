@@ -197,3 +197,28 @@ def test_html_is_escaped_through_the_one_helper():
     direct = sorted(str(p.relative_to(root)) for p in (root / "nbtools").rglob("*.py")
                     if "html.escape(" in p.read_text() and p.name != "_escape.py")
     assert direct == [], direct
+
+
+def test_commands_shown_to_be_copied_work_when_pasted(tmp_path, monkeypatch):
+    """Issue 45: a command a cell shows for copying carries no ``<runs_dir>/…`` mask (that breaks when pasted) and no
+    absolute path: runs-dir and checkout paths are relative to where it is shown (the notebook's directory)."""
+    import shlex
+
+    from IPython.lib.pretty import pretty
+
+    from nbtools import _paths
+    from nbtools.checkpoints import copy_to_local_disk_command
+
+    runs = tmp_path / "runs"
+    (runs / "exp" / "merged_hf").mkdir(parents=True)
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(runs))
+    monkeypatch.chdir(nbdir)
+    argv = copy_to_local_disk_command(str(runs / "exp" / "merged_hf"))
+    shown = pretty(argv)
+    assert "<runs_dir>" not in shown and str(tmp_path) not in shown and "\\n" not in shown.splitlines()[0]
+    assert shlex.split(shown) == [a.replace(str(runs), "../runs") for a in argv]  # the same command, pasteable here
+    call = _paths.pasteable(f'upload_folder(folder_path="{runs}/exp/merged_hf")')
+    assert call == 'upload_folder(folder_path="../runs/exp/merged_hf")'
+    assert _paths.shown(str(runs / "x")) == "<runs_dir>/x"  # prose keeps the mask

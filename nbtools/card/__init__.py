@@ -70,7 +70,8 @@ class Card:
         return (f"**Model card** {md_code(self.path)}: base model {md_code(m.get('base_model', 'n/a'))}, license "
                 f"{md_code(m.get('license', 'unknown'))}, tags {md(', '.join(m.get('tags', [])))}; {self.evaluations} "
                 f"evaluation(s) in the model-index; beside it: {md(', '.join(self.files) or 'nothing else')}.{notes}\n\n"
-                f"Publish (not run by nbtools):\n{fence}python\n{self.upload_call}\n{fence}")
+                f"Publish (not run by nbtools; paths relative to here):\n{fence}python\n"
+                f"{_paths.pasteable(self.upload_call)}\n{fence}")
 
 
 def _model_card(front: Any, text: str):
