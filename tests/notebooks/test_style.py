@@ -112,3 +112,13 @@ def test_no_secrets_in_notebooks(path):
     text = path.read_text()
     assert not re.search(r"hf_[A-Za-z0-9]{20,}", text), f"{path.name} contains what looks like a HF token"
     assert not re.search(r"(?i)(token|api_key|password)\s*=\s*['\"][^'\"]{8,}", text), f"{path.name} assigns a secret literal"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_kernelspec_is_the_installed_one_so_an_executed_copy_opens_unmodified(path):
+    """Issue 45: the notebooks named their kernel "Python 3"; ipykernel's kernelspec says "Python 3 (ipykernel)", so
+    JupyterLab rewrote it on opening and every executed copy opened already modified."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    spec = _load(path)["metadata"]["kernelspec"]
+    assert spec == {"display_name": get_kernel_dict()["display_name"], "language": "python", "name": "python3"}
