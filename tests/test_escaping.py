@@ -222,3 +222,16 @@ def test_commands_shown_to_be_copied_work_when_pasted(tmp_path, monkeypatch):
     call = _paths.pasteable(f'upload_folder(folder_path="{runs}/exp/merged_hf")')
     assert call == 'upload_folder(folder_path="../runs/exp/merged_hf")'
     assert _paths.shown(str(runs / "x")) == "<runs_dir>/x"  # prose keeps the mask
+
+
+def test_a_merge_result_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: in a console or a text export the merge result was the dataclass repr with every file's checksum."""
+    from pathlib import Path
+
+    from nbtools.checkpoints._result import MergeResult
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    r = MergeResult(Path(tmp_path) / "exp" / "merged_hf", 20, 512_000, 3.21, "v2_safetensors", True,
+                    {f"model-{i}.safetensors": "ab" * 16 for i in range(30)})
+    assert repr(r) == ("<runs_dir>/exp/merged_hf: 20 tensors, 0.5 MB, layout v2_safetensors, merged in 3.2 s, verified "
+                       "yes, 30 files with xxh3_128 checksums")
