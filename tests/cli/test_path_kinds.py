@@ -116,3 +116,10 @@ def test_a_step_that_does_not_exist_names_the_steps_that_do(paths, capfd):
     assert main(["trajectories", str(paths["logs"]), "--step", "9999"]) == 1
     err = capfd.readouterr().err
     assert "the run has steps 1..2" in err and "fix: pass --step with one of those steps" in err, err
+
+
+@pytest.mark.parametrize(("command", "kind"), [("plan", "run"), ("up", "log"), ("fit", "logs"), ("launch", "step")])
+def test_an_experiment_argument_that_is_no_experiment_says_what_it_is(command, kind, paths, capfd):
+    assert main([command, str(paths[kind])]) == 1
+    err = capfd.readouterr().err
+    assert "expected an experiment file, found a" in err and err.count("fix:") == 1, err
