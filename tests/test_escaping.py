@@ -235,3 +235,14 @@ def test_a_merge_result_reads_as_one_sentence(tmp_path, monkeypatch):
                     {f"model-{i}.safetensors": "ab" * 16 for i in range(30)})
     assert repr(r) == ("<runs_dir>/exp/merged_hf: 20 tensors, 0.5 MB, layout v2_safetensors, merged in 3.2 s, verified "
                        "yes, 30 files with xxh3_128 checksums")
+
+
+def test_a_card_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: a card's text form was the dataclass repr, its whole Markdown text inside."""
+    from nbtools.card import Card
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    card = Card(str(tmp_path / "m" / "README.md"), {"tags": ["grpo"]}, "---\nlong text\n" * 50, ("experiment.yaml",), 2,
+                "upload_folder(...)", ("fill in the licence",))
+    assert repr(card) == ("model card <runs_dir>/m/README.md: 2 evaluation(s) in the model-index; beside it: "
+                          "experiment.yaml\n  note: fill in the licence")

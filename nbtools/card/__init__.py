@@ -63,6 +63,10 @@ class Card:
     upload_call: str
     notes: tuple[str, ...] = ()
 
+    def __repr__(self) -> str:  # a sentence, not the dataclass with the whole card text in it
+        return (f"model card {self.path}: {self.evaluations} evaluation(s) in the model-index; beside it: "
+                f"{', '.join(self.files) or 'nothing else'}" + "".join(f"\n  note: {n}" for n in self.notes))
+
     def _repr_markdown_(self) -> str:
         m = self.metadata
         notes = "".join(f"\n- {md(n)}" for n in self.notes if md(n))
