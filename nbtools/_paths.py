@@ -115,16 +115,16 @@ class Url(str):
 
 
 class Argv(list):
-    """A command's argv (``list`` in every use: ``subprocess.run(argv)`` runs the real paths) shown in a notebook
-    as the shell command, with runs-dir and checkout paths relative to the working directory (:func:`pasteable`)."""
+    """A command's argv (``list`` in every use: ``subprocess.run(argv)`` runs the real paths) whose repr is
+    :func:`shown`, one argument per line as IPython prints a list."""
 
     def __repr__(self) -> str:
         return shown(list.__repr__(self))
 
     def _repr_pretty_(self, p, cycle) -> None:
-        import shlex
+        import pprint
 
-        p.text(shown(pasteable(shlex.join(self))))  # the command as a shell runs it, pasteable where it is shown
+        p.text(shown(pprint.pformat(list(self), width=110)))
 
     def __reduce__(self):
         return (list, (list(self),))

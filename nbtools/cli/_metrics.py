@@ -18,6 +18,7 @@ import difflib
 import sys
 from pathlib import Path
 
+from nbtools._escape import csv_frame
 from nbtools.cli._out import Out, _records
 
 __all__ = ["add_metrics", "cmd_metrics", "number", "when"]
@@ -124,7 +125,7 @@ def cmd_metrics(a) -> Out:
     data["latest"] = _records(latest)
     several = df["run"].nunique() > 1
     if a.csv:
-        return Out(data, df.to_csv(index=False))
+        return Out(data, csv_frame(df).to_csv(index=False))  # no cell a spreadsheet would run as a formula
     if a.tag:
         sel = _series(df, a.tag)
         data["series"] = _records(sel)

@@ -75,7 +75,10 @@ class ClusterConfig:
     name: str = "nbtools-ray"  # GKE cluster and RayCluster name
     namespace: str = "default"
     mode: Literal["standard", "autopilot"] = "standard"
-    gpu_type: Literal["nvidia-b200", "nvidia-h200-141gb"] = "nvidia-b200"
+    # backend gke: a GPU nbtools provisions (GPU_TYPES: nvidia-b200, nvidia-h200-141gb); a Ray cluster nbtools did not
+    # make (backend ray or local): any NVIDIA GPU the fit check knows the memory of (a100-80, a100-40, h100, l4, ...,
+    # or its memory, e.g. 96gib): nbtools.fit.GPUS
+    gpu_type: str = "nvidia-b200"
     worker_replicas: int = 1
     gpus_per_node: int = 8
     provisioning: Literal["spot", "reservation", "on-demand"] = "spot"
@@ -97,12 +100,13 @@ class ClusterConfig:
     nccl_installer_ref: str = NCCL_INSTALLER_REF  # container-engine-accelerators commit/tag of the gIB installer
 
     @property
-    def machine_type(self) -> str:
-        return GPU_TYPES[self.gpu_type]["machine_type"]
+    def machine_type(self) -> str | None:
+        """The GCE machine type of a GPU nbtools provisions on GKE; None for one on a cluster it did not make."""
+        return GPU_TYPES.get(self.gpu_type, {}).get("machine_type")
 
     @property
-    def nccl_tuner_config(self) -> str:
-        return GPU_TYPES[self.gpu_type]["nccl_tuner_config"]
+    def nccl_tuner_config(self) -> str | None:
+        return GPU_TYPES.get(self.gpu_type, {}).get("nccl_tuner_config")
 
     @property
     def total_gpus(self) -> int:

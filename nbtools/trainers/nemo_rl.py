@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nbtools._escape import sh
 from nbtools.config import Experiment
 from nbtools.rewards import ENTRY_MODULE, reward_overrides
 from nbtools.trainers import _tree
@@ -82,6 +82,14 @@ def hydra_value(value: Any) -> str:
     if s and _UNQUOTED.match(s):
         return s
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def hydra_unquote(text: str) -> str:
+    """The string a Hydra value stands for: a quoted one unquoted and unescaped (the inverse of :func:`hydra_value`)."""
+    s = text.strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return re.sub(r"\\(.)", r"\1", s[1:-1])
+    return s
 
 
 def parse_override(text: str) -> tuple[str, str, str | None]:
@@ -341,13 +349,13 @@ def command_lines(cfg: Experiment, *, overrides_list: list[Override] | None = No
     python = cfg.trainer.python or "python"
     ovs = overrides(cfg) if overrides_list is None else overrides_list
     uploaded = local_recipe(cfg) is not None
-    config_arg = f'"$WD"/{shlex.quote(recipe_path(cfg))}' if uploaded else shlex.quote(recipe_path(cfg))
+    config_arg = f'"$WD"/{sh(recipe_path(cfg))}' if uploaded else sh(recipe_path(cfg))
     prefix = 'WD="$PWD" && ' if uploaded else ""
     # with custom rewards, NeMo-RL's own entry script runs under nbtools' wrapper, which registers the environment first
     wrapper = f"-m {ENTRY_MODULE} " if reward_overrides(cfg) else ""
-    head = (f"{prefix}cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u {wrapper}{shlex.quote(entry_script(cfg))} "
+    head = (f"{prefix}cd {sh(code_dir)} && {sh(python)} -u {wrapper}{sh(entry_script(cfg))} "
             f"--config {config_arg}")
-    return [head] + [shlex.quote(o.render()) for o in ovs]
+    return [head] + [sh(o.render()) for o in ovs]
 
 
 def command(cfg: Experiment, *, overrides_list: list[Override] | None = None) -> str:

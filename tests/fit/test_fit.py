@@ -451,3 +451,24 @@ def test_verl_fit_follows_its_tokens_and_its_own_logits_and_checkpointing():
     big = fit.evaluate(d.inputs.with_(seq_len=1 << 19))
     assert big.verdict == "does-not-fit"
     assert any(s.startswith("set actor_rollout_ref.actor.ppo_max_token_len_per_gpu=") for s in big.suggestions), big.suggestions
+
+
+def test_a_cluster_we_did_not_make_may_have_any_nvidia_gpu(tmp_path, monkeypatch):
+    """Issue 42 item 4: tutorial 003's A100 80GB nodes (DGX Cloud Lepton, backend ray) are judged as A100s, not refused
+    or judged as H200s; any GPU of the table (or its memory) is accepted there; GKE keeps the machines it provisions."""
+    import nbtools
+    from nbtools.errors import ConfigError
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    exp = Path(__file__).resolve().parents[2] / "experiments"
+    for gpu, gib in (("a100-80", 80.0), ("nvidia-a100-80gb", 80.0), ("a100-40", 40.0), ("h100", 79.65), ("l4", 22.49),
+                     ("nvidia-tesla-t4", 15.0), ("96gib", 96.0)):
+        cfg = nbtools.config.load(exp / "tutorial-003-qwen3-1.7b-deepscaler.yaml", overrides={"cluster.gpu_type": gpu})
+        assert cfg.cluster.machine_type is None  # no GKE machine type for a cluster nbtools did not make
+        assert fit.check(cfg).inputs.gpu.gib == gib, gpu
+    with pytest.raises(ConfigError, match=r"cluster.gpu_type: 'tpu-v5' is not a GPU whose memory nbtools knows.*'<N>gib'"):
+        nbtools.config.load(exp / "tutorial-003-qwen3-1.7b-deepscaler.yaml", overrides={"cluster.gpu_type": "tpu-v5"})
+    with pytest.raises(ConfigError, match=r"'a100-80' is not a GPU the gke backend provisions; allowed: nvidia-b200, "
+                                          r"nvidia-h200-141gb.*`backend: ray`"):
+        nbtools.config.load(exp / "gke-b200-gemma3-1b.yaml", overrides={"cluster.gpu_type": "a100-80"})
+    assert nbtools.config.load(exp / "gke-b200-gemma3-1b.yaml").cluster.machine_type == "a4-highgpu-8g"
