@@ -243,6 +243,11 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
     # exist, and every client without that token (notebooks, job drivers) gets 401s. The dashboard listens on
     # 127.0.0.1 only; a head for a shared network belongs to the gke/ray backends.
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    # py-spy dumps of the jobs' processes through the dashboard (`nbtools.launch.stall`): off by default since Ray
+    # 2.50; this dashboard listens on 127.0.0.1 only
+    env.setdefault("RAY_DASHBOARD_ENABLE_PROFILING", "1")
+    # ... and the dashboard agent finds py-spy (installed with ray[default]) on PATH: this environment's bin first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # Taken before the spawn: the child may write its logs before this process runs again (a loaded machine), and
     # logs older than this belong to an earlier try (see _fatal_lines).
     started_at = time.time()

@@ -139,10 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     from nbtools.cli._evaluate import register_evaluate
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
+    from nbtools.cli._stall import register_stall
 
     register_fit(sub)
     register_evaluate(sub)
     register_diagnose(sub)
+    register_stall(sub)
     register_card(sub)
     register_health(sub)
     return ap

@@ -2,10 +2,10 @@
 
 Why: scripts and CI gate on it. With ``--json`` stdout is one document::
 
-    {"status": "healthy" | "warning" | "unhealthy" | "unknown", "steps": [first, last],
+    {"status": "healthy" | "solved" | "warning" | "unhealthy" | "unknown", "steps": [first, last],
      "checks": [{"check", "status", "first_step", "value", "threshold", "message", "fix", "examples": [{"step", "idx"}]}]}
 
-Exit 0 when healthy or with warnings only, 1 when a check is unhealthy, 3 when no check could judge the run (no
+Exit 0 when healthy, solved (the task is learned: a result, not a problem) or with warnings only, 1 when a check is unhealthy, 3 when no check could judge the run (no
 evidence is not health: a gate must not pass a run that wrote nothing it can read).
 
 Example:
@@ -27,7 +27,7 @@ def register_health(sub) -> None:
     """Add the ``health`` subcommand to the ``nbtools`` parser."""
     what = ("is the run learning? zero rewards, groups without signal, unparseable answers, truncation, log-prob "
             "mismatch, length collapse/runaway, KL runaway, stalled reward, validation divergence")
-    p = sub.add_parser("health", help=what, description=what + ". Exit 0 healthy or warnings only, 1 unhealthy, 3 cannot judge (no "
+    p = sub.add_parser("health", help=what, description=what + ". Exit 0 healthy, solved or warnings only, 1 unhealthy, 3 cannot judge (no "
                                                           "data any check can read).")
     p.set_defaults(func=cmd_health)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")

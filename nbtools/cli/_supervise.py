@@ -54,6 +54,11 @@ def add_launch_flags(p) -> None:
     p.add_argument("--health-warmup", type=int, default=None,
                    help="with --stop-when-unhealthy: training steps before a threshold finding may stop the run "
                         "(default nbtools.health.WARMUP_STEPS, 10); NaN/inf values stop it at once")
+    p.add_argument("--stop-when-stalled", action="store_true",
+                   help="with --supervise: stop the run when `nbtools stall` finds it stuck (checked every --stall-every "
+                        "s; thresholds stall.k and stall.floor_s): the evidence bundle is written and the attempts "
+                        "record says which rank, phase and cause")
+    p.add_argument("--stall-every", type=float, default=60.0, help="with --stop-when-stalled: seconds between checks")
     p.add_argument("--retry", action="store_true",
                    help="submit the next attempt (own submission id) resuming from the newest complete step_N")
     p.add_argument("--force", action="store_true", help="with --retry: even when the last cause is OOM or a user error")
@@ -124,7 +129,8 @@ def supervised_launch(a, cfg: Experiment) -> Out | None:
     if a.supervise:
         run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout,
                                stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every,
-                               health_warmup=a.health_warmup)
+                               health_warmup=a.health_warmup, stop_when_stalled=a.stop_when_stalled,
+                               stall_every=a.stall_every)
         fix = run.diagnosis.cli_fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,

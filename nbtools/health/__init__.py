@@ -42,10 +42,14 @@ __all__ = ["check", "CHECKS", "CheckSpec", "CheckResult", "Example", "HealthRepo
 
 
 def overall(statuses) -> str:
-    """The run's status from its checks' statuses: "healthy", "warning", "unhealthy", or "unknown" when no check
-    could judge (no evidence is not health: ``nbtools.health._evidence``)."""
+    """The run's status from its checks' statuses: "healthy", "solved" (healthy, and a check found the task solved),
+    "warning", "unhealthy", or "unknown" when no check could judge (no evidence is not health:
+    ``nbtools.health._evidence``)."""
+    statuses = list(statuses)
     w = worst(statuses)
-    return "healthy" if w == "ok" else w
+    if w == "ok":
+        return "solved" if "solved" in statuses else "healthy"
+    return w
 
 
 def check(run, *, config=None, thresholds: dict | None = None, checks=None, window: int = 5, examples: int = 5,

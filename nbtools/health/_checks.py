@@ -115,10 +115,15 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
         s = d.scalar("train/baseline_reward/pct_0")
         if s.empty:
             return _skip(spec, "no records and no train/baseline_reward/pct_0 scalar yet")
-        both = s + d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        ones = d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        both = s + ones
         value = float(_recent(both, c.window).mean())
-        return _result(spec, value, f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards",
-                       series=both)
+        msg = f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards"
+        top = float(_recent(ones, c.window).mean())
+        if value and top / value > 0.5 and spec.level(value)[0] != "ok":
+            return _result(spec, value, msg + f" ({top / value:.0%} of them all-1: the task is solved; move on, or make "
+                           "it harder: harder prompts, more generations per prompt)", series=both, status="solved")
+        return _result(spec, value, msg, series=both)
     codes, _ = pd.factorize(d.records["prompt"], use_na_sentinel=False)  # int keys: a fast groupby
     work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.reward.to_numpy()})
     groups = work.groupby(["step", "group"], sort=False)["reward"].agg(["min", "max", "size"]).reset_index()
@@ -136,9 +141,9 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
     if solved > 0.5 and spec.level(value)[0] != "ok":
-        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are solved, too easy now)"
-        if spec.level(value)[0] == "unhealthy":
-            status = "warning"  # solved, not broken: nothing left to learn from these prompts
+        msg += (f" ({solved:.0%} of them at the top reward {top:g}: the task is solved; move on, or make it harder: "
+                "harder prompts, more generations per prompt)")
+        status = "solved"  # not broken: nothing left to learn from these prompts, which is a result, not a warning
     flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
     ex = []
     if len(flat):
@@ -313,9 +318,36 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
                    f"{early:.3g} over the first {w} steps (+{value:.3g})", series=s - early)
 
 
+def _accuracy_tags() -> tuple[str, ...]:
+    """The validation-accuracy tags every trainer logs (its registry's names: NeMo-RL's ``validation/accuracy``,
+    verl's ``val-core/<data source>/acc/mean@<n>``), so the check runs on whichever trainer wrote the run."""
+    from nbtools.trainers import METRIC_NAMES
+
+    return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
+
+
+def _val_samples(d: RunData, step: int) -> int | None:
+    """How many prompts the run validated on at ``step``: the lines of its own validation dump (None without one)."""
+    run = d.run
+    try:
+        if run is not None and step in getattr(run, "val_steps", []):
+            return int(run.index(step, kind="val").n_lines) or None
+    except Exception:  # noqa: BLE001 - a dump that cannot be read leaves the check on its threshold alone
+        return None
+    return None
+
+
+def _noise(best: float, last: float, n: int | None) -> float | None:
+    """Two standard errors of the difference of two accuracies measured on ``n`` samples each (None: n unknown)."""
+    if not n:
+        return None
+    var = (best * (1 - best) + last * (1 - last)) / n
+    return 2.0 * float(np.sqrt(var))
+
+
 def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
-    val = d.scalar("validation/accuracy")
+    val = d.scalar(*_accuracy_tags())
     if len(val) < 3:
         return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
     train = d.scalar("train/reward", "critic/score/mean")
@@ -327,6 +359,12 @@ def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     rose = len(train) and len(at_best) and float(_recent(train, c.window).mean()) > float(at_best.iloc[-min(
         c.window, len(at_best)):].mean())
     series = val.cummax() - val
+    n = _val_samples(d, int(val.index[-1]))
+    noise = _noise(float(val.max()), float(val.iloc[-1]), n)
+    if noise is not None and drop <= noise:  # within the sampling noise of two accuracies over n prompts each
+        return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} vs its best "
+                       f"{val.max():.3g} at step {best_step}: within the noise of {n} validation samples "
+                       f"(2 standard errors: {noise:.3g})", status="ok", series=series)
     if drop < (spec.warning or 0.0):
         return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} (best "
                        f"{val.max():.3g} at step {best_step})", status="ok", series=series)

@@ -69,15 +69,20 @@ class RunData:
 
     def scalar(self, *tags: str) -> pd.Series:
         """The first logged tag of ``tags`` as a per-step series of its finite values (train steps only; empty when
-        none is logged). A tag logged only as NaN is still the one chosen: its values are evidence (``_evidence``)."""
+        none is logged). A tag logged only as NaN is still the one chosen: its values are evidence (``_evidence``).
+        A tag with ``*`` is a pattern (``val-core/*/acc/mean@*``: verl names it by data source and sample count);
+        its first logged match in sorted order is chosen."""
+        import fnmatch
+
         logged = set(self.raw["tag"].unique()) if self.raw is not None and len(self.raw) else set(self.scalars.columns)
-        for t in tags:
+        for pattern in tags:
+            t = next(iter(sorted(fnmatch.filter(logged, pattern))), None) if "*" in pattern else pattern
             if t in logged:
                 self.read.add(t)
                 if t not in self.scalars.columns:
                     return pd.Series(dtype="float64")
                 s = self.scalars[t].dropna()
-                return s[s.index > 0] if not t.startswith("validation") else s
+                return s[s.index > 0] if not t.startswith(("validation", "val-")) else s
         return pd.Series(dtype="float64")
 
 

@@ -91,7 +91,7 @@ def judge(result: CheckResult, bad: NonFinite | None, steps: int, warmup: int) -
         return replace(result, status="unhealthy", first_step=bad.first_step, value=None, message=bad.message(),
                        fix=f"{_FIX} (config: {', '.join(f'`{k}`' for k in _KEYS)})", keys=_KEYS, examples=())
     if bad is not None:  # recovered: judged on the finite values, and never better than a warning
-        status = "warning" if result.status in ("ok", "unknown") else result.status
+        status = "warning" if result.status in ("ok", "solved", "unknown") else result.status
         first = result.first_step if result.first_step is not None else bad.first_step
         return replace(result, status=status, first_step=first, message=f"{result.message}; {bad.message()}")
     if result.status == "unhealthy" and steps < warmup:

@@ -13,8 +13,10 @@ from nbtools._escape import html as _h
 
 __all__ = ["Status", "Example", "CheckResult", "HealthReport", "worst"]
 
-Status = Literal["ok", "warning", "unhealthy", "unknown"]  # unknown: the check had nothing to decide on
-_RANK = {"unknown": -1, "ok": 0, "warning": 1, "unhealthy": 2}
+# unknown: the check had nothing to decide on; solved: the run learned what its prompts teach (nothing is broken:
+# move on, or make the task harder), ranked with ok so it is never a warning
+Status = Literal["ok", "solved", "warning", "unhealthy", "unknown"]
+_RANK = {"unknown": -1, "ok": 0, "solved": 0, "warning": 1, "unhealthy": 2}
 
 
 def worst(statuses) -> Status:
@@ -73,13 +75,18 @@ class HealthReport:
     """
 
     run: str
-    status: Literal["healthy", "warning", "unhealthy", "unknown"]  # unknown: no check could judge the run
+    status: Literal["healthy", "solved", "warning", "unhealthy", "unknown"]  # unknown: no check could judge the run
     steps: tuple[int | None, int | None]
     checks: tuple[CheckResult, ...]
 
     @property
     def unhealthy(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "unhealthy"]
+
+    @property
+    def solved(self) -> list[CheckResult]:
+        """Checks that found the task solved (a result, not a problem)."""
+        return [c for c in self.checks if c.status == "solved"]
 
     @property
     def warnings(self) -> list[CheckResult]:
@@ -116,7 +123,8 @@ class HealthReport:
         bad = ", ".join(f"{c.check} ({c.status}, from step {c.first_step})" for c in self.findings)
         span = f"steps {self.steps[0]}..{self.steps[1]}" if self.steps[0] is not None else "no steps yet"
         span += f", {len(self.judged)} of {len(self.checks)} checks judged"
-        return f"{self.status} ({span})" + (f": {bad}" if bad else "")
+        done = "; solved: " + ", ".join(f"{c.check} ({c.message})" for c in self.solved) if self.solved else ""
+        return f"{self.status} ({span})" + (f": {bad}" if bad else "") + done
 
     def __str__(self) -> str:
         lines = [f"{_paths.shown(str(self.run))}: {self.summary()}"]
@@ -129,7 +137,7 @@ class HealthReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        color = {"ok": "#2e7d32", "healthy": "#2e7d32", "warning": "#ef6c00", "unhealthy": "#c62828",
+        color = {"ok": "#2e7d32", "healthy": "#2e7d32", "solved": "#1565c0", "warning": "#ef6c00", "unhealthy": "#c62828",
                  "unknown": "#757575"}
         rows = "".join(
             f"<tr><td style='color:{color[c.status]}'><b>{c.status}</b></td><td><code>{_h(c.check)}</code></td>"

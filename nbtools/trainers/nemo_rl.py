@@ -45,6 +45,13 @@ __all__ = [
 DEFAULT_RECIPE = "examples/configs/grpo_math_1B.yaml"
 DEFAULT_CODE_DIR = "/opt/nemo-rl"
 UPLOAD_DIR = "nemo_rl_configs"  # where uploaded recipe YAMLs sit inside the job's working_dir
+# PyTorch's caching allocator on the training (DTensor policy) workers only: expandable segments strand no freed
+# blocks (the fit check's stranded band; issue 42). Not job-wide: colocated vLLM's CuMemAllocator asserts when the
+# variable holds expandable_segments:True (NeMo-RL v0.7.0 infra/nrl_k8s/README.md, "GPU OOM in colocated mode"), and
+# NeMo-RL v0.5/v0.7 lm_policy.py gives policy.dtensor_cfg.env_vars to the policy workers alone. Any
+# trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF (e.g. "expandable_segments:False") or a recipe's own value turns it off.
+POLICY_ALLOC_KEY = "policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
 _UNQUOTED = re.compile(r"^[A-Za-z0-9_/\-+.:@%*?|$\\]+$")
 
 
@@ -226,6 +233,8 @@ def _desired(cfg: Experiment, tree: dict[str, Any]) -> list[tuple[str, Any, str,
             ("policy.optimizer.kwargs.lr", g.learning_rate, "set", "grpo.learning_rate"),
             ("policy.dtensor_cfg._v2", c.dtensor_v2, "derived", "checkpointing.dtensor_v2"),
         ]
+        if "PYTORCH_CUDA_ALLOC_CONF" not in t.env_vars and _tree.get_value(tree, POLICY_ALLOC_KEY) is None:
+            out.append((POLICY_ALLOC_KEY, EXPANDABLE, "derived", "trainer.env_vars"))
     for k, v in _leaves("policy.tokenizer.chat_template_kwargs", dict(m.chat_template_kwargs)) if m.chat_template_kwargs else []:
         out.append((k, v, "derived", "model.chat_template_kwargs"))
     out.append(("policy.generation.temperature", g.temperature, "set", "grpo.temperature"))

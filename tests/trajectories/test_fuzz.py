@@ -25,7 +25,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nbtools import trajectories as T
-from nbtools.errors import NotFoundError
 
 KEYS = ["step", "idx", "prompt", "response", "env_observation", "reward", "input_length", "think", "answer"]
 # an explicit alphabet (JSON's special characters, whitespace, multi-byte UTF-8): hypothesis' default one costs
