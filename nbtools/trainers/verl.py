@@ -10,12 +10,12 @@ Example:
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from nbtools import _layout
+from nbtools._escape import sh
 from nbtools.config import Experiment
-from nbtools.trainers.nemo_rl import hydra_value, parse_override
+from nbtools.trainers.nemo_rl import hydra_unquote, hydra_value, parse_override
 from nbtools.trainers.releases import VERL, VerlRelease
 
 __all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command",
@@ -120,15 +120,15 @@ def effective(cfg: Experiment) -> dict[str, str]:
         if prefix == "~":
             out.pop(key, None)
         elif value is not None:
-            out[key] = value.strip("'\"")
+            out[key] = hydra_unquote(value)
     return out
 
 
 def command_lines(cfg: Experiment) -> list[str]:
     """The training command as display lines (``cd <verl> && python3 -m <the release's entry point>``, then one per key)."""
     python = cfg.trainer.python or "python3"
-    head = f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} -m {release(cfg).module}"
-    return [head] + [shlex.quote(o) for o in overrides(cfg)]
+    head = f"cd {sh(code_dir(cfg))} && {sh(python)} -m {release(cfg).module}"
+    return [head] + [sh(o) for o in overrides(cfg)]
 
 
 def command(cfg: Experiment) -> str:
@@ -148,4 +148,4 @@ def prepare_command(cfg: Experiment) -> str:
             f"allowed: {', '.join(sorted(PREPROCESS))}; fix: use `dataset: gsm8k` or prepare the parquet files yourself "
             "and set `data.data_dir`"
         )
-    return f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} {script} --local_save_dir {shlex.quote(data_dir(cfg))}"
+    return f"cd {sh(code_dir(cfg))} && {sh(python)} {script} --local_save_dir {sh(data_dir(cfg))}"

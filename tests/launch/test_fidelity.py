@@ -152,19 +152,24 @@ def test_lint_relates_prompt_generation_total_and_model_len():
 
 def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monkeypatch):
     from nbtools.evals import flow
+    from nbtools.evals import job as eval_job
     from nbtools.evals.parse import ScoreBlock
 
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
     seen = {}
 
-    def jobs(cfg, **kw):  # stops evaluate() before it submits: only the wiring is under test here
-        seen.update(kw)
-        raise KeyboardInterrupt
+    class Stop(Exception):
+        pass
 
-    monkeypatch.setattr(flow, "eval_jobs", jobs)
-    with pytest.raises(KeyboardInterrupt):
+    def build(cfg, model, **kw):  # stops evaluate() before it submits: only the wiring is under test here
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(eval_job, "build_eval_job", build)
+    with pytest.raises(Stop):
         flow.evaluate(cfg, "baseline", max_model_len=8192)
     assert seen["max_model_len"] == 8192
+    monkeypatch.undo()  # the real builder again
     assert "generation.vllm_cfg.max_model_len=8192" in nbtools.evals.eval_jobs(cfg, max_model_len=8192)[1].entrypoint
 
     def block(name, tokens, score):  # sunbc0120's MATH-500 blocks: 0.4020 and 0.4640 at max_new_tokens=8192
