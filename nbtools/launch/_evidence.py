@@ -3,8 +3,8 @@
 Why: the first thing a maintainer asks for (verl#3873) is versions, the resolved config, every rank's traceback, the
 worker logs and ``ray status``. Ray's dashboard serves all of it: py-spy dumps per process (``/worker/traceback``,
 and every Python descendant of a job's entrypoint on this machine, where the ranks of the rehearsal or torchrun are;
-the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets; on GKE the head's env and the
-pods' ``SYS_PTRACE`` capability are not in the manifests yet, and a failed dump becomes a note that names that fix), GPU memory per process (``/nodes?view=summary``), ``ray status``
+the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets and the GKE manifests set with the
+pods' ``SYS_PTRACE`` capability; a failed dump becomes a note that names that fix), GPU memory per process (``/nodes?view=summary``), ``ray status``
 (``/api/cluster_status``), actors and their log files (the state API). On GKE the pods' events and conditions come
 from the backend. The bundle is one ``.tar.gz`` plus a ``.md`` summary under ``<logs>/nbtools-diagnosis/``; every
 text in it passes through ``_scrub`` (secret values of this environment and the config's secrets, token-shaped
