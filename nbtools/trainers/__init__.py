@@ -22,13 +22,13 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
 from nbtools.trainers._fit import FitProfile
-from nbtools.trainers._protocol import CodePresent, EvalPlan, Layout, OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, CodePresent, EvalPlan, Layout, OutputDirs, Trainer, TrainerJob
 from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 from nbtools.trainers.releases import NEMO_RL, VERL
 
 __all__ = [
-    "REGISTRY", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
+    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
 ]
 
