@@ -193,6 +193,7 @@ LONGEST_FIRST = (
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
     "tests/integration/test_sim_gke.py",  # 106 s
+    "tests/oracle/test_verl_oracle.py",  # two venvs (built once, cached in .venv-verl/) and verl's code in each
     "tests/integration/test_health_rehearsal.py",  # 61 s
     "tests/integration/test_verl_stand_ins.py",  # 56 s
 )
