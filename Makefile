@@ -15,6 +15,7 @@ export PYTHONUNBUFFERED := 1
 unexport PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers for `make test` (each module stays on one worker: --dist loadfile); 2 on CI's 2 cores
 TEST_WORKERS ?= 2
+NBMAKE_TIMEOUT ?= 1200
 
 .PHONY: demo test test-fast test-pythons test-browser lab install clean-notebooks lint bench manifests
 
@@ -42,15 +43,16 @@ demo: $(STAMP)
 ## (tests/conftest.py), each worker in file order (-p no:randomly: CI's order is the same every run; `make test-fast`
 ## and a plain `pytest tests` shuffle, pytest-randomly prints the seed and --randomly-seed=N repeats it); every test
 ## process with one OpenMP thread (the miniature models gain nothing from two, and two workers' processes with two
-## threads each oversubscribe two cores). The nine notebooks as committed, with no gcloud, kubectl or helm on their
-## PATH, are one of those modules (tests/notebooks/test_local.py), so they share the two cores with the rest instead of
-## running alone after them. The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones
+## threads each oversubscribe two cores). The nine notebooks as committed run through nbmake (`pytest --nbmake
+## notebooks/`, what a user's CI runs) in the same pytest run, in their order on one worker, with no gcloud, kubectl or
+## helm on their PATH (notebooks/conftest.py), so they share the two cores with the rest instead of running alone
+## after them; NBMAKE_TIMEOUT is the limit per cell. The inner loop is `make test-fast` (below); `make test` runs every test, the slow ones
 ## included.
 test: $(STAMP)
 	@set -u; runs=$${NBTOOLS_RUNS_DIR:-$(CURDIR)/runs/test-$$(date +%Y%m%d-%H%M%S)}; export NBTOOLS_RUNS_DIR=$$runs; \
 	echo "== unit, integration and notebook tests (runs dir $$runs)"; \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -p no:randomly \
-	  --durations=30
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests notebooks --nbmake --nbmake-timeout=$(NBMAKE_TIMEOUT) \
+	  -n $(TEST_WORKERS) --dist loadfile -p no:cacheprovider -p no:randomly --durations=30
 
 ## The inner loop: every test not marked slow (no Ray head, simulated GKE, notebook kernel or training run: markers in
 ## tests/conftest.py and SLOW_FIXTURES), in a shuffled order (pytest-randomly prints the seed); under 3 min on 2 cores

@@ -189,7 +189,7 @@ _HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_re
 LONGEST_FIRST = (
     "tests/notebooks/test_gke.py",  # 258 s
     "tests/notebooks/test_gke_verl.py",  # 239 s
-    "tests/notebooks/test_local.py",  # about 120 s (the nbmake pass it replaces: 99-122 s)
+    "notebooks/*.ipynb",  # about 120 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
     "tests/integration/test_sim_gke.py",  # 106 s
@@ -220,7 +220,13 @@ class _LongestFirst:
     @pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle and the deselection by marker
     def pytest_collection_modifyitems(self, items):
         rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable
+        items.sort(key=lambda item: rank.get(_unit(item.nodeid), len(rank)))  # stable
+
+
+def _unit(nodeid: str) -> str:
+    """What pytest-xdist hands out as one (a module; the notebooks of notebooks/ together)."""
+    path = nodeid.split("::")[0]
+    return "notebooks/*.ipynb" if path.startswith("notebooks/") and path.endswith(".ipynb") else path
 
 
 def pytest_configure(config):

@@ -364,6 +364,13 @@ class GkeBackend:
                       "storage.lustre: instance and ip are required for lustre storage; fix: set `storage.lustre.instance` "
                       "and `storage.lustre.ip`"))
         c = cfg.cluster
+        from nbtools.config import GPU_TYPES
+
+        if c.gpu_type not in GPU_TYPES:
+            p.append((("cluster.gpu_type",),
+                      f"cluster.gpu_type: {c.gpu_type!r} is not a GPU the gke backend provisions; allowed: "
+                      f"{', '.join(GPU_TYPES)} (the A4 and A3 Ultra machines with the gIB RDMA stack); fix: pick one of "
+                      "those, or `backend: ray` with `ray.address` for a Ray cluster you made yourself (any NVIDIA GPU)"))
         if c.gpu_driver_version == "disabled" and c.mode == "standard":
             p.append((("cluster.gpu_driver_version", "cluster.mode"),
                       "cluster.gpu_driver_version: 'disabled' leaves the GPU nodes without an NVIDIA driver (GKE installs "

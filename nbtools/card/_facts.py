@@ -175,7 +175,8 @@ def _setup(cfg: Any) -> Setup:
         image, cluster, gpus = "none (this machine's Python)", f"local: {cfg.rehearsal.ranks} CPU ranks (FSDP2, gloo)", None
     else:
         image, gpus = cfg.images.resolved_image, c.total_gpus
-        cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type} ({c.machine_type}), backend `{cfg.backend}`"
+        machine = f" ({c.machine_type})" if c.machine_type else ""
+        cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type}{machine}, backend `{cfg.backend}`"
         if not cfg.trainer.colocated:
             cluster += f"; generation on {cfg.trainer.generation_nodes} node(s), not colocated"
     g = cfg.grpo

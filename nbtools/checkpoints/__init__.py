@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from nbtools.checkpoints._listing import (
     LAYOUTS,
+    at_step,
     best,
     checkpoint_status,
     detect_layout,
@@ -39,6 +40,7 @@ __all__ = [
     "overview",
     "latest",
     "best",
+    "at_step",
     "in_progress",
     "checkpoint_status",
     "detect_layout",

@@ -339,3 +339,31 @@ def best(source: Experiment | str | Path, metric: str | None | EllipsisType = ..
         warnings.warn(f"{len(damaged)} checkpoint(s) in {checkpoint_dir} {note}: " + "; ".join(damaged),
                       stacklevel=2)
     return chosen[1]
+
+
+def at_step(source: Experiment | str | Path, step: int) -> str | Path:
+    """The checkpoint of step ``step`` (NeMo-RL's ``step_N``, verl's ``global_step_N``), for a run that evaluates a
+    named step rather than the best one (tutorial 000 merges and scores step 30).
+
+    Raises:
+        NotFoundError: no complete checkpoint of that step, with the steps there are.
+
+    Example:
+        >>> nbtools.checkpoints.at_step(cfg, 30)
+        'gs://bucket/gemma3-1b-b200/checkpoints/step_30'
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"step must be a checkpoint's step number (an int >= 0), got {step!r}",
+                              fix="pass the N of step_N, e.g. 30; `nbtools checkpoints` lists them")
+    checkpoint_dir = source.checkpoints_url if isinstance(source, Experiment) else source
+    df = list_checkpoints(checkpoint_dir)
+    ok = df[df["problem"].isna()] if "problem" in df.columns else df
+    hit = ok[ok["step"] == step]
+    if hit.empty:
+        have = ", ".join(str(int(s)) for s in ok["step"]) or "none yet"
+        damaged = "; it is there but damaged (see `problem`)" if step in set(df["step"]) else ""
+        raise NotFoundError(f"no complete checkpoint of step {step} in {checkpoint_dir} (complete steps: {have}){damaged}",
+                            fix="pick one of those steps (checkpointing.save_period decides which are saved, "
+                                "keep_top_k which are kept), or leave the step out to take the best")
+    path = hit.iloc[-1]["path"]
+    return _paths.Url(str(path)) if storage.is_remote(str(path)) else Path(path)

@@ -104,9 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", action="store_true", help="CSV on stdout")
     p = add("checkpoints", cmd_checkpoints, "steps, layout and training_info of a checkpoint_dir")
     p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR")
-    p = add("merge", cmd_merge, "merge a step_N checkpoint into a verified HuggingFace directory")
-    p.add_argument("step_dir", metavar="STEP_DIR")
-    p.add_argument("out_dir", metavar="OUT_DIR")
+    p = add("merge", cmd_merge, "merge a step_N checkpoint (a path or gs://…) into a verified HuggingFace directory, "
+            "here or, with --in-cluster, by a Ray job where the checkpoint lives")
+    p.add_argument("step_dir", metavar="STEP_DIR", help="step_N dir (path or URL); with --in-cluster also a step number")
+    p.add_argument("out_dir", metavar="OUT_DIR", nargs="?",
+                   help="where the model goes (local; with --in-cluster as the cluster sees it, default merged_hf)")
+    p.add_argument("--in-cluster", metavar="EXPERIMENT.yaml",
+                   help="merge by a Ray job on this experiment's cluster, next to the checkpoint (notebook 06's way)")
     p.add_argument("--config", metavar="PATH", help="base model dir or config.json (default: the checkpoint's own)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p = add("eval-parse", cmd_eval_parse, "every NeMo-RL run_eval.py score block in a log file")
@@ -124,11 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks-dir", help="where the notebooks are (default: the project's notebooks/)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     from nbtools.cli._card import register_card
+    from nbtools.cli._evaluate import register_evaluate
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
+    from nbtools.cli._stall import register_stall
 
     register_fit(sub)
+    register_evaluate(sub)
     register_diagnose(sub)
+    register_stall(sub)
     register_card(sub)
     register_health(sub)
     return ap

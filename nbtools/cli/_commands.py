@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nbtools import _atomic
+from nbtools._escape import csv_frame
 from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
@@ -178,7 +179,7 @@ def cmd_metrics(a) -> Out:
               file=sys.stderr)
     return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df),
                 "problems": problems},
-               df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
+               csv_frame(df).to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
 
 
 def _is_text(p: Path) -> bool:
@@ -225,10 +226,29 @@ def _existing_path(p: str, flag: str, *, kind: str, fix: str) -> Path:
 
 
 def cmd_merge(a) -> Out:
-    from nbtools.errors import ConflictError, NotFoundError
+    """A step dir on this machine or in a bucket (``gs://…``: its files are copied to the local cache first), merged
+    here into OUT_DIR; or, with ``--in-cluster EXPERIMENT.yaml``, merged by a Ray job where the checkpoint lives
+    (STEP_DIR then a URL, the path the cluster sees, or the step's number; OUT_DIR as the cluster sees it, default
+    ``merged_hf`` beside the checkpoints), as notebook 06 does."""
+    from nbtools import storage
+    from nbtools.errors import ConfigError, ConflictError, NotFoundError
 
-    _existing_path(a.step_dir, "STEP_DIR", kind="dir",
-                   fix="pass a step_N directory; `nbtools checkpoints CHECKPOINT_DIR` lists them")
+    if a.in_cluster:
+        return _merge_in_cluster(a)
+    if a.out_dir is None:
+        raise ConfigError("OUT_DIR is missing: the merge writes a HuggingFace directory on this machine",
+                          fix="pass OUT_DIR, or --in-cluster EXPERIMENT.yaml to merge where the checkpoint lives")
+    if storage.is_remote(a.out_dir):
+        raise ConfigError(f"OUT_DIR {a.out_dir}: a merge on this machine writes a local directory",
+                          fix="pass a local OUT_DIR, or --in-cluster EXPERIMENT.yaml to merge in the cluster and write "
+                              "beside the checkpoints in the bucket")
+    fix = "pass a step_N directory (a path or gs://…); `nbtools checkpoints CHECKPOINT_DIR` lists them"
+    if storage.is_remote(a.step_dir):
+        _existing(a.step_dir, "STEP_DIR", kind="dir", fix=fix)
+        print(f"copying {a.step_dir} to the local cache (only files not already there)", file=sys.stderr)
+        step_dir = storage.mirror(a.step_dir)
+    else:
+        step_dir = _existing_path(a.step_dir, "STEP_DIR", kind="dir", fix=fix)
     if a.config is not None:
         cfg = _existing_path(a.config, "--config", kind="any",
                              fix="pass the base model's local directory or its config.json (the CLI does not "
@@ -240,12 +260,26 @@ def cmd_merge(a) -> Out:
         raise ConflictError(f"OUT_DIR {a.out_dir} is a file", fix="pass a directory path for OUT_DIR")
     from nbtools import checkpoints  # torch: imported once the arguments are known to be usable
 
-    r = checkpoints.merge(a.step_dir, a.out_dir, config=a.config, overwrite=a.overwrite, progress=sys.stderr.isatty())
-    data = {"out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds, "layout": r.layout,
-            "verified": bool(r.verified)}
+    r = checkpoints.merge(step_dir, a.out_dir, config=a.config, overwrite=a.overwrite, progress=sys.stderr.isatty())
+    data = {"step": str(a.step_dir), "out": str(r.out), "tensors": r.tensors, "bytes": r.bytes, "seconds": r.seconds,
+            "layout": r.layout, "verified": bool(r.verified), "in_cluster": False}
     state = "reused (already merged and verified)" if r.reused else f"merged in {r.seconds:.1f} s"
     return Out(data, f"{state}: {r.tensors} tensors, {r.bytes / 1e6:.1f} MB, layout {r.layout}, verified "
                f"{r.verified} -> {r.out}")
+
+
+def _merge_in_cluster(a) -> Out:
+    from nbtools import checkpoints, config
+
+    cfg = config.load(a.in_cluster)
+    step = checkpoints.at_step(cfg, int(a.step_dir)) if a.step_dir.isdigit() else a.step_dir
+    r = checkpoints.merge_in_cluster(cfg, str(step), out=a.out_dir, overwrite=a.overwrite,
+                                     progress=sys.stderr.isatty())
+    data = {"step": str(step), "out": str(r.out), "url": str(r.url), "tensors": r.tensors, "bytes": r.bytes,
+            "seconds": r.seconds, "layout": r.layout, "verified": bool(r.verified), "in_cluster": True}
+    state = "reused (already merged and verified)" if r.reused else f"merged in {r.seconds:.1f} s by a Ray job"
+    return Out(data, f"{state}: {r.tensors} tensors, {r.bytes / 1e6:.1f} MB, layout {r.layout}, verified "
+               f"{r.verified} -> {r.out} (read here at {r.url})")
 
 
 def _block(b) -> dict:

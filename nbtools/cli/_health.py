@@ -2,10 +2,11 @@
 
 Why: scripts and CI gate on it. With ``--json`` stdout is one document::
 
-    {"status": "healthy" | "warning" | "unhealthy", "steps": [first, last],
+    {"status": "healthy" | "solved" | "warning" | "unhealthy" | "unknown", "steps": [first, last],
      "checks": [{"check", "status", "first_step", "value", "threshold", "message", "fix", "examples": [{"step", "idx"}]}]}
 
-Exit 0 when healthy or with warnings only, 1 when a check is unhealthy.
+Exit 0 when healthy, solved (the task is learned: a result, not a problem) or with warnings only, 1 when a check is unhealthy, 3 when no check could judge the run (no
+evidence is not health: a gate must not pass a run that wrote nothing it can read).
 
 Example:
     $ nbtools health runs/local-rehearsal/logs --json
@@ -23,7 +24,8 @@ def register_health(sub) -> None:
     """Add the ``health`` subcommand to the ``nbtools`` parser."""
     what = ("is the run learning? zero rewards, groups without signal, unparseable answers, truncation, log-prob "
             "mismatch, length collapse/runaway, KL runaway, stalled reward, validation divergence")
-    p = sub.add_parser("health", help=what, description=what + ". Exit 0 healthy or warnings only, 1 unhealthy.")
+    p = sub.add_parser("health", help=what, description=what + ". Exit 0 healthy, solved or warnings only, 1 unhealthy, 3 cannot judge (no "
+                                                          "data any check can read).")
     p.set_defaults(func=cmd_health)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")
     p.add_argument("run", metavar="RUN", help="a log_dir or an exp_NNN dir, local or gs://")
@@ -56,9 +58,13 @@ def cmd_health(a) -> Out:
     cfg = config.load(a.config) if a.config else None
     report = health.check(a.run, config=cfg, thresholds=_thresholds(a.threshold) or None, window=a.window)
     bad = report.unhealthy
-    code = 1 if bad else 0
+    code = 1 if bad else (3 if report.status == "unknown" else 0)
     error = fix = None
     if bad:
         error = f"unhealthy: {', '.join(f'{c.check} from step {c.first_step}' for c in bad)}"
         fix = "; ".join(f"{c.check}: {c.fix}" for c in bad)
+    elif code == 3:
+        error = f"cannot judge {a.run}: none of the {len(report.checks)} checks found data to decide on"
+        fix = ("wait for the run's first steps (trajectory dumps or TensorBoard scalars), or pass the run's log_dir or "
+               "one exp_NNN dir that holds them")
     return Out(report.to_dict(), str(report), code=code, error=error, fix=fix, exact=True)

@@ -21,10 +21,15 @@ def add_prepare(add) -> None:
 
 
 def cmd_prepare(a) -> Out:
+    from nbtools import trainers
     from nbtools.launch import verl_prepare
     from nbtools.trainers.verl_prepare import data_present
 
     cfg = load_cfg(a)
+    t = trainers.get(cfg)
+    if t.prepare_command(cfg) is None:  # the same decision as the notebook's nbtools.launch.prepare(cfg)
+        note = f"{t.label}: this trainer needs no preparation job: nothing to submit"
+        return Out({"experiment": cfg.name, "jobs": [], "data_files": {}, "submitted": False, "note": note}, note)
     specs = verl_prepare.prepare_jobs(cfg)
     present = data_present(cfg)
     jobs = [{"submission_id": s.submission_id, "role": s.metadata.get("nbtools.role"), "command": s.command}

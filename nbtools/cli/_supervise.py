@@ -46,7 +46,16 @@ def add_launch_flags(p) -> None:
     p.add_argument("--stop-when-unhealthy", action="store_true",
                    help="with --supervise: stop the run when `nbtools health` finds it unhealthy (checked every "
                         "--health-every s); the attempts record and `nbtools diagnose` say why")
-    p.add_argument("--health-every", type=float, default=60.0, help="with --stop-when-unhealthy: seconds between checks")
+    p.add_argument("--health-every", type=float, default=60.0,
+                   help="with --stop-when-unhealthy: seconds between checks (1 or more; default 60)")
+    p.add_argument("--health-warmup", type=int, default=None,
+                   help="with --stop-when-unhealthy: training steps before a threshold finding may stop the run "
+                        "(default nbtools.health.WARMUP_STEPS, 10); NaN/inf values stop it at once")
+    p.add_argument("--stop-when-stalled", action="store_true",
+                   help="with --supervise: stop the run when `nbtools stall` finds it stuck (checked every --stall-every "
+                        "s; thresholds stall.k and stall.floor_s): the evidence bundle is written and the attempts "
+                        "record says which rank, phase and cause")
+    p.add_argument("--stall-every", type=float, default=60.0, help="with --stop-when-stalled: seconds between checks")
     p.add_argument("--retry", action="store_true",
                    help="submit the next attempt (own submission id) resuming from the newest complete step_N")
     p.add_argument("--force", action="store_true", help="with --retry: even when the last cause is OOM or a user error")
@@ -107,7 +116,9 @@ def supervised_launch(a, cfg: Experiment) -> Out | None:
                          f"{'scratch' if last.resumed_from is None or last.resumed_from != last.resumed_from else int(last.resumed_from)}")
     if a.supervise:
         run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout,
-                               stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every)
+                               stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every,
+                               health_warmup=a.health_warmup, stop_when_stalled=a.stop_when_stalled,
+                               stall_every=a.stall_every)
         fix = run.diagnosis.cli_fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,

@@ -75,7 +75,10 @@ class ClusterConfig:
     name: str = "nbtools-ray"  # GKE cluster and RayCluster name
     namespace: str = "default"
     mode: Literal["standard", "autopilot"] = "standard"
-    gpu_type: Literal["nvidia-b200", "nvidia-h200-141gb"] = "nvidia-b200"
+    # backend gke: a GPU nbtools provisions (GPU_TYPES: nvidia-b200, nvidia-h200-141gb); a Ray cluster nbtools did not
+    # make (backend ray or local): any NVIDIA GPU the fit check knows the memory of (a100-80, a100-40, h100, l4, ...,
+    # or its memory, e.g. 96gib): nbtools.fit.GPUS
+    gpu_type: str = "nvidia-b200"
     worker_replicas: int = 1
     gpus_per_node: int = 8
     provisioning: Literal["spot", "reservation", "on-demand"] = "spot"
@@ -97,12 +100,13 @@ class ClusterConfig:
     nccl_installer_ref: str = NCCL_INSTALLER_REF  # container-engine-accelerators commit/tag of the gIB installer
 
     @property
-    def machine_type(self) -> str:
-        return GPU_TYPES[self.gpu_type]["machine_type"]
+    def machine_type(self) -> str | None:
+        """The GCE machine type of a GPU nbtools provisions on GKE; None for one on a cluster it did not make."""
+        return GPU_TYPES.get(self.gpu_type, {}).get("machine_type")
 
     @property
-    def nccl_tuner_config(self) -> str:
-        return GPU_TYPES[self.gpu_type]["nccl_tuner_config"]
+    def nccl_tuner_config(self) -> str | None:
+        return GPU_TYPES.get(self.gpu_type, {}).get("nccl_tuner_config")
 
     @property
     def total_gpus(self) -> int:
@@ -261,6 +265,32 @@ class LocalConfig:
 
 
 @dataclass(frozen=True)
+class FaultConfig:
+    """A fault the rehearsal injects, so stall detection and the verdict are tested on real processes and stacks.
+
+    ``hang``: the rank blocks forever in ``phase`` (the others wait for it in their next collective); ``exit``: the
+    rank process aborts there (SIGABRT, as a C++ assert in NCCL or CUDA does; faulthandler prints its Python stack);
+    ``oom``: the rank raises torch's ``OutOfMemoryError`` there; ``slow``: the rank sleeps ``seconds`` in ``phase``
+    at step ``step`` and every step after it (a straggler).
+    """
+
+    kind: Literal["hang", "exit", "oom", "slow"]
+    rank: int = 0
+    step: int = 1
+    phase: Literal["generation", "train", "refit", "checkpoint"] = "train"
+    seconds: float = 20.0  # slow: the delay per step
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """When a running job counts as stalled: no new step for ``k`` x its median step time, and at least ``floor_s``."""
+
+    k: float = 5.0
+    floor_s: float = 300.0  # a minimum, so a job whose first steps were fast is not called stalled at a slow one
+    startup_s: float = 1800.0  # before the first step: model loading, engine start-up and warm-up may take this long
+
+
+@dataclass(frozen=True)
 class RehearsalConfig:
     """The miniature GRPO run of the local backend (see nbtools.rehearsal)."""
 
@@ -289,6 +319,7 @@ class RehearsalConfig:
     reward_functions: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}]
     )
+    faults: list[FaultConfig] = field(default_factory=list)  # injected faults (tests of stall detection), none by default
 
 
 @_paths.tidy_reprs
@@ -312,6 +343,7 @@ class Experiment:
     ray: RayConfig = field(default_factory=RayConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
+    stall: StallConfig = field(default_factory=StallConfig)
     source: str | None = field(default=None, compare=False)  # the YAML file it came from (not part of the hash)
 
     # -- derived ------------------------------------------------------------------------------------------

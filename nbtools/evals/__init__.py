@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from nbtools.evals import stats
 from nbtools.evals.compare import Comparison, as_result, compare
-from nbtools.evals.flow import eval_dir, evaluate, local_models, models
+from nbtools.evals.flow import eval_dir, evaluate, evaluate_model, local_models, models
 from nbtools.evals.generate_job import build_generate_job, generate_jobs
 from nbtools.evals.job import (
     EvalJob,
@@ -60,6 +60,7 @@ __all__ = [
     "load_eval_config",
     "load_evaluation_data",
     "local_models",
+    "evaluate_model",
     "models",
     "text_generation",
     "parse_score_blocks",

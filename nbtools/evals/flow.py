@@ -21,12 +21,11 @@ from typing import Literal
 from nbtools import _paths, trainers
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.evals.generate_job import generate_jobs
-from nbtools.evals.job import collect, eval_jobs, finetuned_model_path
+from nbtools.evals.job import collect, finetuned_model_path
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
 
-__all__ = ["evaluate", "models", "local_models", "eval_dir"]
+__all__ = ["evaluate", "evaluate_model", "models", "local_models", "eval_dir"]
 
 Which = Literal["baseline", "fine-tuned"]
 
@@ -83,10 +82,10 @@ def evaluate(
         n: samples per problem.
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
-        max_model_len: NeMo-RL only: vLLM's max_model_len, i.e. prompt + the longest answer (NeMo-RL prints it as
-            max_new_tokens; default: the experiment's generation length, ``nbtools.evals.job.generation_length``; the
-            MATH-500 tutorial used 8192). Use the same value for
-            both models: scores are comparable only at equal settings.
+        max_model_len: the generation length: NeMo-RL's vLLM max_model_len (prompt + the longest answer, printed as
+            max_new_tokens; default: the benchmark's published length, MATH-500 at 8192 as tutorial 000, else the
+            experiment's, ``nbtools.evals.job.eval_length``), verl's answer budget (default: the run's
+            ``data.max_response_length``). Use the same value for both models: scores compare only at equal settings.
         timeout: seconds to wait for a cluster evaluation job.
         batch_size: rehearsal only: sequences per forward pass.
 
@@ -98,31 +97,69 @@ def evaluate(
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
+    model = local_models(cfg)[which] if trainers.get(cfg).eval_plan == "held-out-local" else models(cfg)[which]
+    return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset,
+                          max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
+
+
+def evaluate_model(
+    cfg: Experiment,
+    model: str,
+    *,
+    label: str,
+    n: int = 1,
+    temperature: float | None = None,
+    dataset: str = "math500",
+    max_model_len: int | None = None,
+    timeout: float = 4 * 3600,
+    batch_size: int = 64,
+) -> EvalResult:
+    """Evaluate any model the way :func:`evaluate` evaluates the run's two (``nbtools evaluate EXPERIMENT MODEL…``):
+    a HF directory or Hub id as the cluster's jobs see it (a directory on this machine for the local rehearsal).
+
+    The result is saved to ``<run_dir>/eval/<label>_<greedy|sampledN>`` (``label`` without dashes); its
+    ``params["save_path"]`` is where the cluster job wrote the per-problem results.
+
+    Example:
+        >>> evaluate_model(cfg, "/data/nemo-rl/run/merged_step_30", label="step30")
+    """
     if temperature is None:
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
-    out = eval_dir(cfg) / f"{which.replace('-', '')}_{mode}"
+    out = eval_dir(cfg) / f"{label.replace('-', '')}_{mode}"
     trainer = trainers.get(cfg)
     if trainer.eval_plan == "held-out-local":
         from nbtools.rehearsal import task
 
-        return evaluate_local(
-            local_models(cfg)[which], task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise NotFoundError(f"expected {label} as a HF directory at {path}, found nothing",
+                                fix="merge a checkpoint first (notebook 06 / `nbtools merge`) or pass a model directory")
+        result = evaluate_local(
+            path, task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
             temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
-            batch_size=batch_size, out_dir=out, progress_desc=f"{which} ({mode})",
+            batch_size=batch_size, out_dir=out, progress_desc=f"{label} ({mode})",
         )
+        result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
+        return result
     if trainer.eval_plan == "generate-job":  # the experiment's own test split, so `dataset` does not apply
-        jobs = generate_jobs(cfg, num_tests_per_prompt=n, temperature=temperature, max_new_tokens=max_model_len)
+        from nbtools.evals.generate_job import build_generate_job
+
+        spec = build_generate_job(cfg, model, label=f"{label}-{mode}", num_tests_per_prompt=n, temperature=temperature,
+                                  max_new_tokens=max_model_len)
     elif trainer.eval_plan == "run-eval-job":
-        kw = {"max_model_len": max_model_len} if max_model_len else {}
-        jobs = eval_jobs(cfg, dataset=dataset, num_tests_per_prompt=n, temperature=temperature, **kw)
+        from nbtools.evals.job import build_eval_job
+
+        spec = build_eval_job(cfg, model, label=f"{label}-{mode}", dataset=dataset, num_tests_per_prompt=n,
+                              temperature=temperature, max_model_len=max_model_len)
     else:
         raise ConfigError(f"trainer.kind: {trainer.name!r} runs have no evaluation job in nbtools; fix: evaluate the "
                           "merged model with a nemo-rl experiment's run_eval.py on the same cluster")
-    spec = jobs[0 if which == "baseline" else 1]
     spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
     job = spec.submit()
     job.wait(timeout=timeout)
     result = collect(job, save_path=cfg.url(spec.save_path))
+    result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
+    result.params["save_path"] = str(cfg.url(spec.save_path))  # where the job wrote the per-problem results
     result.save(out)
     return result

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-import shlex
 
 from nbtools import trainers
+from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
 from nbtools.evals.job import LOCAL_MODELS, EvalJob, EvalJobs, _slug
 from nbtools.trainers.verl_prepare import targets
 
-__all__ = ["build_generate_job", "generate_jobs"]
+__all__ = ["build_generate_job", "generate_jobs", "response_length"]
 
 
 def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_tests_per_prompt: int = 1,
@@ -37,7 +37,8 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
         label: names the submission id and the save path (``<dirname(log_dir)>/eval/test_<label>``).
         num_tests_per_prompt: samples per problem.
         temperature: 0 for greedy (then one sample).
-        max_new_tokens: the answer's token budget; default the experiment's generation length.
+        max_new_tokens: the answer's token budget; default the run's response length (``data.max_response_length``,
+            verl's 512 when unset), what training generated with.
         copy_to_local: load from the GPU node's local disk (copied by :meth:`EvalJob.prepare`), not via gcsfuse mmap;
             default: on GKE for a model under the gcsfuse mount (the merged model).
 
@@ -50,8 +51,9 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
                                                       "several", cli="one sample per problem for greedy decoding, or a "
                                                       "temperature above 0 to sample several"))
     _, _, test = targets(cfg)
+    length_from = "given"
     if max_new_tokens is None:
-        max_new_tokens = int(cfg.model.max_total_sequence_length)
+        max_new_tokens, length_from = response_length(cfg), "the run's response length (data.max_response_length)"
     save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"test_{_slug(label)}")
     from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
     from nbtools.jobs.carry import carry_env
@@ -65,7 +67,7 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
             "--temperature", str(float(temperature)), "--max-tokens", str(max_new_tokens), "--seed", str(cfg.grpo.seed),
             "--tensor-parallel-size", str(cfg.model.tensor_parallel_size)]
     python = cfg.trainer.python or "python3"
-    entrypoint = f"{shlex.quote(python)} -u -m nbtools.evals.vllm_generate " + " ".join(shlex.quote(a) for a in args)
+    entrypoint = f"{sh(python)} -u -m nbtools.evals.vllm_generate " + " ".join(sh(a) for a in args)
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     env = {"PYTHONUNBUFFERED": "1", **({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {})}
     metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": test}
@@ -73,7 +75,25 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
                    temperature=float(temperature), save_path=save_path, config="nbtools.evals.vllm_generate",
                    overrides=tuple(args), entrypoint=entrypoint, submission_id=f"{cfg.name}-eval-test-{_slug(label)}-{digest}",
                    address=cfg.dashboard_url, runtime_env=carry_env(env), metadata=metadata,
-                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else (),
+                   length=int(max_new_tokens), length_from=length_from)
+
+
+# verl's default answer budget when a run does not set data.max_response_length: 512 at v0.7.0 and v0.9.0
+# (verl/trainer/config/_generated_ppo_trainer.yaml, `data.max_response_length: 512`)
+VERL_DEFAULT_RESPONSE_LENGTH = 512
+
+
+def response_length(cfg: Experiment) -> int:
+    """The answer budget the verl run trained with (``data.max_response_length`` as its command sets it): the
+    evaluation generates as long as training did, not the whole sequence length."""
+    from nbtools.trainers import verl
+
+    value = verl.effective(cfg).get("data.max_response_length")
+    try:
+        return int(value) if value is not None else VERL_DEFAULT_RESPONSE_LENGTH
+    except ValueError:
+        raise ConfigError(f"data.max_response_length={value!r} in trainer.overrides is not a number of tokens") from None
 
 
 def generate_jobs(cfg: Experiment, *, num_tests_per_prompt: int = 1, temperature: float = 0.0,

@@ -17,7 +17,6 @@ import difflib
 import hashlib
 import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools._escape import html as _h
+from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix, NotFoundError
@@ -32,7 +32,7 @@ from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_da
 from nbtools.evals.result import EvalResult
 
 __all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT",
-           "generation_length"]
+           "generation_length", "eval_length", "BENCHMARK_LENGTHS"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
 LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each GPU worker pod
@@ -50,6 +50,13 @@ _COMMON = ["math", "math500", "gpqa", "gpqa_diamond", "mmlu", "mmlu_pro", *(f"mm
 _DATASETS = {
     "v0.5.0": [*_COMMON, "aime2024", "aime2025"],
     "v0.7.0": [*_COMMON, "aime2024", "aime2025", "aime2026", "mmau"],
+}
+# The generation length each benchmark was scored at where a tutorial published its numbers: an evaluation of that
+# benchmark uses it unless the caller names another, so the scores compare with the tutorial's. Tutorial 000 (Gemma-3-1B
+# GRPO on B200, NeMo-RL) printed `dataset_name='math500' max_new_tokens=8192` for both of its MATH-500 scores
+# (0.4020 -> 0.4640). run_eval.py's own math_eval.yaml keeps 2048, which truncates the long answers and lowers both.
+BENCHMARK_LENGTHS: dict[str, tuple[int, str]] = {
+    "math500": (8192, "MATH-500 as tutorial 000 scored it"),
 }
 # Top-level sections of examples/configs/evals/eval.yaml; a typo elsewhere is silently accepted (extra="allow")
 _SECTIONS = {"eval", "generation", "tokenizer", "data", "env", "cluster", "logger"}
@@ -125,6 +132,8 @@ class EvalJob:
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     local_copy: tuple[str, ...] = ()  # argv run in every GPU worker pod first: the model to the node's local disk
+    length: int | None = None  # the generation length it runs with (run_eval.py's max_model_len, vllm_generate's max tokens)
+    length_from: str = ""  # where that length came from, for 07's settings table: "given", a benchmark, the experiment
 
     def prepare(self, cfg: Any, *, timeout: float = 3600) -> list[Any]:
         """Copy the model to every GPU worker pod's local disk (``local_copy``), before :meth:`submit`.
@@ -151,7 +160,7 @@ class EvalJob:
 
     def to_command(self) -> str:
         """The equivalent `ray job submit` command, to copy into a terminal."""
-        return (f"ray job submit --address {shlex.quote(self.address)} --submission-id {shlex.quote(self.submission_id)}"
+        return (f"ray job submit --address {sh(self.address)} --submission-id {sh(self.submission_id)}"
                 f" -- {self.entrypoint}")
 
     def submit(self):
@@ -201,9 +210,9 @@ def build_eval_job(
         num_tests_per_prompt: samples per problem (`eval.num_tests_per_prompt`).
         temperature: default 0.0 (greedy) for one sample, 1.0 for several.
         max_model_len: `generation.vllm_cfg.max_model_len` (what the score block calls max_new_tokens); default: the
-            experiment's own generation length (``trainer.vllm_cfg.max_model_len``, else
-            ``model.max_total_sequence_length``), not the eval config's 2048: scores depend on it (tutorial 000's
-            MATH-500 numbers, 0.4020 -> 0.4640, are at 8192).
+            benchmark's published length (``BENCHMARK_LENGTHS``: MATH-500 at 8192, as tutorial 000's 0.4020 -> 0.4640),
+            else the experiment's own generation length (``trainer.vllm_cfg.max_model_len``, else
+            ``model.max_total_sequence_length``), never the eval config's silent 2048: scores depend on it.
         save_path: `eval.save_path`; default `<dirname(log_dir)>/eval/<dataset>_<label>` on the shared mount.
         config: eval config relative to the NeMo-RL checkout.
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
@@ -245,15 +254,14 @@ def build_eval_job(
         f"cluster.gpus_per_node={cfg.cluster.gpus_per_node}",
         *(f"generation.vllm_kwargs.{k}={v}" for k, v in sorted(cfg.trainer.vllm_kwargs.items())),
     ]
-    if max_model_len is None:
-        max_model_len = generation_length(cfg)
+    max_model_len, length_from = eval_length(cfg, dataset, max_model_len)
     ours.append(f"generation.vllm_cfg.max_model_len={max_model_len}")
     user = validate_overrides(list(overrides))
     user_keys = {o.split("=", 1)[0] for o in user}
     final = tuple(o for o in ours if o.split("=", 1)[0] not in user_keys) + tuple(user)
     code_dir, python = cfg.trainer.code_dir or NEMO_RL_ROOT, cfg.trainer.python or "python"
-    entrypoint = (f"cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u examples/run_eval.py --config {shlex.quote(config)} "
-                  + " ".join(shlex.quote(o) for o in final))
+    entrypoint = (f"cd {sh(code_dir)} && {sh(python)} -u examples/run_eval.py --config {sh(config)} "
+                  + " ".join(sh(o) for o in final))
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     submission_id = f"{cfg.name}-eval-{_slug(dataset)}-{_slug(label)}-{digest}"
 
@@ -265,7 +273,25 @@ def build_eval_job(
                    temperature=float(temperature), save_path=save_path, config=config, overrides=final,
                    entrypoint=entrypoint, submission_id=submission_id, address=cfg.dashboard_url,
                    runtime_env={"env_vars": env}, metadata=metadata,
-                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else ())
+                   local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else (),
+                   length=max_model_len, length_from=length_from)
+
+
+def eval_length(cfg: Any, dataset: str, given: int | None = None) -> tuple[int, str]:
+    """The generation length an evaluation of ``dataset`` runs at, and why: the caller's, else the benchmark's
+    published one (``BENCHMARK_LENGTHS``: MATH-500 at 8192, as tutorial 000 scored it), else the experiment's own.
+
+    Example:
+        >>> eval_length(cfg, "math500")
+        (8192, 'MATH-500 as tutorial 000 scored it')
+    """
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+            raise ConfigError(f"max_model_len must be a positive number of tokens, got {given!r}")
+        return given, "given"
+    if dataset in BENCHMARK_LENGTHS:
+        return BENCHMARK_LENGTHS[dataset]
+    return generation_length(cfg), "the experiment's generation length"
 
 
 def generation_length(cfg: Any) -> int:

@@ -23,17 +23,24 @@ __all__ = ["model_color", "BREAKDOWN_FIELDS", "breakdown_field", "accuracy_table
 
 
 def accuracy_table(results: dict[str, Any]) -> pd.DataFrame:
-    """model, problems, samples_per_problem, accuracy, ci_low, ci_high for each named result.
+    """model, problems, samples_per_problem, accuracy, ci_low, ci_high for each named result, then the settings it
+    was generated with as far as they are known (dataset, temperature, max_new_tokens and where that length came
+    from: the caller, the benchmark's published length, the experiment's), so the table says what was used.
 
     Example:
         >>> accuracy_table({"baseline": base, "fine-tuned": tuned})
     """
+    from nbtools.evals.compare import _settings
+
     rows = []
     for name, r in results.items():
         res = as_result(r)
         low, high = res.ci
+        known = _settings(res)
         rows.append({"model": name, "problems": res.num_problems, "samples_per_problem": res.n,
-                     "accuracy": res.accuracy, "ci_low": low, "ci_high": high})
+                     "accuracy": res.accuracy, "ci_low": low, "ci_high": high,
+                     **{k: known[k] for k in ("dataset", "temperature", "max_new_tokens") if k in known},
+                     **({"length_from": res.params["length_from"]} if res.params.get("length_from") else {})})
     return _table.table(pd.DataFrame(rows))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from nbtools.errors import ConfigError
 
-__all__ = ["GpuSpec", "GPUS", "gpu_spec"]
+__all__ = ["GpuSpec", "GPUS", "gpu_spec", "gpu_type_rules"]
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,19 @@ GPUS: dict[str, GpuSpec] = {g.key: g for g in (
     GpuSpec("l40s", "NVIDIA L40S (48 GB)", 46068),
     GpuSpec("l4", "NVIDIA L4 (24 GB)", 23034),
     GpuSpec("a10g", "NVIDIA A10G (24 GB)", 23028),
+    GpuSpec("a10", "NVIDIA A10 (24 GB)", 23028),
+    GpuSpec("a40", "NVIDIA A40 (48 GB)", 46068),
+    GpuSpec("l40", "NVIDIA L40 (48 GB)", 46068),
+    GpuSpec("t4", "NVIDIA T4 (16 GB)", 15360),
 )}
 
 _ALIASES = {  # GKE accelerator names (cluster.gpu_type) and common spellings
     "nvidia-b200": "b200", "nvidia-h200-141gb": "h200", "nvidia-h200": "h200", "nvidia-h100-80gb": "h100",
     "nvidia-h100-mega-80gb": "h100", "nvidia-a100-80gb": "a100-80", "nvidia-tesla-a100": "a100-40",
     "nvidia-l4": "l4", "a100": "a100-80", "a100-80gb": "a100-80", "a100-40gb": "a100-40", "h100-80gb": "h100",
-    "h200-141gb": "h200", "nvidia-l40s": "l40s", "nvidia-a10g": "a10g",
+    "h200-141gb": "h200", "nvidia-l40s": "l40s", "nvidia-a10g": "a10g", "nvidia-tesla-t4": "t4", "nvidia-a10": "a10",
+    "nvidia-a40": "a40", "nvidia-l40": "l40", "h100-sxm": "h100", "h100-pcie": "h100", "a100-sxm4-80gb": "a100-80",
+    "a100-sxm4-40gb": "a100-40",
 }
 
 
@@ -72,3 +78,19 @@ def gpu_spec(name: str | GpuSpec) -> GpuSpec:
         f"unknown GPU type {name!r}; known: {', '.join(GPUS)} (and GKE names {', '.join(sorted(_ALIASES))}); "
         "fix: use one of those, or give the memory directly, e.g. '96gib'"
     )
+
+
+def gpu_type_rules(cfg) -> list[tuple[tuple[str, ...], str]]:
+    """``cluster.gpu_type`` of a cluster nbtools did not make (backend ray or local): a GPU of this table, or its
+    memory (``<N>gib``), so the fit check holds the run against the right capacity (part of ``config.load``'s report).
+    The gke backend checks its own list (the machines it provisions)."""
+    if cfg.backend == "gke":
+        return []
+    try:
+        gpu_spec(cfg.cluster.gpu_type)
+    except ConfigError:
+        return [(("cluster.gpu_type",),
+                 f"cluster.gpu_type: {cfg.cluster.gpu_type!r} is not a GPU whose memory nbtools knows; allowed: "
+                 f"{', '.join(GPUS)}, their GKE names ({', '.join(sorted(_ALIASES))}), or the memory per GPU as "
+                 "'<N>gib'; fix: e.g. `gpu_type: a100-80`, or `gpu_type: 96gib` for another GPU")]
+    return []

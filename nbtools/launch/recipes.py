@@ -1,10 +1,11 @@
 """The tutorials' GRPO runs as experiment configs, so each can be linted, built and launched from a notebook.
 
 Why: every tutorial hides its run in a shell heredoc with hard-coded keys; as configs they get the same command
-builder, lint and secrets handling as any other experiment. The recipes are data (``nbtools/data/recipes.yaml``);
-this module loads, validates and renders them. Where a tutorial hit a known trap the recipe carries the
-fix (noted per recipe): Gemma-3 gets ``vllm_kwargs.block_size: 32``, checkpoints go to absolute dirs on the shared
-mount in ``torch_save`` format, and keys come from the environment / Kubernetes Secrets.
+builder, lint and secrets handling as any other experiment. One source of truth: the checkout's
+``experiments/tutorial-*.yaml``, each the run as its tutorial wrote it (comments say where a value comes from);
+``nbtools/data/recipes.yaml`` is generated from them (``python tools/gen_recipes.py``; a test
+checks it is current) so an installed package has them too. nbtools' recommended variants live beside the files
+(``experiments/gke-*.yaml``), with a comment per difference and why.
 
 Example:
     >>> cfg = recipes.get("tutorial-004-qwen2.5-1.5b")
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import copy
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from nbtools.config import Experiment, from_dict
 
-__all__ = ["RECIPES", "NOTES", "names", "get", "to_yaml"]
+__all__ = ["RECIPES", "NOTES", "names", "get", "to_yaml", "from_files"]
 
 def _load() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     entries = yaml.safe_load(resources.files("nbtools").joinpath("data", "recipes.yaml").read_text())
@@ -68,3 +70,20 @@ def to_yaml(name: str) -> str:
             f"# Run it:  nbtools launch experiments/{name}.yaml --lint-only; then notebooks/{nb}.ipynb with "
             f"BACKEND=\"{RECIPES[name].get('backend', 'gke')}\", CONFIG=\"../experiments/{name}.yaml\"\n")
     return head + yaml.safe_dump(RECIPES[name], sort_keys=False)
+
+
+_HEADER = ("# GENERATED from experiments/tutorial-*.yaml by `python tools/gen_recipes.py`: edit those\n"
+           "# files (the tutorials' runs as written, with comments), never this one. Per recipe: `note` (the file's first\n"
+           "# comment line) and `experiment` (the file's YAML).\n")
+
+
+def from_files(experiments_dir: str | Path) -> str:
+    """``recipes.yaml``'s text, generated from ``<experiments_dir>/tutorial-*.yaml`` (the source of truth)."""
+    out: dict[str, Any] = {}
+    for path in sorted(Path(experiments_dir).glob("tutorial-*.yaml")):
+        text = path.read_text()
+        first = text.splitlines()[0] if text else ""
+        note = first[len(f"# {path.stem}: "):] if first.startswith(f"# {path.stem}: ") else ""
+        out[path.stem] = {"note": note, "experiment": yaml.safe_load(text)}
+    return _HEADER + yaml.safe_dump(out, sort_keys=False, width=110, allow_unicode=True)
+

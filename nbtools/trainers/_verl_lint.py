@@ -163,10 +163,15 @@ def _kl(cfg: Experiment, r: LintReport) -> None:
     eff = verl.effective(cfg)
     reward_coef = eff.get("algorithm.kl_ctrl.kl_coef")
     if reward_coef is not None and _num(reward_coef) > 0 and not _true(eff.get("algorithm.use_kl_in_reward")):
+        # a warning, not a refusal: tutorial 002's own command sets it, and a tutorial's run must stay launchable as
+        # written (the run simply trains without KL, as the blog's did)
+        tag = cfg.trainer.verl_ref
         r.findings.append(Finding(
-            "blocking", "verl-kl", "trainer.overrides",
-            f"algorithm.kl_ctrl.kl_coef={reward_coef} is ignored: verl reads it only with algorithm.use_kl_in_reward=True "
-            "(in-reward KL, off by default), so this run would have no KL penalty",
+            "warning", "verl-kl", "trainer.overrides",
+            f"algorithm.kl_ctrl.kl_coef={reward_coef} has no effect in verl {tag}: it is read only with "
+            "algorithm.use_kl_in_reward=True (verl/trainer/ppo/ray_trainer.py builds and applies the in-reward KL "
+            "controller only then; verl/trainer/config/_generated_ppo_trainer.yaml at that tag sets "
+            "use_kl_in_reward: false), so this run trains with no KL penalty",
             f"drop that override and set `grpo.kl_penalty: {reward_coef}` (-> actor_rollout_ref.actor.use_kl_loss=true, "
             f"kl_loss_coef={reward_coef}, kl_loss_type={verl.KL_LOSS_TYPE}: verl's GRPO KL), or add "
             "`algorithm.use_kl_in_reward=true` if an in-reward KL is what you mean",

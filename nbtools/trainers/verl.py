@@ -10,12 +10,12 @@ Example:
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from nbtools import _layout
+from nbtools._escape import sh
 from nbtools.config import Experiment
-from nbtools.trainers.nemo_rl import hydra_value, parse_override
+from nbtools.trainers.nemo_rl import hydra_unquote, hydra_value, parse_override
 from nbtools.trainers.releases import VERL, VerlRelease
 
 __all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command",
@@ -99,7 +99,7 @@ IGNORED: dict[str, str] = {
 }
 # fields nbtools itself reads (where the cluster, storage and images are; the rehearsal; how jobs start)
 NBTOOLS_ONLY: tuple[str, ...] = (
-    "name", "backend", "source", "gcp", "cluster", "storage", "images", "secrets", "ray", "local", "rehearsal",
+    "name", "backend", "source", "gcp", "cluster", "storage", "images", "secrets", "ray", "local", "rehearsal", "stall",
     "trainer.kind", "trainer.resume", "trainer.code_dir", "trainer.python", "trainer.env_vars", "trainer.verl_repo",
     "trainer.verl_ref", "trainer.overrides", "data.dataset", "data.data_dir",
     "logging.log_dir", "checkpointing.checkpoint_dir", "grpo.kl_penalty", "model.tensor_parallel_size",
@@ -225,15 +225,15 @@ def effective(cfg: Experiment) -> dict[str, str]:
         if prefix == "~":
             out.pop(key, None)
         elif value is not None:
-            out[key] = value.strip("'\"")
+            out[key] = hydra_unquote(value)
     return out
 
 
 def command_lines(cfg: Experiment) -> list[str]:
     """The training command as display lines (``cd <verl> && python3 -m <the release's entry point>``, then one per key)."""
     python = cfg.trainer.python or "python3"
-    head = f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} -m {release(cfg).module}"
-    return [head] + [shlex.quote(o) for o in overrides(cfg)]
+    head = f"cd {sh(code_dir(cfg))} && {sh(python)} -m {release(cfg).module}"
+    return [head] + [sh(o) for o in overrides(cfg)]
 
 
 def command(cfg: Experiment) -> str:
@@ -253,4 +253,4 @@ def prepare_command(cfg: Experiment) -> str:
             f"allowed: {', '.join(sorted(PREPROCESS))}; fix: use `dataset: gsm8k` or prepare the parquet files yourself "
             "and set `data.data_dir`"
         )
-    return f"cd {shlex.quote(code_dir(cfg))} && {shlex.quote(python)} {script} --local_save_dir {shlex.quote(data_dir(cfg))}"
+    return f"cd {sh(code_dir(cfg))} && {sh(python)} {script} --local_save_dir {sh(data_dir(cfg))}"

@@ -41,7 +41,8 @@ def data_files(cfg: Experiment) -> list[str]:
     out = []
     for key in ("data.train_files", "data.val_files"):
         value = eff.get(key, "")
-        out += [v.strip().strip("'\"") for v in value.strip("[]").split(",") if v.strip()]
+        items = value[1:-1].split(",") if value.startswith("[") and value.endswith("]") else [value]
+        out += [verl.hydra_unquote(v) for v in items if v.strip()]
     return out
 
 

@@ -63,3 +63,12 @@ def test_only_a_tmp_step_says_it_is_being_finalised(tmp_path):
     (tmp_path / "ckpt" / "step_1").mkdir()  # renamed (the tmp dir may still be there for a moment): done
     assert ck.in_progress(tmp_path / "ckpt") == [] and _name(ck.latest(tmp_path / "ckpt")) == "step_1"
     assert ck.checkpoint_status(tmp_path / "ckpt") is None  # v0.5.0 / v0.7.0 write no status file
+
+
+def test_at_step_picks_the_named_step_never_a_tmp_one(root):
+    """Issue 42 item 3: 06 and the CLI merge the step the user names (tutorial 000 scores step 30), on disk and in GCS."""
+    assert _name(ck.at_step(root, 1)) == "step_1" and _name(ck.at_step(root, 2)) == "step_2"
+    with pytest.raises(NotFoundError, match=r"no complete checkpoint of step 3 .*\(complete steps: 1, 2\)"):
+        ck.at_step(root, 3)  # tmp_step_3 is being written: not a checkpoint yet
+    with pytest.raises(Exception, match="step must be a checkpoint's step number"):
+        ck.at_step(root, "2")

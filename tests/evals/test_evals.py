@@ -468,15 +468,31 @@ def test_dataset_names_are_the_branches_of_the_release_s_load_eval_dataset(gke_c
         nbtools.evals.build_eval_job(gke_cfg.replace(**{"images.nemo_rl_version": "v0.5.0"}), "m", dataset="aime2026")
 
 
-def test_the_eval_job_generates_as_long_as_the_experiment(gke_cfg):
-    """Issue 27 item 9: the eval config's 2048 is not the experiment's length (tutorial 000 scored at 8192)."""
-    job = nbtools.evals.build_eval_job(gke_cfg, "m")
-    assert f"generation.vllm_cfg.max_model_len={gke_cfg.trainer.vllm_cfg['max_model_len']}" in job.entrypoint
+def test_the_eval_job_generates_as_long_as_the_benchmark_or_the_experiment(gke_cfg):
+    """Issue 42 item 3: MATH-500 at 8192, as tutorial 000 scored it; another dataset at the experiment's length; never
+    the eval config's silent 2048; the job says where its length came from (07's settings table shows it)."""
+    job = nbtools.evals.build_eval_job(gke_cfg, "m", dataset="math500")
+    assert "generation.vllm_cfg.max_model_len=8192" in job.overrides
+    assert (job.length, job.length_from) == (8192, "MATH-500 as tutorial 000 scored it")
+    gpqa = nbtools.evals.build_eval_job(gke_cfg, "m", dataset="gpqa")
+    assert f"generation.vllm_cfg.max_model_len={gke_cfg.trainer.vllm_cfg['max_model_len']}" in gpqa.overrides
+    assert gpqa.length_from == "the experiment's generation length"
     plain = gke_cfg.replace(**{"trainer.vllm_cfg": {}, "model.max_total_sequence_length": 4096})
-    assert "generation.vllm_cfg.max_model_len=4096" in nbtools.evals.build_eval_job(plain, "m").entrypoint
+    assert "generation.vllm_cfg.max_model_len=4096" in nbtools.evals.build_eval_job(plain, "m", dataset="gpqa").overrides
     both = nbtools.evals.eval_jobs(plain, dataset="math500")
-    assert {o for j in both for o in j.overrides if "max_model_len" in o} == {"generation.vllm_cfg.max_model_len=4096"}
-    assert "max_model_len=8192" in nbtools.evals.build_eval_job(plain, "m", max_model_len=8192).entrypoint
+    assert {o for j in both for o in j.overrides if "max_model_len" in o} == {"generation.vllm_cfg.max_model_len=8192"}
+    given = nbtools.evals.build_eval_job(plain, "m", max_model_len=2048)
+    assert (given.length, given.length_from) == (2048, "given") and "max_model_len=2048" in given.entrypoint
+    with pytest.raises(ConfigError, match="positive number of tokens"):
+        nbtools.evals.build_eval_job(plain, "m", max_model_len=0)
+
+
+def test_the_gemma_experiment_evaluates_math500_at_8192():
+    """Issue 42's done-when: the shipped Gemma experiment (tutorial 000) builds its MATH-500 jobs at 8192 tokens."""
+    cfg = nbtools.config.load(REPO / "experiments" / "gke-b200-gemma3-1b.yaml")
+    assert cfg.model.max_total_sequence_length < 8192  # the experiment's own length would be the wrong one
+    for job in nbtools.evals.eval_jobs(cfg, dataset="math500"):
+        assert "generation.vllm_cfg.max_model_len=8192" in job.overrides, job.overrides
 
 
 def test_same_ids_on_different_problems_are_refused_or_noted():
@@ -510,3 +526,15 @@ def test_importing_nbtools_evals_leaves_scipy_unimported_until_a_test_is_compute
             "print(round(e.stats.mcnemar_exact(fixed=40, broken=9).p_value, 10), 'scipy.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", str(round(stats.mcnemar_exact(fixed=40, broken=9).p_value, 10)), "True"], out
+
+
+def test_the_accuracy_table_says_which_settings_were_used():
+    """Issue 42 item 3: 07's table shows the dataset, temperature, generation length and where the length came from."""
+    from nbtools.evals.plots import accuracy_table
+
+    base = _result([True, False, True, False])
+    base.params.update(temperature=0.0, max_new_tokens=8192, dataset="math500",
+                       length_from="MATH-500 as tutorial 000 scored it")
+    row = accuracy_table({"baseline": base}).iloc[0]
+    assert (row["dataset"], row["temperature"], row["max_new_tokens"]) == ("math500", 0.0, 8192)
+    assert row["length_from"] == "MATH-500 as tutorial 000 scored it"

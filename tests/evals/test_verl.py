@@ -58,6 +58,21 @@ def test_the_eval_plan_builds_one_job_per_model_on_the_test_split():
         evals.build_generate_job(cfg, cfg.model.name, label="x", num_tests_per_prompt=4, temperature=0.0)
 
 
+def test_the_verl_evaluation_generates_as_long_as_the_run_trained():
+    """Issue 42 item 3: the run's data.max_response_length (512 here), not the whole sequence length (1024)."""
+    cfg = _cfg()
+    assert "data.max_response_length=512" in cfg.trainer.overrides and cfg.model.max_total_sequence_length != 512
+    base, tuned = evals.generate_jobs(cfg)
+    assert "--max-tokens 512 " in base.entrypoint and "--max-tokens 512 " in tuned.entrypoint
+    assert (base.length, base.length_from) == (512, "the run's response length (data.max_response_length)")
+    longer = _cfg(**{"trainer.overrides": [o.replace("=512", "=768") if o.startswith("data.max_response_length") else o
+                                           for o in cfg.trainer.overrides]})
+    assert "--max-tokens 768 " in evals.generate_jobs(longer)[0].entrypoint
+    unset = _cfg(**{"trainer.overrides": [o for o in cfg.trainer.overrides if not o.startswith("data.max_response_length")]})
+    assert "--max-tokens 512 " in evals.generate_jobs(unset)[0].entrypoint  # verl's own default
+    assert "--max-tokens 100 " in evals.generate_jobs(cfg, max_new_tokens=100)[0].entrypoint
+
+
 def _verl_test_split(path: Path) -> Path:
     q = "Natalia sold clips to 48 of her friends. How many? Let's think step by step and output the final answer after \"####\"."
     rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"{q} ({i})"}], "ability": "math",

@@ -38,7 +38,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml "
         "cluster.num_nodes=1 cluster.gpus_per_node=8 grpo.num_prompts_per_step=32 grpo.num_generations_per_prompt=16 "
         "grpo.max_num_steps=30 grpo.val_period=5 grpo.val_at_start=true policy.model_name=google/gemma-3-1b-it "
-        "policy.max_total_sequence_length=2048 +policy.tokenizer.chat_template_kwargs.enable_thinking=true "
+        "policy.max_total_sequence_length=2048 +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True +policy.tokenizer.chat_template_kwargs.enable_thinking=true "
         "policy.generation.max_new_tokens=1024 policy.generation.vllm_cfg.max_model_len=2048 "
         "policy.generation.vllm_cfg.enforce_eager=true +policy.generation.vllm_kwargs.block_size=32 "
         "checkpointing.checkpoint_dir=/data/nemo-rl/gemma3-1b-it-b200/checkpoints checkpointing.model_save_format=torch_save "
@@ -50,7 +50,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo.py --config examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml "
         "cluster.num_nodes=3 cluster.gpus_per_node=8 grpo.num_prompts_per_step=16 grpo.num_generations_per_prompt=64 "
         "grpo.max_num_steps=10 policy.model_name=google/gemma-3-27b-it policy.dtensor_cfg.tensor_parallel_size=8 "
-        "policy.dtensor_cfg._v2=true policy.generation.colocated.enabled=false "
+        "policy.dtensor_cfg._v2=true +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True policy.generation.colocated.enabled=false "
         "policy.generation.colocated.resources.num_nodes=1 policy.generation.colocated.resources.gpus_per_node=8 "
         "policy.generation.vllm_cfg.tensor_parallel_size=8 policy.generation.vllm_cfg.gpu_memory_utilization=0.9 "
         "+policy.generation.vllm_kwargs.block_size=32 data.train.dataset_name=GSM8K "
@@ -59,37 +59,38 @@ EXPECTED = {
         "logger.wandb.name=gemma3-27b-it-gsm8k",
         NEMO_GKE_ENV,
     ),
-    "tutorial-002-verl-qwen2.5-32b": (
+    "tutorial-002-verl-qwen2.5-32b": (  # the blog's command: no KL loss, its ignored kl_ctrl key, two epochs, console
         "cd /data/verl && python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_files=/data/gsm8k/train.parquet "
         "data.val_files=/data/gsm8k/test.parquet data.train_batch_size=256 actor_rollout_ref.model.path=Qwen/Qwen2.5-32B-Instruct "
         "actor_rollout_ref.actor.optim.lr=1e-05 actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.n=8 "
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=8 actor_rollout_ref.actor.use_kl_loss=true "
-        "actor_rollout_ref.actor.kl_loss_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl trainer.logger=console "
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=8 actor_rollout_ref.actor.use_kl_loss=false trainer.logger=console "
         "trainer.project_name=nbtools trainer.experiment_name=verl-qwen2-5-32b-gsm8k trainer.val_before_train=false "
-        "trainer.n_gpus_per_node=8 trainer.nnodes=2 trainer.save_freq=10 trainer.test_freq=10 trainer.total_training_steps=58 "
-        "trainer.default_local_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/checkpoints "
-        "trainer.rollout_data_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/logs/rollout_data "
-        "trainer.validation_data_dir=/data/nemo-rl/verl-qwen2-5-32b-gsm8k/logs/validation_data "
+        "trainer.n_gpus_per_node=8 trainer.nnodes=2 trainer.save_freq=10 trainer.test_freq=10 "
+        "trainer.default_local_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/checkpoints "
+        "trainer.rollout_data_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/logs/rollout_data "
+        "trainer.validation_data_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/logs/validation_data "
         "trainer.max_actor_ckpt_to_keep=3 data.max_prompt_length=512 "
         "data.max_response_length=512 actor_rollout_ref.actor.ppo_mini_batch_size=256 "
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 "
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
-        "actor_rollout_ref.actor.strategy=fsdp2 trainer.total_epochs=2",
-        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl"},
+        "actor_rollout_ref.actor.strategy=fsdp2 algorithm.kl_ctrl.kl_coef=0.001 trainer.total_epochs=2 "
+        "trainer.total_training_steps=null",
+        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",
+         "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so", "NCCL_DEBUG": "INFO"},
     ),
     "tutorial-003-qwen3-1.7b-deepscaler": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml cluster.num_nodes=2 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=64 grpo.num_generations_per_prompt=16 grpo.max_num_steps=200 "
         "policy.model_name=Qwen/Qwen3-1.7B-Base policy.tokenizer.name=Qwen/Qwen3-1.7B-Base policy.max_total_sequence_length=4096 "
-        "data.dataset_name=DeepScaler checkpointing.checkpoint_dir=/nemo-workspace/nemo-rl/grpo-math-deepscaler/checkpoints "
+        "+policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True data.dataset_name=DeepScaler checkpointing.checkpoint_dir=/nemo-workspace/checkpoints/grpo-math-deepscaler "
         "checkpointing.keep_top_k=10 checkpointing.model_save_format=torch_save "
-        "logger.log_dir=/nemo-workspace/nemo-rl/grpo-math-deepscaler/logs logger.tensorboard_enabled=true logger.wandb_enabled=false",
+        "logger.log_dir=/nemo-workspace/logs/grpo-math-deepscaler logger.tensorboard_enabled=true logger.wandb_enabled=false",
         {"PYTHONUNBUFFERED": "1", "HF_HOME": "/nemo-workspace/huggingface_cache", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"},
     ),
     "tutorial-004-llama3.1-8b": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_8B.yaml cluster.num_nodes=4 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=64 grpo.num_generations_per_prompt=32 grpo.max_num_steps=100 "
-        "policy.model_name=meta-llama/Llama-3.1-8B-Instruct checkpointing.checkpoint_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/checkpoints "
+        "policy.model_name=meta-llama/Llama-3.1-8B-Instruct +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True checkpointing.checkpoint_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/checkpoints "
         "logger.log_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/logs logger.tensorboard_enabled=true logger.wandb_enabled=true "
         "logger.wandb.name=llama3-1-8b-grpo-4nodes",
         NEMO_GKE_ENV,
@@ -97,7 +98,7 @@ EXPECTED = {
     "tutorial-004-qwen2.5-1.5b": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml cluster.num_nodes=1 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=32 grpo.num_generations_per_prompt=16 grpo.max_num_steps=100 "
-        "policy.model_name=Qwen/Qwen2.5-1.5B checkpointing.checkpoint_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/checkpoints "
+        "policy.model_name=Qwen/Qwen2.5-1.5B +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True checkpointing.checkpoint_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/checkpoints "
         "logger.log_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/logs logger.tensorboard_enabled=true logger.wandb_enabled=false",
         NEMO_GKE_ENV,
     ),

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
 # GRPO steps: 40 by default (what the notebooks read and check matters here, not how far the policy learns; the local
-# pass, test_local.py, trains the demo's 200); validation and checkpoint every min(50, STEPS // 2), so two of each
+# pass, notebooks/ through nbmake, trains the demo's 200); validation and checkpoint every min(50, STEPS // 2), so two of each
 STEPS = int(os.environ.get("NBTOOLS_SIM_STEPS", "40"))
 PERIOD = max(1, min(50, STEPS // 2))  # 50 as local.yaml at 200 steps
 
@@ -28,8 +28,23 @@ SIM_GKE = {"provisioned": False, "steps": STEPS,  # notebook 01 provisions it th
            "changes": {"grpo.val_period": PERIOD, "checkpointing.save_period": PERIOD}}
 
 
+CLI_AFTER_07: dict[str, object] = {}  # what `nbtools evaluate` printed right after 07, while the cluster is up
+
+
+def _cli_evaluate(sim_gke) -> None:
+    """Issue 42 item 5: ``nbtools evaluate EXPERIMENT`` from a terminal on the same cluster, after 07 (same jobs:
+    they re-attach), with the bucket's per-problem results and the comparison 07 shows."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "nbtools.cli", "evaluate", str(sim_gke.experiment_yaml), "--backend", "gke",
+                        "--json"], capture_output=True, text=True, timeout=900, env=dict(os.environ))
+    CLI_AFTER_07.update(code=r.returncode, out=r.stdout, err=r.stderr)
+
+
 def sim_executor(sim_gke, out: Path):
-    """Executes one notebook with ``BACKEND="gke"`` on ``sim_gke`` (09 confirmed with the cluster's name), into ``out``."""
+    """Executes one notebook with ``BACKEND="gke"`` on ``sim_gke`` (09 confirmed with the cluster's name), into ``out``;
+    after 07, ``nbtools evaluate`` runs on the same cluster (``CLI_AFTER_07``)."""
 
     def execute(notebook: Path) -> None:
         import papermill as pm
@@ -43,6 +58,8 @@ def sim_executor(sim_gke, out: Path):
             pm.execute_notebook(str(notebook), str(out / notebook.name), parameters=params,
                                 cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
                                 execution_timeout=1500, config=kernel_config())
+            if notebook.stem.startswith("07"):
+                _cli_evaluate(sim_gke)
 
     return execute
 
@@ -56,3 +73,21 @@ def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_on_simulated_gke(notebook, in_order):
     in_order.through(notebook)
+
+
+def test_cli_evaluate_prints_the_results_location_and_the_comparison_like_07(in_order):
+    """``nbtools evaluate`` (run right after 07, before 09 tears the cluster down): both models evaluated through the
+    cluster's run_eval.py jobs, the per-problem results where the pods wrote them (the bucket) and here, the paired
+    comparison saved, MATH-500 at tutorial 000's 8192 tokens."""
+    import json
+
+    in_order.through(next(nb for nb in NOTEBOOKS if nb.stem.startswith("07")))
+    assert CLI_AFTER_07.get("code") == 0, CLI_AFTER_07
+    doc = json.loads(CLI_AFTER_07["out"])
+    rows = {r["label"]: r for r in doc["evaluations"]}
+    assert set(rows) == {"baseline", "fine-tuned"}
+    for r in rows.values():
+        assert r["cluster_results"].startswith("gs://") and Path(r["results"]).is_file(), r
+        assert r["max_new_tokens"] == 8192 and r["length_from"] == "MATH-500 as tutorial 000 scored it", r
+    (c,) = doc["comparisons"]
+    assert c["paired"] and c["n_problems"] == rows["baseline"]["problems"] > 0 and Path(c["saved"]).is_file()

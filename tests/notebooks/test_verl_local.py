@@ -6,7 +6,7 @@ One rehearsal run serves all nine: the notebooks run in their order, once each, 
 its own kernel, the way a user runs them, against one runs dir, whatever order pytest runs the tests in (a test asks
 for its notebook and every earlier one not yet run). The experiment is copied with its own free Ray ports (never the
 8265/6379 another head on this machine may hold) and ``NBTOOLS_VERL_NOTEBOOK_STEPS`` GRPO steps (default 40: what the
-notebooks read and check matters here, not how far the policy learns; the local pass, test_local.py, trains the
+notebooks read and check matters here, not how far the policy learns; the local pass (notebooks/ through nbmake) trains the
 demo's 200).
 """
 

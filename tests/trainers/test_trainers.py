@@ -75,7 +75,7 @@ def test_config_load_reports_the_registries_rules_with_its_own(tmp_path):
 
 def test_the_package_wires_the_registries_into_the_config():
     c = nbtools.config._contrib.CONTRIBUTIONS
-    assert set(c.rules) == {"backends", "trainers"} and set(c.rows) == {"backends", "trainers"}
+    assert set(c.rules) == {"backends", "trainers", "gpus"} and set(c.rows) == {"backends", "trainers"}  # gpus: fit's GPU table
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
     assert cfg.log_dir == nbtools.backends.get(cfg).log_dir
     assert "| trainer | `nemo-rl (v0.7.0)` |" in cfg._repr_markdown_()
