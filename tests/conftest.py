@@ -192,6 +192,7 @@ LONGEST_FIRST = (
     "notebooks/*.ipynb",  # about 120 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
+    "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
     "tests/integration/test_sim_gke.py",  # 106 s
     "tests/oracle/test_verl_oracle.py",  # two venvs (built once, cached in .venv-verl/) and verl's code in each
     "tests/integration/test_health_rehearsal.py",  # 61 s

@@ -293,3 +293,52 @@ def test_shell_commands_are_quoted_through_the_one_helper():
                     isinstance(v, ast.Constant) and "echo " in str(v.value) for v in node.values):
                 echoes.append(f"{p.relative_to(root)}:{node.lineno}")
     assert direct == [] and echoes == [], (direct, echoes)
+
+
+def test_commands_shown_to_be_copied_work_when_pasted(tmp_path, monkeypatch):
+    """Issue 45: a command a cell shows for copying carries no ``<runs_dir>/…`` mask (that breaks when pasted) and no
+    absolute path: runs-dir and checkout paths are relative to where it is shown (the notebook's directory)."""
+    import shlex
+
+    from IPython.lib.pretty import pretty
+
+    from nbtools import _paths
+    from nbtools.checkpoints import copy_to_local_disk_command
+
+    runs = tmp_path / "runs"
+    (runs / "exp" / "merged_hf").mkdir(parents=True)
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(runs))
+    monkeypatch.chdir(nbdir)
+    argv = copy_to_local_disk_command(str(runs / "exp" / "merged_hf"))
+    shown = pretty(argv)
+    assert "<runs_dir>" not in shown and str(tmp_path) not in shown and shown.startswith("bash -c 'set -euo")
+    assert shlex.split(shown) == [a.replace(str(runs), "../runs") for a in argv]  # the same command, pasteable here
+    call = _paths.pasteable(f'upload_folder(folder_path="{runs}/exp/merged_hf")')
+    assert call == 'upload_folder(folder_path="../runs/exp/merged_hf")'
+    assert _paths.shown(str(runs / "x")) == "<runs_dir>/x"  # prose keeps the mask
+
+
+def test_a_merge_result_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: in a console or a text export the merge result was the dataclass repr with every file's checksum."""
+    from pathlib import Path
+
+    from nbtools.checkpoints._result import MergeResult
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    r = MergeResult(Path(tmp_path) / "exp" / "merged_hf", 20, 512_000, 3.21, "v2_safetensors", True,
+                    {f"model-{i}.safetensors": "ab" * 16 for i in range(30)})
+    assert repr(r) == ("<runs_dir>/exp/merged_hf: 20 tensors, 0.5 MB, layout v2_safetensors, merged in 3.2 s, verified "
+                       "yes, 30 files with xxh3_128 checksums")
+
+
+def test_a_card_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: a card's text form was the dataclass repr, its whole Markdown text inside."""
+    from nbtools.card import Card
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    card = Card(str(tmp_path / "m" / "README.md"), {"tags": ["grpo"]}, "---\nlong text\n" * 50, ("experiment.yaml",), 2,
+                "upload_folder(...)", ("fill in the licence",))
+    assert repr(card) == ("model card <runs_dir>/m/README.md: 2 evaluation(s) in the model-index; beside it: "
+                          "experiment.yaml\n  note: fill in the licence")

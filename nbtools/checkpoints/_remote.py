@@ -139,6 +139,14 @@ if bad:
 """
 
 
+class ShellCommand(_paths.Argv):
+    """An argv a cell shows for copying: shown as the shell command (not a list repr with ``\\n`` escapes), with
+    runs-dir and checkout paths relative to where it is shown, so it works when pasted there (issue 45)."""
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(_paths.shown(_paths.pasteable(sh_join(self))))
+
+
 def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf", *, python: str = "python3") -> list[str]:
     """argv to run in every worker pod (gke helper's pod exec): copy the merged model to local disk, checked.
 
@@ -160,4 +168,4 @@ def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf
         f"{sh(python)} -c {sh(_CHECK_COPY)} \"$tmp\" {src}; "
         f"rm -rf {dst}; mv \"$tmp\" {dst}; {sh_echo(f'copied to {local_dir}')}"
     )
-    return _paths.Argv(["bash", "-c", script])
+    return ShellCommand(["bash", "-c", script])

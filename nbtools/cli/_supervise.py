@@ -34,7 +34,10 @@ def register_diagnose(sub) -> None:
     p.add_argument("--experiment", metavar="EXPERIMENT.yaml", default=None,
                    help="the experiment whose cluster ran the job (default: experiments/local.yaml)")
     p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the experiment's backend")
-    p.add_argument("--status", default="FAILED", help="with --log: the job's Ray status (default FAILED)")
+    p.add_argument("--status", default=None, type=str.upper,
+                   choices=["FAILED", "SUCCEEDED", "STOPPED", "RUNNING", "PENDING"],
+                   help="with --log: the job's Ray status (`nbtools jobs status`); without it the log must show why "
+                        "the job failed, else the command asks for it")
 
 
 def add_launch_flags(p) -> None:
@@ -75,12 +78,21 @@ def cmd_diagnose(a) -> Out:
         raise ConfigError("pass either SUBMISSION_ID or --log FILE, not both; fix: drop one of them")
     cfg = text = None
     if a.log:
+        from nbtools.cli._kinds import resolve
+
         p = Path(a.log)
         if not p.is_file():
             raise NotFoundError(f"expected a job log at {p}, found {'a directory' if p.exists() else 'nothing'}",
                                 fix="save it first: `nbtools jobs logs EXPERIMENT.yaml --id ID > job.log`")
+        resolve(a.log, want="log file", flag="--log", command="diagnose")  # an experiment file is not a log
         text = p.read_text(errors="replace")
-        d = launch.diagnose_log(text, status=a.status)
+        d = launch.diagnose_log(text, status=a.status or "FAILED")
+        if a.status is None and d.cause is launch.Cause.UNKNOWN:  # no failure in the log: it may well have succeeded
+            raise NotFoundError(f"--log {a.log}: the log shows no failure (no traceback, OOM, NCCL, preemption or "
+                                "lost-node line), so how the job ended cannot be told from it",
+                                fix="pass the job's status, e.g. --status SUCCEEDED (`nbtools jobs status "
+                                    "EXPERIMENT.yaml --id ID` shows it), or diagnose by id: `nbtools diagnose ID "
+                                    "--experiment EXPERIMENT.yaml`")
         if a.experiment:
             cfg = load_cfg(a)
     elif a.submission_id:

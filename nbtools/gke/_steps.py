@@ -229,12 +229,14 @@ def build_steps(cfg: Experiment) -> list[Step]:
         steps.append(Step(
             f"secret-{name}", f"Secret {name} (pod env {env}) from ${var}, re-applied on every apply (a rotated token "
                               "reaches the pods); never written or shown",
-            ("kubectl", f"--context={ctx}", "apply", "--server-side", "--field-manager=nbtools", "-f", "-"),
+            # the token is the environment's to set, whoever wrote the Secret before (`kubectl create secret`, a
+            # client-side `kubectl apply`): without --force-conflicts the API server refuses to change their field
+            ("kubectl", f"--context={ctx}", "apply", "--server-side", "--field-manager=nbtools", "--force-conflicts", "-f", "-"),
             stdin=manifests.to_yaml(obj),
             make_stdin=_secret_stdin(cfg, name),
             script=(f'if [[ -n "${{{var}:-}}" ]]; then printf %s "${var}" | kubectl --context={ctx} --namespace={c.namespace} '
                     f"create secret generic {name} --from-file={key}=/dev/stdin --dry-run=client -o yaml | kubectl "
-                    f"--context={ctx} apply --server-side --field-manager=nbtools -f -\n"
+                    f"--context={ctx} apply --server-side --field-manager=nbtools --force-conflicts -f -\n"
                     f"elif EXPECT=(); STATES=(); done_ {_join(check)}; then "
                     f"{sh_echo(f'keep secret-{name}: ${var} is not set, the Secret stays as it is')}\n"
                     f"else {sh_echo(f'secret-{name}: export {var} first', stderr=True)}; exit 1; fi"),

@@ -95,6 +95,31 @@ def _max_abs_diff(a: pd.Series, b: pd.Series) -> float:
     return float(np.nanmax(d)) if np.isfinite(d).any() else float("nan")
 
 
+class RescoreSummary(dict):
+    """Totals of a re-scoring, as a mapping (``summary["changed_rewards"]``) that shows as one short sentence and a
+    two-column table with numbers rounded for people (not a pandas Series repr with 16-digit floats)."""
+
+    def _value(self, key: str) -> str:
+        v = self[key]
+        if isinstance(v, float):
+            return "n/a" if v != v else f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
+        return str(v)
+
+    def __repr__(self) -> str:
+        return (f"re-scored {self['samples']} samples in {self['groups']} groups over {self['steps']} steps: mean reward "
+                f"{self._value('old_mean_reward')} → {self._value('new_mean_reward')}, {self['changed_rewards']} "
+                f"rewards changed; groups with a learning signal {self['old_signal_groups']} → "
+                f"{self['new_signal_groups']} (+{self['flipped_to_signal']} / -{self['flipped_to_no_signal']}); "
+                f"stored advantages reproduced within {self._value('stored_advantage_max_diff')}")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{_h(k.replace('_', ' '))}</td><td>{_h(self._value(k))}</td></tr>" for k in self)
+        return f"<table><tbody>{rows}</tbody></table>"
+
+
 @dataclass(frozen=True)
 class RescoreResult:
     """Old vs new rewards and advantages of stored trajectories under a new reward mix.
@@ -156,7 +181,7 @@ class RescoreResult:
         )
         return _table.table(per_sample.join(per_group).reset_index(), when_empty="no trajectories: nothing was re-scored")
 
-    def summary(self) -> pd.Series:
+    def summary(self) -> RescoreSummary:
         """Totals over the whole run (samples, groups, mean rewards, signal groups, flips in both directions).
 
         ``stored_advantage_max_diff`` compares the advantages recomputed from the stored rewards with the ones the
@@ -167,7 +192,7 @@ class RescoreResult:
         changed = ~np.isclose(
             s["old_reward"].to_numpy(float), s["new_reward"].to_numpy(float), equal_nan=True
         )
-        return pd.Series(
+        return RescoreSummary(
             {
                 "samples": len(s),
                 "groups": len(g),
@@ -181,9 +206,7 @@ class RescoreResult:
                 "flipped_to_no_signal": self.flipped_to_no_signal,
                 "new_accuracy": _accuracy(s["new_correct"]),
                 "stored_advantage_max_diff": self._stored_diff(),
-            },
-            dtype=object,
-            name="rescore",
+            }
         )
 
     def _stored_diff(self) -> float:
@@ -202,8 +225,8 @@ class RescoreResult:
     def _repr_html_(self) -> str:
         mix = _h(repr(self.mix))
         return (
-            f"<b>RescoreResult</b> — {mix}, baseline={self.baseline}, normalize={self.normalize}"
-            f"{self.summary().to_frame().T.to_html(index=False)}{self.table().to_html(index=False)}"
+            f"<b>RescoreResult</b> — {mix}, baseline={_h(self.baseline)}, normalize={self.normalize}"
+            f"{self.summary()._repr_html_()}{self.table().to_html(index=False)}"
         )
 
 

@@ -128,8 +128,8 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
             f"{', '.join(missing)} not found: verl.trainer.main_ppo reads it at start and fails after the cluster "
             "spent minutes starting Ray and vLLM",
             Fix("run the preparation job first: nbtools.launch.verl_prepare.submit_prepare_jobs(cfg) (or `nbtools "
-                "prepare EXPERIMENT.yaml --submit`), or point data.data_dir at the parquet files",
-                cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit`, or point data.data_dir "
+                "prepare EXPERIMENT.yaml --apply`), or point data.data_dir at the parquet files",
+                cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --apply`, or point data.data_dir "
                     "at the parquet files"),
         ))
 
@@ -167,7 +167,7 @@ def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = Non
             "warning", "verl-weights", "model.name",
             f"{cfg.model.name} is not staged in {d}: every node downloads it when the job starts, into the shared "
             "cache at the same time",
-            "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
+            "stage it once first: `nbtools prepare EXPERIMENT.yaml --apply` (the weights job)",
         ))
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR
+from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR, step_ranges
 from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
 from nbtools._groups import group_numbers
@@ -115,8 +115,8 @@ class VerlRun:
     def _lines(self, step: int, kind: str) -> tuple[Path, list[bytes]]:
         files = self.files(kind)
         if step not in files:
-            raise NotFoundError(f"expected a dump of step {step} ({kind}) in {self.dirs[kind]}, found steps "
-                                f"{list(files)[:10] or 'none'}",
+            raise NotFoundError(f"expected a dump of step {step} ({kind}) in {self.dirs[kind]}; the run has steps "
+                                f"{step_ranges(files)}",
                                 fix="pick one of run.steps (run.val_steps for validation); verl dumps every step "
                                     "only when trainer.rollout_data_dir is set")
         path = files[step]
