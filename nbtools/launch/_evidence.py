@@ -203,12 +203,14 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
 
     out: dict[str, str] = {}
     versions = {"nbtools": __version__}
-    for pkg in ("ray", "torch", "vllm", "transformers", "nvidia-nccl-cu12", "verl", "nemo-rl"):
+    for pkg in ("ray", "torch", "vllm", "transformers", "nvidia-nccl-cu12"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
     with contextlib.suppress(Exception):
         t = trainers.get(cfg)
         versions["trainer"] = f"{t.label} {t.release}".strip()
+        with contextlib.suppress(metadata.PackageNotFoundError):  # the trainer's own distribution, where installed here
+            versions[t.name] = metadata.version(t.name)
     out["versions.json"] = json.dumps({"this machine": versions, "note": "the cluster's image may differ: see the "
                                        "driver log's first lines"}, indent=1)
     out["config.json"] = json.dumps(to_dict(cfg), indent=1, default=str)
