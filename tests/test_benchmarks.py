@@ -36,8 +36,7 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     "bench_rehearsal.py": (["--tiny"], "learning targets met on", True),
     # helper scripts that a benchmark above runs in its tiny mode
     "bench_merge_make_ckpt.py": ([], "", False),
-    # its functions run in tests/health/test_corpus.py (with the corpus's one known false alarm allowed, where its own
-    # --tiny exits 1): not run twice here
+    # its functions run in tests/health/test_corpus.py (which also lists any known false alarm): not run twice here
     "bench_health_corpus.py": ([], "", False),
     # GPU calibration (one real training step per model on CUDA): its CPU/dry mode is being added with the fit work;
     # until then only its imports and argument parser run here

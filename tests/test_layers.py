@@ -182,7 +182,7 @@ def test_private_modules_are_imported_only_by_their_package():
 PACKAGE_LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"nbtools.errors", "nbtools._paths", "nbtools._escape", "nbtools._atomic", "nbtools._pids",
                 "nbtools._ports", "nbtools._progress", "nbtools._table", "nbtools._figure", "nbtools._tfevents",
-                "nbtools._layout"}),
+                "nbtools._layout", "nbtools._groups"}),
     ("config", {"nbtools.config"}),
     ("storage and data readers", {"nbtools.storage", "nbtools.metrics", "nbtools.trajectories", "nbtools.checkpoints",
                                   "nbtools.rewards", "nbtools.kube", "nbtools.manifests"}),

@@ -76,6 +76,16 @@ def test_friendly_names_mfu_memory(logs, reader):
     assert last.set_index("metric").loc["reward", "value"] == pytest.approx(0.55) and set(last.step) == {3}
 
 
+def test_memory_on_verl_09_is_the_actor_prefixed_tag(tmp_path):
+    """verl 0.9.x's V1 trainer logs the actor worker's memory as ``actor/perf/max_memory_allocated_gb``
+    (verl/trainer/ppo/v1/trainer_base.py at v0.9.1: ``rename_dict(output["metrics"], "actor/")``); "memory" was empty."""
+    m = {k.replace("perf/max_memory", "actor/perf/max_memory"): v for k, v in _step_metrics(1).items()}
+    (tmp_path / "job.log").write_text(concat_dict_to_str(m, 1) + "\n")
+    df = metrics.read_verl_log(tmp_path / "job.log")
+    mem = metrics.select(df, "memory")
+    assert mem.tag.tolist() == ["actor/perf/max_memory_allocated_gb"] and mem.value.tolist() == pytest.approx([61.2])
+
+
 _KEYS = ["critic/score/mean", "actor/kl_loss", "x", "a:b", " - ", "perf/mfu/actor"]
 _VALUES = [0.5, -1, 10**30, float("nan"), float("inf"), "np.float64(0.25)", "abc", "", "1e999"]
 

@@ -140,6 +140,14 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     solved = float(at_top.sum() / max(1, recent["flat"].sum()))
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
+    if spec.level(value)[0] == "warning":
+        rewards = work.loc[work["step"].isin(steps), "reward"].to_numpy(dtype="float64")
+        expected, p = _chance_flat(rewards, recent["size"].to_numpy(), int(recent["flat"].sum()))
+        n = "/".join(str(k) for k in sorted(recent["size"].unique()))
+        msg += f"; {expected:.0%} expected by chance for groups of {n} with these rewards (p={p:.2g})"
+        if p >= _ALPHA:  # as many flat groups as independent samples give: a fact of the group size, not a fault
+            msg += ": more generations per prompt would give more groups a signal"
+            status = "ok"
     if solved > 0.5 and spec.level(value)[0] != "ok":
         msg += (f" ({solved:.0%} of them at the top reward {top:g}: the task is solved; move on, or make it harder: "
                 "harder prompts, more generations per prompt)")
@@ -150,6 +158,29 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
         st, grp = flat.iloc[0]["step"], flat.iloc[0]["group"]
         ex = _examples(d.meta, (work["step"] == st).to_numpy() & (codes == grp), c.examples)
     return _result(spec, value, msg, series=share, examples=ex, status=status)
+
+
+_ALPHA = 0.01  # one-sided significance of the flat-group excess before no-signal-groups warns
+
+
+def _chance_flat(rewards: np.ndarray, sizes: np.ndarray, flat: int) -> tuple[float, float]:
+    """(expected share of all-equal groups, P(at least ``flat`` of them)) if samples were independent draws.
+
+    Why: with n samples a group is flat by chance with probability sum_v q_v^n over the reward values v of the
+    window (binary: p^n + (1-p)^n): 4 samples at a 20% success rate leave 41% of the groups flat in a healthy run.
+    The count of flat groups is then Poisson-binomial; its upper tail (exact, by convolution) says whether the run
+    has more flat groups than its group size and reward mix explain (identical samples, prompts all too easy or too
+    hard), which is what the fix (temperature, data difficulty) acts on.
+    """
+    _, counts = np.unique(np.round(rewards[np.isfinite(rewards)], 6), return_counts=True)
+    q = counts / max(1, counts.sum())
+    chance = np.array([float(np.sum(q ** int(n))) for n in sizes])
+    pmf = np.zeros(len(chance) + 1)
+    pmf[0] = 1.0
+    for e in chance:
+        pmf[1:] = pmf[1:] * (1 - e) + pmf[:-1] * e
+        pmf[0] *= 1 - e
+    return float(chance.mean()), float(min(1.0, pmf[flat:].sum()))
 
 
 def _parsers(data: RunData) -> list[tuple[str, Callable[[str], bool]]]:

@@ -3,8 +3,8 @@
 Why: the first thing a maintainer asks for (verl#3873) is versions, the resolved config, every rank's traceback, the
 worker logs and ``ray status``. Ray's dashboard serves all of it: py-spy dumps per process (``/worker/traceback``,
 and every Python descendant of a job's entrypoint on this machine, where the ranks of the rehearsal or torchrun are;
-the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets; on GKE the head's env and the
-pods' ``SYS_PTRACE`` capability are not in the manifests yet, and a failed dump becomes a note that names that fix), GPU memory per process (``/nodes?view=summary``), ``ray status``
+the head needs ``RAY_DASHBOARD_ENABLE_PROFILING=1``, which the local backend sets and the GKE manifests set with the
+pods' ``SYS_PTRACE`` capability; a failed dump becomes a note that names that fix), GPU memory per process (``/nodes?view=summary``), ``ray status``
 (``/api/cluster_status``), actors and their log files (the state API). On GKE the pods' events and conditions come
 from the backend. The bundle is one ``.tar.gz`` plus a ``.md`` summary under ``<logs>/nbtools-diagnosis/``; every
 text in it passes through ``_scrub`` (secret values of this environment and the config's secrets, token-shaped
@@ -203,12 +203,14 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
 
     out: dict[str, str] = {}
     versions = {"nbtools": __version__}
-    for pkg in ("ray", "torch", "vllm", "transformers", "nvidia-nccl-cu12", "verl", "nemo-rl"):
+    for pkg in ("ray", "torch", "vllm", "transformers", "nvidia-nccl-cu12"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[pkg] = metadata.version(pkg)
     with contextlib.suppress(Exception):
         t = trainers.get(cfg)
         versions["trainer"] = f"{t.label} {t.release}".strip()
+        with contextlib.suppress(metadata.PackageNotFoundError):  # the trainer's own distribution, where installed here
+            versions[t.name] = metadata.version(t.name)
     out["versions.json"] = json.dumps({"this machine": versions, "note": "the cluster's image may differ: see the "
                                        "driver log's first lines"}, indent=1)
     out["config.json"] = json.dumps(to_dict(cfg), indent=1, default=str)

@@ -9,7 +9,7 @@ from nbtools.trainers import nemo_rl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers._nemo_rl_lint import check_nemo_rl
-from nbtools.trainers._protocol import OutputDirs, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 
@@ -84,6 +84,11 @@ class NemoRl:
                 impl = o.split("=", 1)[1]
         spec = env.get("reward_functions") or [{"name": f"math_verify ({impl}): 1 if the answer is right", "weight": 1.0}]
         return spec, "NeMo-RL math environment (env.math)"
+
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """NeMo-RL's GRPO (``calculate_baseline_and_std_per_prompt``): leave-one-out when configured."""
+        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             cfg.grpo.normalize_rewards)
 
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         custom = cfg.trainer.reward_functions

@@ -7,7 +7,7 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, Trainer, TrainerJob
 
 __all__ = ["Rehearsal", "REHEARSAL_METRICS"]
 
@@ -107,6 +107,11 @@ class Rehearsal:
 
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         return [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
+
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """NeMo-RL's rule with the experiment's settings (``rehearsal/trainer.py`` computes ``group_advantages``)."""
+        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             cfg.grpo.normalize_rewards)
 
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         return [dict(x) for x in cfg.rehearsal.reward_functions]

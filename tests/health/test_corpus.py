@@ -26,9 +26,9 @@ def test_the_corpus_is_labelled_and_covers_healthy_and_broken_runs():
     assert all((CORPUS / n / "logs").is_dir() for n in labels) and (CORPUS / "SOURCE.md").is_file()
 
 
-# The one false alarm measured (see README "Is it learning?"): seed 1 with 4 generations per prompt leaves 65% of its
-# groups without signal, over the 60% warning line. Listed so that any other false alarm fails this test.
-KNOWN_ALARMS = {"no-signal-groups": ["healthy-seed1"]}
+# No known false alarm: seed 1 with 4 generations per prompt leaves 65% of its groups without signal, over the 60%
+# line, but 55% are flat by chance at its reward mix (p=0.14), so no-signal-groups says ok (it warned before).
+KNOWN_ALARMS: dict[str, list[str]] = {}
 
 
 def test_false_alarms_on_healthy_runs_and_every_broken_run_detected(capsys):
@@ -39,3 +39,4 @@ def test_false_alarms_on_healthy_runs_and_every_broken_run_detected(capsys):
     assert result["detected"] and all(step == 1 for step in result["detected"].values()), result["detected"]
     # val-divergence: seed 1's validation accuracy 0.35 -> 0.25 on 16 prompts is noise, not divergence (a warning before)
     assert result["runs"]["healthy-seed1"]["val-divergence"][0] == "ok"
+    assert result["runs"]["healthy-seed1"]["no-signal-groups"][0] == "ok"

@@ -55,13 +55,15 @@ def test_grpo_kl_penalty_becomes_verls_kl_loss():
 def test_lint_warns_of_a_kl_coefficient_verl_would_ignore():
     """Issue 42 item 2: tutorial 002's own key is a warning naming the tag and the source path, not a refusal."""
     assert not _findings(_rules(_cfg()), "verl-kl")
-    tutorial = _cfg(**{"grpo.kl_penalty": 0.0, "trainer.overrides": ["algorithm.kl_ctrl.kl_coef=0.001"]})
+    own = list(_cfg().trainer.overrides)  # the experiment's micro-batch keys: without them verl (and the lint) refuse it
+    tutorial = _cfg(**{"grpo.kl_penalty": 0.0, "trainer.overrides": [*own, "algorithm.kl_ctrl.kl_coef=0.001"]})
     report = _rules(tutorial)
     f = _findings(report, "verl-kl")  # tutorial 002's own command line: a silent no-op KL
     assert f and f[0].severity == "warning" and "use_kl_in_reward" in f[0].message and "grpo.kl_penalty: 0.001" in f[0].fix
     assert "no effect in verl v0.7.0" in f[0].message and "verl/trainer/ppo/ray_trainer.py" in f[0].message
     assert report.ok, str(report)
-    in_reward = tutorial.replace(**{"trainer.overrides": ["algorithm.kl_ctrl.kl_coef=0.001", "algorithm.use_kl_in_reward=true"]})
+    in_reward = tutorial.replace(**{"trainer.overrides": [*own, "algorithm.kl_ctrl.kl_coef=0.001",
+                                                          "algorithm.use_kl_in_reward=true"]})
     assert not _findings(_rules(in_reward), "verl-kl")
     switched_off = _cfg(**{"trainer.overrides": ["actor_rollout_ref.actor.use_kl_loss=false"]})
     f = _findings(_rules(switched_off), "verl-kl")
