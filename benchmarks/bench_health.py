@@ -14,6 +14,7 @@ imports; both cold (``cache=False``: every file parsed) and warm (the column cac
 Example:
     $ python benchmarks/bench_health.py                         # generates /tmp/nbtools-bench/run-health if missing
     $ python benchmarks/bench_health.py --reps 1 --rehearsal-seeds 0 1 2
+    $ python benchmarks/bench_health.py --tiny                  # 3 steps x 4 records in a temp dir, once (tests)
 """
 
 from __future__ import annotations
@@ -60,14 +61,14 @@ def _child(method: str, log_dir: str, cache: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _ensure_run(path: Path) -> Path:
-    if (path / "exp_001" / "train_data_step410.jsonl").exists():
+def _ensure_run(path: Path, steps: int = 410, **shape) -> Path:
+    if (path / "exp_001" / f"train_data_step{steps}.jsonl").exists():
         return path
     sys.path.insert(0, str(HERE))
     from gen_nemo_rl_run import generate
 
     t = time.perf_counter()
-    generate(path, steps=410, records=64, tensorboard=True)
+    generate(path, steps=steps, records=shape.pop("records", 64), tensorboard=True, **shape)
     print(f"generated {path} in {time.perf_counter() - t:.1f} s")
     return path
 
@@ -91,8 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", default="/tmp/nbtools-bench/run-health", help="log_dir (generated when missing)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rehearsal-seeds", type=int, nargs="*", default=[])
+    ap.add_argument("--tiny", action="store_true", help="a 3-step run of 4 records in a temp dir, one repetition: "
+                    "every code path in seconds, no figure worth reading (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
-    log_dir = _ensure_run(Path(a.run))
+    if a.tiny:
+        with tempfile.TemporaryDirectory(prefix="bench-health-tiny-") as d:
+            return _bench(_ensure_run(Path(d) / "run", steps=3, records=4, seq_len=32), reps=1, seeds=a.rehearsal_seeds)
+    return _bench(_ensure_run(Path(a.run)), reps=a.reps, seeds=a.rehearsal_seeds)
+
+
+def _bench(log_dir: Path, *, reps: int, seeds: list[int]) -> int:
     files = list((log_dir / "exp_001").glob("train_data_step*.jsonl"))
     size = sum(f.stat().st_size for f in files)
     print(f"run: {log_dir} ({len(files)} files, {size / 1e9:.2f} GB); cores: {os.cpu_count()}; "
@@ -100,20 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     _child("columns", str(log_dir), True)  # writes the column cache for the warm rows
     times: dict[tuple[str, bool], list[float]] = {}
     info: dict[str, dict] = {}
-    for _ in range(a.reps):
+    for _ in range(reps):
         for cache in (False, True):
             for m in METHODS:
                 r = _child(m, str(log_dir), cache)
                 times.setdefault((m, cache), []).append(r["s"])
                 info[m] = r
-    print(f"{'read':<8} {'columns (s)':>12} {'health (s)':>11} {'ratio':>6}   (median of {a.reps}; goal ratio <= 2)")
+    print(f"{'read':<8} {'columns (s)':>12} {'health (s)':>11} {'ratio':>6}   (median of {reps}; goal ratio <= 2)")
     for cache in (False, True):
         c, h = statistics.median(times[("columns", cache)]), statistics.median(times[("health", cache)])
         print(f"{'warm' if cache else 'cold':<8} {c:>12.2f} {h:>11.2f} {h / c:>6.2f}")
     print(f"rows: {info['columns']['rows']}; health: {info['health']['status']}, steps {info['health']['steps']}, "
           f"unhealthy: {info['health']['unhealthy'] or 'none'}")
-    if a.rehearsal_seeds:
-        _seeds(a.rehearsal_seeds)
+    if seeds:
+        _seeds(seeds)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Checkpoint generator for bench_merge.py: a Llama-style bf16 model saved by N ranks with FSDP2 + DCP.
 
 Run with ``python -m torch.distributed.run --standalone --nproc_per_node=4 benchmarks/bench_merge_make_ckpt.py
-OUT_WEIGHTS_DIR --hidden 2048 --intermediate 5632 --layers 22 --heads 32 --vocab 32000``.
+OUT_WEIGHTS_DIR --hidden 2048 --intermediate 5632 --layers 22 --heads 32 --vocab 32000`` (``--tiny``: a 2-layer model
+of hidden size 64, what ``bench_merge.py --tiny`` writes).
 The model is a plain module tree with HF Llama parameter names (no transformers import per rank), built on the
 meta device, ``fully_shard`` per layer and root, ``to_empty`` on CPU, seeded init of each local shard, then
 ``dcp.save({"model": get_model_state_dict(m)}, FileSystemWriter(dir))`` - NeMo-RL's DTensor v1 layout.
@@ -16,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+
+TINY = {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "vocab": 256}  # seconds end to end (tests)
 
 
 def llama_shapes(hidden: int, inter: int, layers: int, heads: int, kv_heads: int, vocab: int) -> dict[str, tuple]:
@@ -59,7 +62,11 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=22)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--tiny", action="store_true", help="the dims of bench_merge.py's tiny model (overrides the others)")
     a = ap.parse_args()
+    if a.tiny:
+        a.hidden, a.intermediate, a.layers, a.heads, a.vocab = (TINY[k] for k in ("hidden", "intermediate", "layers",
+                                                                                   "heads", "vocab"))
     dist.init_process_group("gloo")
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh

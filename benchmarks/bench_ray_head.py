@@ -5,10 +5,13 @@ in a fresh Python process (a head owned by that driver, stopped with ``ray.shutd
 is slower / bigger. Run once, briefly:
 
     $ .venv/bin/python benchmarks/bench_ray_head.py
+    $ .venv/bin/python benchmarks/bench_ray_head.py --tiny   # the same two heads on 1 CPU each (a head has no
+                                                              # smaller size): what tests/test_benchmarks.py runs
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -26,7 +29,7 @@ t0 = time.perf_counter()
 import ray
 from ray.job_submission import JobSubmissionClient
 ctx = ray.init(include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=int(sys.argv[1]),
-               num_cpus=2, _temp_dir=sys.argv[2], configure_logging=False)
+               num_cpus=int(sys.argv[3]), _temp_dir=sys.argv[2], configure_logging=False)
 JobSubmissionClient(f"http://{ctx.dashboard_url}").list_jobs()
 ready = time.perf_counter() - t0
 import psutil
@@ -46,14 +49,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def bench_nbtools(runs: Path) -> dict:
+def bench_nbtools(runs: Path, cpus: int = 2) -> dict:
     import nbtools
-    from nbtools.backends._proc import _free_ports
+    from nbtools._ports import free_ports
 
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
-    gcs, dashboard = _free_ports(2)  # two picks in a row can return the same port
+    gcs, dashboard = free_ports(2)  # distinct, and outside Ray's worker port range
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local",
-                              overrides={"ray.port": gcs, "ray.dashboard_port": dashboard, "ray.num_cpus": 2})
+                              overrides={"ray.port": gcs, "ray.dashboard_port": dashboard, "ray.num_cpus": cpus})
     t0 = time.perf_counter()
     head = nbtools.backends.get(cfg).up(timeout=600, progress=False)
     nbtools.jobs.list_jobs(head.dashboard_url)
@@ -69,17 +72,20 @@ def bench_nbtools(runs: Path) -> dict:
             "procs": res.head_processes, "stop_s": time.perf_counter() - t2}
 
 
-def bench_baseline(tmp: Path) -> dict:
+def bench_baseline(tmp: Path, cpus: int = 2) -> dict:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # like nbtools' head; never writes ~/.ray/auth_token
-    out = subprocess.run([sys.executable, "-c", _BASELINE, str(_free_port()), str(tmp)],
+    out = subprocess.run([sys.executable, "-c", _BASELINE, str(_free_port()), str(tmp), str(cpus)],
                          capture_output=True, text=True, timeout=900, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="both heads with 1 CPU (tests/test_benchmarks.py)")
+    cpus = 1 if ap.parse_args(argv).tiny else 2
     with tempfile.TemporaryDirectory(prefix="bench-ray-", dir="/tmp") as d:
-        ours = bench_nbtools(Path(d) / "runs")
-        base = bench_baseline(Path(d) / "init")
+        ours = bench_nbtools(Path(d) / "runs", cpus)
+        base = bench_baseline(Path(d) / "init", cpus)
     gib = 2**30
     print(f"{'':28}{'backends.get(cfg).up()':>20}{'ray.init (baseline)':>22}{'ratio':>8}")
     for key, label, scale, unit in [("ready_s", "start → Jobs API answers", 1, "s"), ("rss", "head RSS (sum)", gib, "GiB"),

@@ -21,6 +21,7 @@ for the same setting, and a verdict per seed. Times on a shared 2-core VM are co
 ``--direct`` runs ``python -m nbtools.rehearsal`` without Ray (no head start in the total).
 
     $ timeout 1800 .venv/bin/python benchmarks/bench_rehearsal.py [--seeds 0 1 2] [--runs-dir DIR] [key=value ...]
+    $ .venv/bin/python benchmarks/bench_rehearsal.py --tiny     # seed 0, 2 steps: every code path, no figure (tests)
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
     """One seed end to end; returns its figures."""
     runs = Path(args.runs_dir) / f"seed{seed}"
     shutil.rmtree(runs, ignore_errors=True)
-    from nbtools.backends._proc import _free_ports
+    from nbtools._ports import free_ports
 
-    gcs, dashboard = _free_ports(2)  # two picks in a row can return the same port
+    gcs, dashboard = free_ports(2)  # distinct, and outside Ray's worker port range
     ov = [*overrides, f"grpo.seed={seed}", f"ray.port={gcs}", f"ray.dashboard_port={dashboard}"]
     cfg = load_config(args.config, ov, str(runs))  # sets NBTOOLS_RUNS_DIR for this seed
     out: dict = {"seed": seed, "load_start": os.getloadavg()[0]}
@@ -132,6 +133,8 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
 def reached(reward: np.ndarray, target: float = TARGETS["last10"], window: int = 10) -> int | None:
     """The first step whose trailing ``window``-step mean train reward meets the last-10 target (the margin in steps:
     a run that gets there at step 100 of 200 has room for a machine on which it learns more slowly)."""
+    if len(reward) < window:  # np.convolve would swap the two and average the window over the run
+        return None
     means = np.convolve(reward, np.ones(window) / window, mode="valid")
     hit = np.flatnonzero(means >= target)
     return int(hit[0]) + window if hit.size else None
@@ -157,8 +160,20 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "experiments" / "local.yaml"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--direct", action="store_true", help="run python -m nbtools.rehearsal without a Ray head")
+    ap.add_argument("--tiny", action="store_true", help="seed 0 for 2 steps (a checkpoint at step 2), runs in a temp "
+                    "dir removed at the end: every code path in seconds, no figure worth reading (tests/test_benchmarks.py)")
     args, overrides = ap.parse_known_args()
+    if args.tiny:
+        args.seeds = [0]
+        overrides = ["grpo.max_num_steps=2", "grpo.val_period=2", "checkpointing.save_period=2", *overrides]
+        with tempfile.TemporaryDirectory(prefix="bench-rehearsal-tiny-") as d:
+            args.runs_dir = args.runs_dir or d
+            return _bench(args, overrides)
     args.runs_dir = args.runs_dir or tempfile.mkdtemp(prefix="bench-rehearsal-")
+    return _bench(args, overrides)
+
+
+def _bench(args: argparse.Namespace, overrides: list[str]) -> None:
     torch.set_num_threads(1)
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     results = []

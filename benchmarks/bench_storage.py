@@ -15,6 +15,7 @@ Rows (each in its own fresh process; NBTOOLS_CACHE_DIR emptied where it says "co
 
 Example:
     $ python benchmarks/bench_storage.py                 # generates /tmp/nbtools-bench/run if missing
+    $ python benchmarks/bench_storage.py --tiny          # 3 steps x 4 records in a temp dir, once (tests)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 sys.path.insert(0, str(HERE.parent / "tests" / "doubles"))
 COLS = ["step", "idx", "prompt", "response", "reward", "generation_length"]
 BUCKET = "bench-bucket"
+RECORD = (200, 9)  # record(step, k) of the full run; --tiny picks one its 3 x 4 run has
 
 
 def _checksum(df) -> dict:
@@ -80,8 +82,8 @@ def m_record_baseline(url: str) -> dict:
     times = []
     for _ in range(7):
         t = time.perf_counter()
-        data = fs.cat_file(f"{url.removeprefix('gs://')}/train_data_step200.jsonl")
-        rec = json.loads(data.split(b"\n")[9])
+        data = fs.cat_file(f"{url.removeprefix('gs://')}/train_data_step{RECORD[0]}.jsonl")
+        rec = json.loads(data.split(b"\n")[RECORD[1]])
         times.append(time.perf_counter() - t)
     return {"seconds": statistics.median(times), "reward": rec["rewards"][0]}
 
@@ -90,11 +92,11 @@ def m_record(url: str) -> dict:
     from nbtools import trajectories
 
     run = trajectories.open_run(url)
-    run.record(200, 9)  # the first call copies the step file (once per generation)
+    run.record(*RECORD)  # the first call copies the step file (once per generation)
     times = []
     for _ in range(7):
         t = time.perf_counter()
-        rec = run.record(200, 9)
+        rec = run.record(*RECORD)
         times.append(time.perf_counter() - t)
     return {"seconds": statistics.median(times), "reward": float(rec["reward"])}
 
@@ -107,9 +109,9 @@ def m_record_evicted(url: str) -> dict:
     times = []
     for _ in range(7):
         t = time.perf_counter()
-        rec = run.record(200, 9)
+        rec = run.record(*RECORD)
         times.append(time.perf_counter() - t)
-    assert not (run.path / "train_data_step200.jsonl").exists(), "evicted copies must stay evicted"
+    assert not (run.path / f"train_data_step{RECORD[0]}.jsonl").exists(), "evicted copies must stay evicted"
     return {"seconds": statistics.median(times), "reward": float(rec["reward"])}
 
 
@@ -119,8 +121,8 @@ def _child(method: str, url: str) -> None:
 
 
 def _run(method: str, url: str, env: dict) -> dict:
-    r = subprocess.run([sys.executable, __file__, "--child", method, "--url", url], capture_output=True, text=True,
-                       env=env, timeout=3600)
+    r = subprocess.run([sys.executable, __file__, "--child", method, "--url", url, "--record", *map(str, RECORD)],
+                       capture_output=True, text=True, env=env, timeout=3600)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"{method} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
@@ -128,23 +130,39 @@ def _run(method: str, url: str, env: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global RECORD
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="/tmp/nbtools-bench/run", help="local log_dir (generated if missing)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--child")
     ap.add_argument("--url")
+    ap.add_argument("--record", type=int, nargs=2, default=list(RECORD), help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true", help="a 3-step run of 4 records in a temp dir, one repetition: "
+                    "every code path in seconds, no figure worth reading (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
+    RECORD = tuple(a.record)
     if a.child:
         _child(a.child, a.url)
         return 0
-    from gcs_emulator import GcsEmulator
-
-    if not list(Path(a.run).glob("exp_*")):
+    if a.tiny:
         from gen_nemo_rl_run import generate
 
-        print(f"generating the benchmark run in {a.run} …", flush=True)
-        generate(a.run)
-    exp = sorted(Path(a.run).glob("exp_*"))[-1]
+        RECORD = (3, 2)
+        with tempfile.TemporaryDirectory(prefix="bench-storage-tiny-") as d:
+            generate(Path(d) / "run", steps=3, records=4, seq_len=32)
+            return _bench(Path(d) / "run", reps=1)
+    return _bench(Path(a.run), reps=a.reps)
+
+
+def _bench(run: Path, *, reps: int) -> int:
+    from gcs_emulator import GcsEmulator
+
+    if not list(run.glob("exp_*")):
+        from gen_nemo_rl_run import generate
+
+        print(f"generating the benchmark run in {run} …", flush=True)
+        generate(run)
+    exp = sorted(run.glob("exp_*"))[-1]
     size = sum(f.stat().st_size for f in exp.glob("train_data_step*.jsonl"))
     with tempfile.TemporaryDirectory(prefix="nbtools-bench-gcs-") as root, GcsEmulator(Path(root) / "gcs") as gcs:
         gcs.create_bucket(BUCKET)
@@ -152,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         gcs.fs.put(str(exp), f"{BUCKET}/run/logs/{exp.name}", recursive=True)
         url = f"gs://{BUCKET}/run/logs/{exp.name}"
         print(f"run: {size / 1e9:.2f} GB in {len(list(exp.glob('train_data_step*.jsonl')))} step files, uploaded to "
-              f"fake-gcs-server in {time.perf_counter() - t:.1f} s; load {os.getloadavg()[0]:.1f}; reps {a.reps}",
+              f"fake-gcs-server in {time.perf_counter() - t:.1f} s; load {os.getloadavg()[0]:.1f}; reps {reps}",
               flush=True)
         cache = Path(root) / "cache"
         env = {**os.environ, "NBTOOLS_CACHE_DIR": str(cache), "STORAGE_EMULATOR_HOST": gcs.url,
                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
         rows: dict[str, list[dict]] = {"baseline": [], "cold": [], "warm": []}
-        for _ in range(a.reps):  # round robin: load drifts hit every method alike
+        for _ in range(reps):  # round robin: load drifts hit every method alike
             rows["baseline"].append(_run("baseline", url, env))
             shutil.rmtree(cache, ignore_errors=True)
             rows["cold"].append(_run("nbtools", url, env))
@@ -166,14 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         checks = {json.dumps({k: r[k] for k in ("rows", "gen_sum", "reward_sum")}) for v in rows.values() for r in v}
         assert len(checks) == 1, f"methods disagree: {checks}"
         med = {k: statistics.median(r["seconds"] for r in v) for k, v in rows.items()}
-        print(f"\nfull read of 6 columns ({json.loads(checks.pop())['rows']} rows), median of {a.reps}:")
+        print(f"\nfull read of 6 columns ({json.loads(checks.pop())['rows']} rows), median of {reps}:")
         print(f"  {'gcsfs + pandas.read_json (baseline)':42}{med['baseline']:8.2f} s")
         print(f"  {'nbtools cold (download + parse + cache)':42}{med['cold']:8.2f} s   {med['baseline'] / med['cold']:5.1f}x faster")
         print(f"  {'nbtools warm (new process, cached)':42}{med['warm']:8.2f} s   {med['baseline'] / med['warm']:5.1f}x faster")
         rec = {m: _run(m, url, env) for m in ("record_baseline", "record", "record_evicted")}
         assert len({round(r["reward"], 6) for r in rec.values()}) == 1, rec
         b = rec["record_baseline"]["seconds"]
-        print("\nrecord(200, 9), median of 7 calls:")
+        print(f"\nrecord{RECORD}, median of 7 calls:")
         print(f"  {'gcsfs: download the step file, take line k':42}{b * 1e3:8.2f} ms")
         for m, label in (("record", "nbtools warm (local copy)"), ("record_evicted", "nbtools, copy evicted (byte range)")):
             s = rec[m]["seconds"]

@@ -11,6 +11,7 @@ medians of ``--reps`` rounds are printed with the ratio to the baseline tree.
 
 Example:
     $ python benchmarks/bench_storage_local.py --baseline ../main      # another checkout (e.g. before the change)
+    $ python benchmarks/bench_storage_local.py --tiny     # a 2-step run in a temp dir, each verb twice (tests)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def _workload(run: Path) -> dict[str, float]:
+def _workload(run: Path, calls: int = 200, rounds: int = 5) -> dict[str, float]:
     """Seconds per verb (median of many calls) with the nbtools found first on sys.path."""
     from nbtools import checkpoints, storage
 
@@ -54,8 +56,8 @@ def _workload(run: Path) -> dict[str, float]:
     out = {}
     for name, fn in cases.items():
         fn()  # warm: imports and the page cache
-        n, times = 200, []
-        for _ in range(5):
+        n, times = calls, []
+        for _ in range(rounds):
             t = time.perf_counter()
             for _ in range(n):
                 fn()
@@ -64,21 +66,21 @@ def _workload(run: Path) -> dict[str, float]:
     return out
 
 
-def _child(tree: str, run: str) -> dict[str, float]:
+def _child(tree: str, run: str, *, tiny: bool = False) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": tree}
-    r = subprocess.run([sys.executable, __file__, "--child", "--run", run], capture_output=True, text=True, env=env,
-                       cwd=tree, timeout=1800)
+    r = subprocess.run([sys.executable, __file__, "--child", "--run", run, *(["--tiny"] if tiny else [])],
+                       capture_output=True, text=True, env=env, cwd=tree, timeout=1800)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:
         raise SystemExit(f"{tree} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     return json.loads(line[7:])
 
 
-def _rehearse(runs: Path) -> Path:
+def _rehearse(runs: Path, steps: int = 4) -> Path:
     run = runs / "local-rehearsal"
     if not (run / "checkpoints").is_dir():
         subprocess.run([sys.executable, "-m", "nbtools.rehearsal", "--config", str(ROOT / "experiments" / "local.yaml"),
-                        "--runs-dir", str(runs), "grpo.max_num_steps=4", "grpo.val_period=2",
+                        "--runs-dir", str(runs), f"grpo.max_num_steps={steps}", "grpo.val_period=2",
                         "checkpointing.save_period=2"], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                        stdout=subprocess.DEVNULL)
     return run
@@ -91,22 +93,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tiny", action="store_true", help="a 2-step rehearsal in a temp dir, one round of 2 calls per "
+                    "verb: every code path in seconds, no figure worth reading (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
     if a.child:
-        print("RESULT " + json.dumps(_workload(Path(a.run))), flush=True)
+        calls = (2, 1) if a.tiny else (200, 5)
+        print("RESULT " + json.dumps(_workload(Path(a.run), *calls)), flush=True)
         return 0
-    run = _rehearse(Path(a.runs))
-    trees = {"this tree": str(ROOT)} | ({"baseline": str(Path(a.baseline).resolve())} if a.baseline else {})
+    if a.tiny:
+        with tempfile.TemporaryDirectory(prefix="bench-storage-local-tiny-") as d:
+            return _bench(_rehearse(Path(d), steps=2), baseline=a.baseline, reps=1, tiny=True)
+    return _bench(_rehearse(Path(a.runs)), baseline=a.baseline, reps=a.reps)
+
+
+def _bench(run: Path, *, baseline: str | None, reps: int, tiny: bool = False) -> int:
+    trees = {"this tree": str(ROOT)} | ({"baseline": str(Path(baseline).resolve())} if baseline else {})
     rows: dict[str, list[dict]] = {k: [] for k in trees}
-    for _ in range(a.reps):
+    for _ in range(reps):
         for k, tree in trees.items():
-            rows[k].append(_child(tree, str(run)))
+            rows[k].append(_child(tree, str(run), tiny=tiny))
     med = {k: {case: statistics.median(r[case] for r in v) for case in v[0]} for k, v in rows.items()}
-    print(f"local run {run}; median of {a.reps} rounds (each a median of 5 x 200 calls); load {os.getloadavg()[0]:.1f}")
-    print(f"  {'verb':22}" + "".join(f"{k:>14}" for k in trees) + ("   this/baseline" if a.baseline else ""))
+    print(f"local run {run}; median of {reps} rounds (each a median of {'1 x 2' if tiny else '5 x 200'} calls); load {os.getloadavg()[0]:.1f}")
+    print(f"  {'verb':22}" + "".join(f"{k:>14}" for k in trees) + ("   this/baseline" if baseline else ""))
     for case in med["this tree"]:
         cells = "".join(f"{med[k][case] * 1e6:11.1f} us" for k in trees)
-        ratio = f"   {med['this tree'][case] / med['baseline'][case]:8.2f}x" if a.baseline else ""
+        ratio = f"   {med['this tree'][case] / med['baseline'][case]:8.2f}x" if baseline else ""
         print(f"  {case:22}{cells}{ratio}")
     return 0
 

@@ -15,12 +15,14 @@ step N on the full run and on a 10-step copy (size independence).
 Example:
     $ python benchmarks/bench_trajectories.py                    # generates /tmp/nbtools-bench/run if missing
     $ python benchmarks/bench_trajectories.py --reps 1 --run /path/to/log_dir
+    $ python benchmarks/bench_trajectories.py --tiny             # 12 steps x 16 records in a temp dir, once (tests)
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +31,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -237,10 +240,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the fast methods (round-robin)")
     ap.add_argument("--slow-reps", type=int, default=1, help="repetitions of pandas and jq (≈20 s each)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--tiny", action="store_true", help="a 12-step run of 16 records in a temp dir, one repetition: "
+                    "every method in seconds, no figure worth reading (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
     if a.child:
         _child(a.child, a.run)
         return 0
+    if a.tiny:
+        sys.path.insert(0, str(HERE))
+        from gen_nemo_rl_run import generate
+
+        with tempfile.TemporaryDirectory(prefix="bench-trajectories-tiny-") as d:
+            generate(Path(d) / "run", steps=12, records=16, seq_len=32)  # record() picks k < 16
+            a.run, a.reps, a.slow_reps = str(Path(d) / "run"), 1, 1
+            return _bench(a)
+    return _bench(a)
+
+
+def _bench(a: argparse.Namespace) -> int:
     if not glob.glob(os.path.join(a.run, "exp_*")) and not _files(a.run):
         sys.path.insert(0, str(HERE))
         from gen_nemo_rl_run import generate
@@ -258,6 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     order = ["cat (floor)", "pandas", "pandas_concat_map", "jq", "orjson", "polars", "msgspec", "nbtools", "nbtools_all_columns",
              "nbtools_first_open", "nbtools_second_open"]
+    missing = [m for m in ("orjson", "polars", "msgspec") if importlib.util.find_spec(m) is None]
+    missing += ["jq"] if shutil.which("jq") is None else []
+    if missing and not a.tiny:
+        sys.exit(f"the benchmark compares against {', '.join(missing)}, not installed here: pip install -e '.[bench]' "
+                 "(and jq from the system's packages)")
+    if missing:  # the tiny mode checks nbtools' paths with the test extras only ('.[bench]' is not installed for tests)
+        print(f"tiny mode: leaving out {', '.join(missing)} (not installed)", flush=True)
+        order = [m for m in order if m not in missing]
     results: dict[str, list[dict]] = {m: [] for m in order}
     print(f"run: {exp}: {len(files)} files, {size:,} bytes; {os.cpu_count()} cores; reps {a.reps}", flush=True)
     for rep in range(a.reps):
@@ -293,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"open_run + record(N, k), median of 15: {rec_big['seconds'] * 1e3:.2f} ms on {len(files)} steps vs "
           f"{rec_small['seconds'] * 1e3:.2f} ms on 10 steps (no cache at all: {rec_big['check']['no_cache_ms']} / "
           f"{rec_small['check']['no_cache_ms']} ms)")
-    libs = ["pandas", "jq", "orjson", "polars", "msgspec"]
+    libs = [m for m in ("pandas", "jq", "orjson", "polars", "msgspec") if m in med]
     print("\ngoals:")
     print(f"  nbtools ≤ pandas/20: {nb:.3f} s vs {med['pandas'] / 20:.3f} s → pandas/nbtools = {med['pandas'] / nb:.1f}× "
           f"(projecting per file); the reference's concat-then-map pandas: {med['pandas_concat_map'] / nb:.1f}× "
@@ -305,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  record < 5 ms and size-independent: {rec_big['seconds'] * 1e3:.2f} ms vs {rec_small['seconds'] * 1e3:.2f} ms")
     print(f"  index ≤ 0.5 s/GB: {idx['seconds'] / (size / 1e9):.3f} s/GB")
     print(f"  nbtools / cat floor = {nb / med['cat (floor)']:.1f}×; CPU seconds pandas/nbtools = "
-          f"{cpu['pandas'] / cpu['nbtools']:.1f}×, msgspec/nbtools = {cpu['msgspec'] / cpu['nbtools']:.1f}×")
+          f"{cpu['pandas'] / cpu['nbtools']:.1f}×, msgspec/nbtools = {cpu.get('msgspec', float('nan')) / cpu['nbtools']:.1f}×")
     return 0
 
 

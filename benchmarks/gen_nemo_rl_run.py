@@ -10,6 +10,7 @@ Lines are assembled from byte templates (no per-number formatting), so 1 GB take
 Example:
     $ python benchmarks/gen_nemo_rl_run.py /tmp/bench-run --steps 410 --records 64      # ~1 GB
     >>> from gen_nemo_rl_run import generate
+    $ python benchmarks/gen_nemo_rl_run.py /tmp/tiny --tiny                                # 2 steps x 4 records
     >>> generate("/tmp/tiny", steps=3, records=8, seq_len=64)   # tests: a few KB
 """
 
@@ -226,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-every", type=int, default=0)
     ap.add_argument("--tensorboard", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--tiny", action="store_true", help="2 steps x 4 records of 32 tokens, validation every step "
+                    "(a few KB; tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
+    if a.tiny:
+        a.steps, a.records, a.seq_len, a.val_every = 2, 4, 32, 1
     t0 = time.perf_counter()
     exp = generate(a.out, steps=a.steps, records=a.records, seq_len=a.seq_len, schema=a.schema,
                    full_repr=a.full_repr, val_every=a.val_every, tensorboard=a.tensorboard, seed=a.seed)

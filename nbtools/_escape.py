@@ -1,7 +1,8 @@
-"""One escaping layer per output format: HTML, Markdown, YAML and CSV (imports nothing from nbtools).
+"""One escaping layer per output format: HTML, Markdown, YAML, CSV and POSIX shell (imports nothing from nbtools).
 
 Why: run data (model and dataset names from a job log, tensor names from model files, prompts, comparison file
-names) reaches notebook HTML, the model card's Markdown and YAML, and spreadsheets. Every renderer passes such
+names, data paths) reaches notebook HTML, the model card's Markdown and YAML, spreadsheets and the shell commands
+nbtools builds (job entry points, plan scripts, eval jobs). Every renderer passes such
 values through the one function for its format here, so one test of this module covers them all.
 
 Example:
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import html as _html
 import re
+import shlex
 from typing import Any
 
 import yaml
 
-__all__ = ["html", "md", "md_code", "yaml_dump", "csv_cell", "csv_frame", "is_hub_id"]
+__all__ = ["html", "md", "md_code", "yaml_dump", "csv_cell", "csv_frame", "is_hub_id", "sh", "sh_join", "sh_echo"]
 
 # what can start markup inside a line: no link/image without [ ], no heading/list since a value never starts a line,
 # and _ inside a word never emphasises (CommonMark 0.31 §6.2)
@@ -28,6 +30,22 @@ _MD_LEAD = re.compile(r"^(\d+[.)](?=\s|$)|[#+=-])")  # what opens a block at the
 _PLAIN_CODE = re.compile(r"[\w./:@+=,~ -]*")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+
+
+def sh(x: Any) -> str:
+    """One shell word that stands for exactly ``x`` (single-quoted when it needs to be), in bash and sh."""
+    return shlex.quote(str(x))
+
+
+def sh_join(argv) -> str:
+    """A command line whose words are exactly ``argv``."""
+    return " ".join(sh(a) for a in argv)
+
+
+def sh_echo(text: Any, *, stderr: bool = False) -> str:
+    """A command that prints exactly ``text`` and a newline: ``printf`` (sh's ``echo`` expands backslashes), the
+    text one quoted word (a message naming user paths or names is never pasted into quotes by hand)."""
+    return f"printf '%s\\n' {sh(text)}" + (" >&2" if stderr else "")
 
 
 def html(x: Any) -> str:

@@ -93,3 +93,16 @@ def finetuned_model_path(cfg) -> str:
     """Where notebook 06 puts the merged model, as the cluster sees it: ``merged_hf`` beside ``checkpoint_dir``
     (``<run_dir>/merged_hf`` locally; on the shared mount on a cluster)."""
     return posixpath.join(posixpath.dirname(str(cfg.checkpoint_dir).rstrip("/")), "merged_hf")
+
+
+def step_ranges(steps) -> str:
+    """Steps as people read them: ``1..200`` for a run of consecutive steps, ``0, 5..9, 12`` otherwise ("none")."""
+    steps = sorted(set(int(s) for s in steps))
+    if not steps:
+        return "none"
+    runs, start = [], steps[0]
+    for prev, cur in zip(steps, [*steps[1:], None], strict=True):
+        if cur != prev + 1 if cur is not None else True:
+            runs.append(str(start) if start == prev else f"{start}..{prev}")
+            start = cur
+    return ", ".join(runs)

@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["shown", "remember_runs_dir", "tidy_reprs", "Url", "Argv", "RUNS_DIR"]
+__all__ = ["shown", "pasteable", "remember_runs_dir", "tidy_reprs", "Url", "Argv", "RUNS_DIR"]
 
 RUNS_DIR = "<runs_dir>"
 _CHECKOUT = Path(__file__).resolve().parent.parent
@@ -56,6 +56,22 @@ def shown(text: str, *, html: bool = False) -> str:
         if prefix and prefix in text:
             # only at a path boundary: a runs dir 'runs' must not eat 'runs2'
             text = re.sub(re.escape(prefix) + r"(?=[/\s'\"`<>),;:\]}&]|$)", lambda _m, n=name: n, text)
+    return text
+
+
+def pasteable(text: str) -> str:
+    """``text`` with every absolute path under the runs dir or the checkout made relative to the working directory.
+
+    Why: ``<runs_dir>/…`` is right in prose but breaks a command the user copies; a path relative to where the
+    notebook (or the CLI) runs works when pasted there and names no machine's absolute path.
+    """
+    if not isinstance(text, str) or "/" not in text:
+        return text
+    here = os.getcwd()
+    for prefix, name in _prefixes():
+        if name in (RUNS_DIR, "<checkout>") and prefix and prefix in text:
+            rel = os.path.relpath(prefix, here)
+            text = re.sub(re.escape(prefix) + r"(?=[/\s'\"`<>),;:\]}&]|$)", lambda _m, r=rel: r, text)
     return text
 
 

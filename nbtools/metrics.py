@@ -226,7 +226,7 @@ def read_hparams(path: str | os.PathLike) -> dict:
     return out
 
 
-_VERL_STEP = re.compile(r"(?:^|[\s|)\]])step:(\d+)\s+-\s+(.*)$")
+_VERL_STEP = re.compile(r"(?:^|[\s|)\]])step:(\d{1,18})\s+-\s+(.*)$")  # a longer step is a garbled line (int64)
 _NUM = re.compile(r"^(?:np\.\w+\()?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf))\s*\)?$",
                   re.IGNORECASE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -192,7 +192,9 @@ LONGEST_FIRST = (
     "notebooks/*.ipynb",  # about 120 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
     "tests/notebooks/test_verl_local.py",  # 134 s
     "tests/integration/test_cli.py",  # 114 s
+    "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
     "tests/integration/test_sim_gke.py",  # 106 s
+    "tests/oracle/test_verl_oracle.py",  # two venvs (built once, cached in .venv-verl/) and verl's code in each
     "tests/integration/test_health_rehearsal.py",  # 61 s
     "tests/integration/test_verl_stand_ins.py",  # 56 s
 )
@@ -231,6 +233,8 @@ def _unit(nodeid: str) -> str:
 def pytest_configure(config):
     if hasattr(config, "workerinput"):
         config.pluginmanager.register(_LongestFirst(), "nbtools-longest-first")
+    elif os.environ.get("NBTOOLS_RUNS_DIR"):  # this session's list of verl oracle releases starts empty
+        (Path(os.environ["NBTOOLS_RUNS_DIR"]) / "verl-oracle-releases.txt").unlink(missing_ok=True)
 
 
 class NotebooksInOrder:
@@ -391,3 +395,13 @@ def _no_dead_storage_emulator():
     if url and not _answers(url):
         os.environ.pop("STORAGE_EMULATOR_HOST", None)
         warnings.warn(f"a test left STORAGE_EMULATOR_HOST={url} pointing at a stopped emulator; removed", stacklevel=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say which verl releases' own code the oracle tests ran (tests/oracle: one line per release, written by its
+    fixture under NBTOOLS_RUNS_DIR; here, so the pytest-xdist controller, which collects nothing, prints it too)."""
+    runs = os.environ.get("NBTOOLS_RUNS_DIR")
+    path = Path(runs) / "verl-oracle-releases.txt" if runs else None
+    if path is not None and path.is_file():
+        terminalreporter.write_sep("=", "verl oracle: releases whose own code ran")
+        terminalreporter.write(path.read_text())

@@ -114,8 +114,43 @@ def _plan(v):
     return Plan(kind=v, steps=[], state_path=Path(v), note=v)._repr_html_()
 
 
+def _record_panel(v):
+    """#41: a foreign dump's non-numeric ``token_ids`` (and a string group id) reach the explorer's record panel."""
+    from nbtools.explorer._record import record_view
+    from nbtools.explorer._render import compare_html, record_html
+
+    rec = {"step": 1, "idx": 0, "prompt": v, "response": v, "reward": 0.5, "env_observation": v,
+           "token_ids": [v, 7], "token_loss_mask": [1, 1], "generation_logprobs": [-0.1, -0.2]}
+    view = record_view(rec, group=v)
+    return record_html(view) + compare_html([view], [], (1, 2), [3])
+
+
+def _explorer_summary(v):
+    from nbtools.explorer._render import summary_html
+
+    df = pd.DataFrame({"step": [1, 1], "group": [v, v], "reward": [0.0, 1.0], "correct": [True, None],
+                       "no_signal": [False, False], "generation_length": [3.0, 4.0]})
+    return summary_html(df, v) + summary_html(df.iloc[:0], v)
+
+
+def _supervised_run(v):
+    from nbtools.launch._supervise import SupervisedRun
+
+    return SupervisedRun(v, v, [], 3, note=v)._repr_html_()
+
+
+def _health_report(v):
+    from nbtools.health import CheckResult, Example, HealthReport
+
+    checks = (CheckResult(v, "unhealthy", 1, 0.5, 0.9, v, v, (v,), (Example(1, 2),)),
+              CheckResult("zero-reward", "unknown", None, None, 0.9, v, v))
+    return HealthReport(v, "unhealthy", (1, 2), checks)._repr_html_()
+
+
 HTML_RENDERERS = {"ScoreBlock": _score_block, "EvalResult": _eval_result, "VerifyReport": _verify_report,
-                  "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan}
+                  "MergeResult": _merge_result, "Comparison": _comparison, "gke Plan": _plan,
+                  "explorer record panel": _record_panel, "explorer summary": _explorer_summary,
+                  "HealthReport": _health_report, "SupervisedRun": _supervised_run}
 
 
 def _evaluation_section(v):
@@ -184,6 +219,35 @@ def test_csv_cells_never_start_a_formula(values):
     assert _escape.csv_cell("=cmd|' /C calc'!A0") == "'=cmd|' /C calc'!A0"
 
 
+FORMULA = "=HYPERLINK(\"http://x\",\"y\")"
+
+
+def _cells(text: str) -> list[str]:
+    return [c for row in csv.reader(io.StringIO(text)) for c in row]
+
+
+def test_every_csv_nbtools_writes_neutralises_formulas(tmp_path, capfd):
+    """#41: EvalResult.save()'s results.csv (prompts, responses) and ``nbtools metrics --csv`` (tag names) wrote
+    formula-leading cells as they were; the parquet keeps the values as they are."""
+    from tensorboard.summary import DirectoryOutput, Writer
+
+    from nbtools.cli import main
+    from nbtools.evals import EvalResult
+
+    table = pd.DataFrame({"problem_id": ["p1"], "sample": [0], "correct": [True], "prompt": [FORMULA],
+                          "response": ["@SUM(A1)"]})
+    out = EvalResult(table=table, model="m").save(tmp_path / "eval")
+    cells = _cells((out / "results.csv").read_text())
+    assert "'" + FORMULA in cells and "'@SUM(A1)" in cells and not [c for c in cells if c[:1] in "=+-@"]
+    assert EvalResult.load(out).table["prompt"].tolist() == [FORMULA]
+    w = Writer(DirectoryOutput(str(tmp_path / "logs" / "exp_001" / "tensorboard")))
+    w.add_scalar(FORMULA, 1.0, 1)
+    w.close()
+    assert main(["metrics", str(tmp_path / "logs" / "exp_001"), "--csv"]) == 0
+    cells = _cells(capfd.readouterr().out)
+    assert "'" + FORMULA in cells and FORMULA not in cells, cells
+
+
 def test_hub_ids():
     assert _escape.is_hub_id("Qwen/Qwen2.5-1.5B") and _escape.is_hub_id("gpt2")
     for bad in ["<script>", "a/b/c", "/abs/path", "a`b", "x\ny", "../x", "", "a b"]:
@@ -197,3 +261,84 @@ def test_html_is_escaped_through_the_one_helper():
     direct = sorted(str(p.relative_to(root)) for p in (root / "nbtools").rglob("*.py")
                     if "html.escape(" in p.read_text() and p.name != "_escape.py")
     assert direct == [], direct
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(value=hostile.filter(lambda s: "\x00" not in s))
+def test_shell_words_and_messages_stand_for_exactly_their_text(value):
+    """#41: what a built command names or prints is one quoted word, in bash and in sh (whose echo expands ``\\``)."""
+    import subprocess
+
+    script = f"{_escape.sh_echo(value)}; printf '%s|' {_escape.sh_join([value, 'x y'])}"
+    for shell in ("bash", "sh"):
+        out = subprocess.run([shell, "-c", script], capture_output=True, check=True).stdout
+        assert out == f"{value}\n{value}|x y|".encode(errors="surrogateescape"), (shell, script)
+
+
+def test_shell_commands_are_quoted_through_the_one_helper():
+    """One quoting path: no module but nbtools._escape imports shlex, and no f-string pastes values into an echo."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent
+    direct, echoes = [], []
+    for p in (root / "nbtools").rglob("*.py"):
+        if p.name == "_escape.py":
+            continue
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and "shlex" in (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]):
+                direct.append(str(p.relative_to(root)))
+            if isinstance(node, ast.JoinedStr) and any(isinstance(v, ast.FormattedValue) for v in node.values) and any(
+                    isinstance(v, ast.Constant) and "echo " in str(v.value) for v in node.values):
+                echoes.append(f"{p.relative_to(root)}:{node.lineno}")
+    assert direct == [] and echoes == [], (direct, echoes)
+
+
+def test_commands_shown_to_be_copied_work_when_pasted(tmp_path, monkeypatch):
+    """Issue 45: a command a cell shows for copying carries no ``<runs_dir>/…`` mask (that breaks when pasted) and no
+    absolute path: runs-dir and checkout paths are relative to where it is shown (the notebook's directory)."""
+    import shlex
+
+    from IPython.lib.pretty import pretty
+
+    from nbtools import _paths
+    from nbtools.checkpoints import copy_to_local_disk_command
+
+    runs = tmp_path / "runs"
+    (runs / "exp" / "merged_hf").mkdir(parents=True)
+    nbdir = tmp_path / "notebooks"
+    nbdir.mkdir()
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(runs))
+    monkeypatch.chdir(nbdir)
+    argv = copy_to_local_disk_command(str(runs / "exp" / "merged_hf"))
+    shown = pretty(argv)
+    assert "<runs_dir>" not in shown and str(tmp_path) not in shown and shown.startswith("bash -c 'set -euo")
+    assert shlex.split(shown) == [a.replace(str(runs), "../runs") for a in argv]  # the same command, pasteable here
+    call = _paths.pasteable(f'upload_folder(folder_path="{runs}/exp/merged_hf")')
+    assert call == 'upload_folder(folder_path="../runs/exp/merged_hf")'
+    assert _paths.shown(str(runs / "x")) == "<runs_dir>/x"  # prose keeps the mask
+
+
+def test_a_merge_result_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: in a console or a text export the merge result was the dataclass repr with every file's checksum."""
+    from pathlib import Path
+
+    from nbtools.checkpoints._result import MergeResult
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    r = MergeResult(Path(tmp_path) / "exp" / "merged_hf", 20, 512_000, 3.21, "v2_safetensors", True,
+                    {f"model-{i}.safetensors": "ab" * 16 for i in range(30)})
+    assert repr(r) == ("<runs_dir>/exp/merged_hf: 20 tensors, 0.5 MB, layout v2_safetensors, merged in 3.2 s, verified "
+                       "yes, 30 files with xxh3_128 checksums")
+
+
+def test_a_card_reads_as_one_sentence(tmp_path, monkeypatch):
+    """Issue 45: a card's text form was the dataclass repr, its whole Markdown text inside."""
+    from nbtools.card import Card
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    card = Card(str(tmp_path / "m" / "README.md"), {"tags": ["grpo"]}, "---\nlong text\n" * 50, ("experiment.yaml",), 2,
+                "upload_folder(...)", ("fill in the licence",))
+    assert repr(card) == ("model card <runs_dir>/m/README.md: 2 evaluation(s) in the model-index; beside it: "
+                          "experiment.yaml\n  note: fill in the licence")

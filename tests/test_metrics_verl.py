@@ -74,3 +74,49 @@ def test_friendly_names_mfu_memory(logs, reader):
     assert metrics.select(df, "accuracy").tag.unique().tolist() == ["val-core/openai/gsm8k/acc/mean@1"]
     last = metrics.latest(df, names=("reward", "mfu", "memory", "step_time"))
     assert last.set_index("metric").loc["reward", "value"] == pytest.approx(0.55) and set(last.step) == {3}
+
+
+def test_memory_on_verl_09_is_the_actor_prefixed_tag(tmp_path):
+    """verl 0.9.x's V1 trainer logs the actor worker's memory as ``actor/perf/max_memory_allocated_gb``
+    (verl/trainer/ppo/v1/trainer_base.py at v0.9.1: ``rename_dict(output["metrics"], "actor/")``); "memory" was empty."""
+    m = {k.replace("perf/max_memory", "actor/perf/max_memory"): v for k, v in _step_metrics(1).items()}
+    (tmp_path / "job.log").write_text(concat_dict_to_str(m, 1) + "\n")
+    df = metrics.read_verl_log(tmp_path / "job.log")
+    mem = metrics.select(df, "memory")
+    assert mem.tag.tolist() == ["actor/perf/max_memory_allocated_gb"] and mem.value.tolist() == pytest.approx([61.2])
+
+
+_KEYS = ["critic/score/mean", "actor/kl_loss", "x", "a:b", " - ", "perf/mfu/actor"]
+_VALUES = [0.5, -1, 10**30, float("nan"), float("inf"), "np.float64(0.25)", "abc", "", "1e999"]
+
+
+def _line(step, items, noise) -> str:
+    return noise + concat_dict_to_str({k: v for k, v in items if isinstance(v, numbers.Number)}, step) + "".join(
+        f" - {k}:{v}" for k, v in items if isinstance(v, str))
+
+
+def test_a_garbled_step_is_a_skipped_line_not_an_overflow():
+    """#41: ``step:312345678901234567890 - …`` made ``nbtools metrics`` fail with OverflowError."""
+    df = metrics.read_verl_log("step:312345678901234567890 - critic/score/mean:0.5\nstep:3 - critic/score/mean:0.25\n")
+    assert df[["step", "value"]].values.tolist() == [[3, 0.25]]
+
+
+def test_verl_console_lines_of_any_shape_read_or_skip_never_fail():
+    """Property (hypothesis): whatever a console line holds — huge or negative steps, keys with ':' or ' - ', NaN,
+    inf, text values, ANSI colours, noise before ``step:`` — the reader returns the tidy frame or skips the line."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    line = st.builds(_line, st.integers(min_value=0, max_value=10**22),
+                     st.lists(st.tuples(st.sampled_from(_KEYS), st.sampled_from(_VALUES)), max_size=4),
+                     st.sampled_from(["", "(TaskRunner pid=1) ", "\x1b[36m", "garbage step:"]))
+
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
+    @given(lines=st.lists(st.one_of(line, st.text(max_size=40)), min_size=1, max_size=6))
+    def check(lines):
+        df = metrics.read_verl_log("\n".join(lines) + "\n")
+        assert list(df.columns) == list(metrics.COLUMNS)
+        assert df["step"].dtype == np.int64 and (df["step"] >= 0).all() and df["value"].dtype == np.float64
+        assert not df.duplicated(["run", "tag", "step"]).any()
+
+    check()

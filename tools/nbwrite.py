@@ -16,7 +16,7 @@ import nbformat
 def write(path: str | Path, cells: list[tuple[str, str]]) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},  # ipykernel's own: JupyterLab rewrites any other
         "language_info": {"name": "python"},
     }
     for kind, src in cells:

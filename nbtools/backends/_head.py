@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -119,6 +120,38 @@ def up(cfg: Experiment, *, timeout: float = 120, extra_args: Sequence[str] = (),
         'http://127.0.0.1:8265'
     """
     pf = state_dir(cfg.runs_dir) / PID_FILE
+    with _start_lock(pf.parent, timeout=timeout + 60):  # one `up` at a time per runs dir: the second re-attaches
+        return _up_locked(cfg, pf, timeout=timeout, extra_args=extra_args, progress=progress)
+
+
+@contextlib.contextmanager
+def _start_lock(d: Path, *, timeout: float):
+    """An exclusive ``flock`` on ``<runs_dir>/ray/head.lock`` while one process reads ``head.json`` and starts the
+    head: two `nbtools up` at once would otherwise both spawn one and both fail (GCS bind, Ray's session name).
+    The kernel drops the lock when its holder exits, however it exits, so a killed `up` never blocks the next."""
+    import fcntl
+
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / "head.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline, pause = time.monotonic() + timeout, 0.05
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise NotReadyError(f"another process has been starting the Ray head of {d.parent} for over "
+                                        f"{timeout:.0f} s (it holds {d / 'head.lock'})",
+                                        fix="wait for it, or stop it (`nbtools down EXPERIMENT.yaml --apply`)") from None
+                time.sleep(pause)  # a lock has no condition to wait on: back off to 1 s
+                pause = min(pause * 2, 1.0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _up_locked(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[str], progress: bool) -> ClusterHandle:
     url = f"http://127.0.0.1:{cfg.ray.dashboard_port}"
     rec = _read_record(pf)
     if rec is not None:
@@ -210,6 +243,11 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
     # exist, and every client without that token (notebooks, job drivers) gets 401s. The dashboard listens on
     # 127.0.0.1 only; a head for a shared network belongs to the gke/ray backends.
     env.setdefault("RAY_AUTH_MODE", "disabled")
+    # py-spy dumps of the jobs' processes through the dashboard (`nbtools.launch.stall`): off by default since Ray
+    # 2.50; this dashboard listens on 127.0.0.1 only
+    env.setdefault("RAY_DASHBOARD_ENABLE_PROFILING", "1")
+    # ... and the dashboard agent finds py-spy (installed with ray[default]) on PATH: this environment's bin first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     # Taken before the spawn: the child may write its logs before this process runs again (a loaded machine), and
     # logs older than this belong to an earlier try (see _fatal_lines).
     started_at = time.time()

@@ -262,7 +262,8 @@ class Preview:
         return f"dry run ({self.backend}): {self.verb} would {self.would}"
 
     def _repr_html_(self) -> str:
-        return f"<b>dry run</b> ({_h(self.backend)}): {_h(self.verb)} would {_h(self.would)}"
+        return (f"<b>dry run</b> ({_h(self.backend)}): {_h(self.verb)} would {_h(self.would)}; nothing was done "
+                "(set <code>APPLY = True</code>, or pass <code>--apply</code> to the CLI, to do it)")
 
 
 def process_tree_memory(pid: int) -> tuple[int, int | None, int]:

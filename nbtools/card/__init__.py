@@ -63,6 +63,10 @@ class Card:
     upload_call: str
     notes: tuple[str, ...] = ()
 
+    def __repr__(self) -> str:  # a sentence, not the dataclass with the whole card text in it
+        return (f"model card {self.path}: {self.evaluations} evaluation(s) in the model-index; beside it: "
+                f"{', '.join(self.files) or 'nothing else'}" + "".join(f"\n  note: {n}" for n in self.notes))
+
     def _repr_markdown_(self) -> str:
         m = self.metadata
         notes = "".join(f"\n- {md(n)}" for n in self.notes if md(n))
@@ -70,7 +74,8 @@ class Card:
         return (f"**Model card** {md_code(self.path)}: base model {md_code(m.get('base_model', 'n/a'))}, license "
                 f"{md_code(m.get('license', 'unknown'))}, tags {md(', '.join(m.get('tags', [])))}; {self.evaluations} "
                 f"evaluation(s) in the model-index; beside it: {md(', '.join(self.files) or 'nothing else')}.{notes}\n\n"
-                f"Publish (not run by nbtools):\n{fence}python\n{self.upload_call}\n{fence}")
+                f"Publish (not run by nbtools; paths relative to here):\n{fence}python\n"
+                f"{_paths.pasteable(self.upload_call)}\n{fence}")
 
 
 def _model_card(front: Any, text: str):

@@ -133,6 +133,8 @@ class Facts:
     license_source: str
     chat_template: bool
     notes: list[str]
+    procedure: dict[str, str] = field(default_factory=dict)  # precision, sequence length, optimizer, LR schedule
+    region: str | None = None  # where a cloud run trained (GCS-stored runs: the experiment's GCP region)
 
 
 def _first_dir(candidates: list[Any]) -> str | None:
@@ -321,4 +323,9 @@ def gather(cfg: Any, model_dir: str | Path, *, merge: Any = None) -> Facts:
         notes.append(f"licence of {cfg.model.name} unknown: set `license:` in the card before publishing")
     tok_cfg = _io.read_text(model_dir / "tokenizer_config.json") or ""
     chat = _io.exists(model_dir / "chat_template.jinja") or '"chat_template"' in tok_cfg
-    return Facts(setup, training, merged, lic, lic_source, chat, notes)
+    from nbtools.card._template import procedure
+
+    region = cfg.gcp.region if str(cfg.logs_url).startswith("gs://") else None
+    notes.append("Developed by: the experiment does not name its authors; fill it in before publishing")
+    return Facts(setup, training, merged, lic, lic_source, chat, notes,
+                 procedure(cfg, step_cfg, setup.rehearsal), region)

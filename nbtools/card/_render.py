@@ -23,6 +23,7 @@ from typing import Any
 import nbtools.card._io as _io
 from nbtools._escape import is_hub_id, md, md_code
 from nbtools.card._facts import Facts, hub_dataset
+from nbtools.card._template import DEVELOPED_BY, environmental_impact, sources
 from nbtools.errors import ConfigError, Fix, NotFoundError
 
 __all__ = ["EVAL_START", "EVAL_END", "Dataset", "comparisons_of", "eval_dataset", "eval_results", "metadata", "body",
@@ -76,6 +77,9 @@ def comparisons_of(comparisons: Any) -> list[tuple[str, Any]]:
             raise ConfigError(f"comparison {label!r} is a {type(x).__name__}, not an nbtools.evals.Comparison",
                               fix=Fix("pass the result of nbtools.evals.compare(baseline, fine_tuned)",
                                       cli="save a comparison first (notebook 07 writes eval/comparison_*.json)"))
+        n = _samples(x)
+        if n and n > 1 and "(n=" not in str(label):  # a saved file's stem ("sampled") says what the notebook said
+            label = f"{label} (n={n})"
         out.append((_label(label), x))
     return out
 
@@ -148,7 +152,7 @@ def metadata(facts: Facts, results: list[Any] | None, name: str):
     datasets = [d[0] for d in (hub_dataset(s.dataset), hub_dataset(s.validation)) if d]
     return ModelCardData(
         base_model=s.base_model if is_hub_id(s.base_model) else None, library_name="transformers",
-        pipeline_tag="text-generation", license=facts.license, datasets=datasets or None,
+        pipeline_tag="text-generation", license=facts.license, datasets=datasets or None, language=["en"],
         tags=["grpo", "reinforcement-learning", s.tag, "nbtools"], metrics=["accuracy"] if results else None,
         model_name=name if results else None, eval_results=results or None)
 
@@ -225,7 +229,7 @@ def _training(facts: Facts, files: Sequence[str]) -> str:
     hyper = [("algorithm", "GRPO (group-relative advantages, no value model)"),
              ("trainer", f"{md(s.trainer)}, {md(s.trainer_version)}")] + [
         (md(k), md(v)) for k, v in s.grpo.items() if k != "max steps"] + [
-        ("max steps", md(s.grpo["max steps"]))]
+        ("max steps", md(s.grpo["max steps"]))] + [(md(k), md(v)) for k, v in facts.procedure.items()]
     speeds = [("steps trained", f"{t.steps if t.steps is not None else 'n/a'} (max_num_steps {s.grpo['max steps']})"),
               ("wall time", _hours(t.wall_seconds) + (" (first to last TensorBoard event)" if t.wall_seconds else "")),
               ("GPU-hours", gpu_hours)]
@@ -313,7 +317,8 @@ def _details(facts: Facts, arch: Mapping[str, Any]) -> str:
             f"- **Finetuned from model:** {md_code(s.base_model)}",
             f"- **License:** {md_code(facts.license) if facts.license else 'unknown'}"
             + (f" (from {md(facts.license_source)})" if facts.license else ""),
-            f"- **Trained with:** {md(s.trainer)}, {md(s.cluster)}"]
+            f"- **Trained with:** {md(s.trainer)}, {md(s.cluster)}",
+            f"- **Developed by:** {md(DEVELOPED_BY)}", "- **Language(s):** English (`en`)"]
     if s.rehearsal:
         summary = (f"A miniature model trained by nbtools' local rehearsal: GRPO on {md_code(s.base_model)}, a tiny Llama "
                    "built in code, to answer `max a b c` prompts. It exists to exercise the training, checkpointing, "
@@ -321,7 +326,8 @@ def _details(facts: Facts, arch: Mapping[str, Any]) -> str:
     else:
         summary = (f"GRPO fine-tune of {md_code(s.base_model)} on {md_code(s.dataset)} with {md(s.trainer)}, "
                    f"merged from {merged} into this HuggingFace directory.")
-    return "\n".join([f"# {md(s.name)}", "", summary, "", "## Model Details", "", "### Model Description", "", *rows, ""])
+    return "\n".join([f"# {md(s.name)}", "", summary, "", "## Model Details", "", "### Model Description", "", *rows, "",
+                      "### Model Sources", "", *sources(s.trainer, s.base_model, is_hub_id(s.base_model)), ""])
 
 
 def _uses(facts: Facts) -> str:
@@ -382,6 +388,9 @@ def body(facts: Facts, evaluation: str, folder: str, files: Sequence[str], *, ve
     ``templates/modelcard_template.md``); ``evaluation`` is the section from :func:`evaluation_section`.
     ``folder`` is unused by the text (kept for callers); tooling notes stay in ``Card.notes``, not here."""
     del folder
+    t = facts.training
+    hours = f"{t.gpu_hours:.1f} GPU-hours" if t.gpu_hours is not None else "n/a (no GPUs, or no event times)"
+    impact = environmental_impact(md(facts.setup.cluster), hours, facts.region)
     return "\n".join([_details(facts, arch or {}), _uses(facts), _usage(facts), _training(facts, files),
-                      evaluation + "\n", _technical(facts, versions), _citation(facts),
+                      evaluation + "\n", impact, _technical(facts, versions), _citation(facts),
                       f"## More Information\n\n{md(written)}\n"])

@@ -118,6 +118,7 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
     """
     from nbtools.checkpoints._verl import is_verl_step
 
+    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser(), config=config)  # every layout
     if is_verl_step(step_dir):  # verl's global_step_N/actor: its own reader, the same writer and checks
         from nbtools.checkpoints._verl_merge import merge_verl
 
@@ -129,8 +130,6 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
 
         checksum = default_checksum()
     t0 = time.perf_counter()
-    cfg_path = (Path(config),) if isinstance(config, str | os.PathLike) else ()
-    check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser(), cfg_path)
     step = Path(step_dir).expanduser().resolve()
     out = Path(out_dir).expanduser().resolve()
     if step.name.startswith(("tmp_step_", "old_step_")):

@@ -88,12 +88,14 @@ def _overlap(src: Path, o: Path) -> str | None:
     return None
 
 
-def check_not_overlapping(step: Path, out: Path, also: tuple[Path, ...] = ()) -> None:
+def check_not_overlapping(step: Path, out: Path, *, config=None) -> None:
     """Refuse an ``out`` that is, contains or lies inside anything the merge reads (symlinks resolved).
 
+    The one guard every merge path (NeMo-RL DCP, verl FSDP) calls first, before anything is read or written.
     With ``overwrite`` the merge renames ``out`` away and deletes it: on the input, that deletes the checkpoint.
     The input is the step dir and every directory or file it reaches through a symlink (e.g. ``policy/weights``
-    moved elsewhere and linked back), plus ``also`` (a ``config=`` path).
+    moved elsewhere and linked back), plus ``config`` when it is a path (the base model's directory or
+    config.json; a dict or config object reads nothing).
 
     Raises:
         ConflictError: naming the overlap and an output path outside the checkpoint directory.
@@ -107,6 +109,7 @@ def check_not_overlapping(step: Path, out: Path, also: tuple[Path, ...] = ()) ->
     if how:
         raise ConflictError(f"the output directory {out} {how} {step}; merging there would overwrite or delete the "
                             f"checkpoint", fix=f"pick an output outside the checkpoint dir, e.g. {_suggest(s)}")
+    also = [Path(config)] if isinstance(config, str | os.PathLike) else []
     for link, target in _linked(s) + [(p, p.expanduser().resolve()) for p in also]:
         rel = _overlap(target, o)
         if rel:

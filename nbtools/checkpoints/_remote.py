@@ -8,10 +8,10 @@ another project). The local backend runs the very same job on its local head.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path, PurePosixPath
 
 from nbtools import _paths
+from nbtools._escape import sh, sh_echo, sh_join
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 
@@ -31,7 +31,7 @@ def merge_entrypoint(step_dir: str, out_dir: str, *, overwrite: bool = False, co
         argv += ["--config", str(config)]
     if overwrite:
         argv.append("--overwrite")
-    return shlex.join(argv)
+    return sh_join(argv)
 
 
 def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: str, overwrite: bool = False,
@@ -108,7 +108,7 @@ def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None 
             "--hf-ckpt-path", str(out_dir)]
     if hf_model_name:
         argv += ["--hf-model-name", hf_model_name]
-    return f"cd {shlex.quote(nemo_rl_dir)} && {shlex.join(argv)}"
+    return f"cd {sh(nemo_rl_dir)} && {sh_join(argv)}"
 
 
 _CHECK_COPY = r"""
@@ -139,6 +139,14 @@ if bad:
 """
 
 
+class ShellCommand(_paths.Argv):
+    """An argv a cell shows for copying: shown as the shell command (not a list repr with ``\\n`` escapes), with
+    runs-dir and checkout paths relative to where it is shown, so it works when pasted there (issue 45)."""
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(_paths.shown(_paths.pasteable(sh_join(self))))
+
+
 def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf", *, python: str = "python3") -> list[str]:
     """argv to run in every worker pod (gke helper's pod exec): copy the merged model to local disk, checked.
 
@@ -150,14 +158,14 @@ def copy_to_local_disk_command(merged_dir: str, local_dir: str = "/tmp/merged_hf
     Example:
         >>> argv = nbtools.checkpoints.copy_to_local_disk_command("/data/hf/step_30", "/tmp/step_30")
     """
-    src, dst = shlex.quote(str(merged_dir)), shlex.quote(str(local_dir))
+    src, dst = sh(str(merged_dir)), sh(str(local_dir))
     script = (
         "set -euo pipefail; "
         f"if [ -f {dst}/checksums.json ] && cmp -s {src}/checksums.json {dst}/checksums.json; then "
-        f"echo {dst} up to date; exit 0; fi; "
+        f"{sh_echo(f'{local_dir} up to date')}; exit 0; fi; "
         f"tmp={dst}.partial-$$; trap 'rm -rf \"$tmp\"' EXIT; rm -rf \"$tmp\"; mkdir -p \"$tmp\"; "
         f"cp -r {src}/. \"$tmp\"/; "
-        f"{shlex.quote(python)} -c {shlex.quote(_CHECK_COPY)} \"$tmp\" {src}; "
-        f"rm -rf {dst}; mv \"$tmp\" {dst}; echo copied to {dst}"
+        f"{sh(python)} -c {sh(_CHECK_COPY)} \"$tmp\" {src}; "
+        f"rm -rf {dst}; mv \"$tmp\" {dst}; {sh_echo(f'copied to {local_dir}')}"
     )
-    return _paths.Argv(["bash", "-c", script])
+    return ShellCommand(["bash", "-c", script])

@@ -36,6 +36,12 @@ class MergeResult:
         return pd.DataFrame([{"file": k, "bytes": (self.out / k).stat().st_size, self.algorithm: v}
                              for k, v in sorted(self.checksums.items())])
 
+    def __repr__(self) -> str:  # a sentence, not the dataclass with its checksum dict (a console or a text export)
+        state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
+        return (f"{self.out}: {self.tensors} tensors, {self.bytes / 1e6:.1f} MB, layout {self.layout}, {state}, "
+                f"verified {'yes' if self.verified else 'NO'}, {len(self.checksums)} files with {self.algorithm} checksums"
+                + "".join(f"\n  note: {n}" for n in self.notes))
+
     def _repr_html_(self) -> str:
         state = "reused existing verified output" if self.reused else f"merged in {self.seconds:.1f} s"
         notes = "".join(f"<li>{_h(n)}</li>" for n in self.notes)

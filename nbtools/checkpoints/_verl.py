@@ -35,7 +35,8 @@ from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_step", "verl_actor_dir", "verl_steps",
-           "list_verl_checkpoints", "latest_verl", "best_verl", "read_verl_sources", "read_verl_world_size"]
+           "list_verl_checkpoints", "latest_verl", "best_verl", "read_verl_sources", "read_verl_world_size",
+           "check_rank_crcs"]
 
 VERL_LAYOUT = "verl_fsdp"
 VERL_STEP_RE = _layout.VERL_STEP_RE
@@ -134,9 +135,10 @@ def _step_problem(step: str, n: int, tracked: int | None) -> tuple[int | None, i
         ws, version = _world_size(actor, names)
     except CheckpointError as e:
         return None, None, str(e)
-    missing = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws) if f"model_world_size_{ws}_rank_{r}.pt" not in names]
-    if missing:
-        return ws, version, f"{len(missing)} of {ws} rank files missing ({', '.join(missing[:3])})"
+    present = {r for n in names if (m := _RANK_RE.match(n)) and int(m.group(1)) == ws and (r := int(m.group(2))) < ws}
+    if len(present) < ws:  # counted, never listed: world_size may be any number (1e9 built 1e9 names)
+        first = [f"model_world_size_{ws}_rank_{r}.pt" for r in range(min(ws, len(present) + 3)) if r not in present]
+        return ws, version, f"{ws - len(present)} of {ws} rank files missing ({', '.join(first[:3])})"
     if "config.json" not in _ls(storage.join(actor, "huggingface")):
         return ws, version, "huggingface/config.json is missing (verl's rank 0 writes it with the tokenizer)"
     if tracked is not None and n > tracked:
@@ -308,6 +310,60 @@ def _zip_member_start(fh, info: zipfile.ZipInfo) -> int:
         raise zipfile.BadZipFile(f"no local header for {info.filename}")
     nlen, xlen = struct.unpack("<HH", head[26:30])
     return info.header_offset + 30 + nlen + xlen
+
+
+def check_rank_crcs(actor: str | Path, *, workers: int = 2, block: int = 16 << 20) -> tuple[int, str]:
+    """Read every byte of every entry of every rank file and compare it with its zip CRC-32; (bytes read, note).
+
+    Why: the merge reads raw byte spans, which a bit flip inside a tensor passes unseen; torch.save records each
+    entry's CRC-32 in the zip directory. A rank whose entries are byte-identical to another rank's (a file copied
+    over its neighbour) is refused too: distinct shards of a trained model never hash alike throughout.
+
+    Raises:
+        CheckpointError: naming the rank file and entry whose bytes do not match, or the copied rank.
+    """
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    actor = Path(actor)
+    ws, _ = read_verl_world_size(actor)
+    paths = [actor / f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws)]
+
+    def one(path: Path) -> tuple[int, tuple]:
+        n, crcs = 0, []
+        try:
+            with open(path, "rb") as fh:
+                for info in zipfile.ZipFile(fh).infolist():
+                    start, left, crc = _zip_member_start(fh, info), info.compress_size, 0
+                    fh.seek(start)
+                    while left:
+                        chunk = fh.read(min(block, left))
+                        if not chunk:
+                            raise zipfile.BadZipFile(f"{info.filename} ends early")
+                        crc, left, n = zlib.crc32(chunk, crc), left - len(chunk), n + len(chunk)
+                    if crc != info.CRC:
+                        raise CheckpointError(f"{path}: the bytes of {info.filename} do not match the CRC-32 torch.save "
+                                              f"recorded ({crc:08x} != {info.CRC:08x}): the file was damaged after it "
+                                              "was written", fix=_RESYNC)
+                    if "/data/" in info.filename:
+                        crcs.append((info.filename.rsplit("/data/", 1)[1], info.CRC, info.file_size))
+        except FileNotFoundError:
+            raise CheckpointError(f"shard file {path.name} is missing from {path.parent}", fix=_RESYNC) from None
+        except (zipfile.BadZipFile, OSError, struct.error) as e:
+            raise CheckpointError(f"{path} is not a readable torch.save file, truncated? ({type(e).__name__}: {e})",
+                                  fix=_RESYNC) from None
+        return n, tuple(sorted(crcs))
+
+    with ThreadPoolExecutor(max(1, min(workers, len(paths)))) as pool:  # zlib.crc32 releases the GIL
+        results = list(pool.map(one, paths))
+    seen: dict[tuple, int] = {}
+    for rank, (_, crcs) in enumerate(results):
+        if crcs and crcs in seen:
+            raise CheckpointError(f"{paths[rank].name} holds exactly the bytes of {paths[seen[crcs]].name}: one rank "
+                                  "file was copied over another, so the merge would repeat one shard", fix=_RESYNC)
+        seen[crcs] = rank
+    total = sum(n for n, _ in results)
+    return total, f"zip CRC-32 of every entry of the {ws} rank files checked ({total:,} bytes read)"
 
 
 def _load_rank(path: Path) -> tuple[dict, dict[str, tuple[int, int]]]:

@@ -29,7 +29,7 @@ from nbtools.checkpoints._verify import (
     CHECKSUMS,
     default_checksum,
 )
-from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, read_verl_sources, verl_actor_dir
+from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, check_rank_crcs, read_verl_sources, verl_actor_dir
 from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["merge_verl"]
@@ -94,7 +94,7 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
     t0 = time.perf_counter()
     actor = verl_actor_dir(step_dir).resolve()
     step = actor.parent
-    check_not_overlapping(step, Path(out_dir).expanduser())
+    check_not_overlapping(step, Path(out_dir).expanduser(), config=config)
     out = Path(out_dir).expanduser().resolve()
     tracker = step.parent / TRACKER
     if tracker.is_file() and tracker.read_text().strip().isdigit() and step.name.startswith("global_step_"):
@@ -104,9 +104,10 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
                                   f"save died", fix="merge a finished step (nbtools.checkpoints.latest_verl)")
     if (reused := reuse_existing(out, step, _fingerprint(actor), overwrite, t0)) is not None:
         return reused
+    _, crc_note = check_rank_crcs(actor, workers=workers)  # "verified" covers what was read, not only what was written
     sources = read_verl_sources(actor)
     cfg, gen, cfg_src = _config(actor, config)
-    notes = [f"config from {cfg_src}", "dtype kept as saved (verl's model_merger casts to bfloat16)"]
+    notes = [f"config from {cfg_src}", "dtype kept as saved (verl's model_merger casts to bfloat16)", crc_note]
     extra = [p for p in sorted((actor / "huggingface").glob("*"))  # tokenizer / processor files verl saved
              if not p.name.endswith((".safetensors", ".bin")) and p.name != "model.safetensors.index.json"]
     return write_merged(sources, cfg, gen, step=step, out=out, layout=VERL_LAYOUT, fingerprint=_fingerprint(actor),

@@ -7,6 +7,12 @@ stdout carries exactly one JSON document, failures included (``{"error": ..., "f
 ...}``, plus the command's own data where it has some); everything else the library prints (progress bars,
 logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key=value`` overrides after the
 path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
+The experiment is named one way: ``EXPERIMENT.yaml`` first where it is what the command acts on (plan, manifests,
+up, down, launch, jobs, prepare, fit), ``--experiment EXPERIMENT.yaml`` where the command acts on something else
+(health, diagnose, card; health's old ``--config`` still works and says it is deprecated). Commands that change
+something are dry runs unless ``--apply`` (the notebooks' ``APPLY``). A path argument of the wrong kind (a run dir
+for a logs dir, an experiment file for a log) is followed to the right thing with a note, or refused with the fix
+(``nbtools.cli._kinds``), never answered.
 
 Example:
     $ nbtools checkpoints runs/local-rehearsal/checkpoints --json
@@ -38,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_launch,
         cmd_manifests,
         cmd_merge,
-        cmd_metrics,
         cmd_plan,
         cmd_trajectories,
         cmd_up,
@@ -46,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = _Parser(prog="nbtools", description="GRPO with NeMo-RL / verl on Ray: the notebooks' steps "
                                  "as commands. Exit 0 ok, 1 failure (fix on stderr), 2 bad usage.")
+    ap.add_argument("--version", "-V", action="store_true", help="print the version and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name, fn, help, *, experiment=False, json_flag=True):
@@ -97,13 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_prepare(add)
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
-    p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a log_dir (its latest exp_NNN)")
+    p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a logs dir (its latest exp_NNN); a run dir or an "
+                   "experiment file: their logs dir")
     p.add_argument("--step", type=int, help="also print this step's rows")
-    p = add("metrics", cmd_metrics, "tidy metrics table (run, tag, step, value, wall_time) from TensorBoard or a verl log")
-    p.add_argument("run", metavar="RUN", help="exp_NNN dir, log_dir, event file, or a verl console log")
-    p.add_argument("--csv", action="store_true", help="CSV on stdout")
+    from nbtools.cli._metrics import add_metrics
+
+    add_metrics(add)
     p = add("checkpoints", cmd_checkpoints, "steps, layout and training_info of a checkpoint_dir")
-    p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR")
+    p.add_argument("checkpoint_dir", metavar="CHECKPOINT_DIR",
+                   help="the dir holding step_N (a run dir or an experiment file: their checkpoint dir)")
     p = add("merge", cmd_merge, "merge a step_N checkpoint (a path or gs://…) into a verified HuggingFace directory, "
             "here or, with --in-cluster, by a Ray job where the checkpoint lives")
     p.add_argument("step_dir", metavar="STEP_DIR", help="step_N dir (path or URL); with --in-cluster also a step number")
@@ -131,10 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     from nbtools.cli._evaluate import register_evaluate
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
+    from nbtools.cli._stall import register_stall
 
     register_fit(sub)
     register_evaluate(sub)
     register_diagnose(sub)
+    register_stall(sub)
     register_card(sub)
     register_health(sub)
     return ap
@@ -159,7 +169,7 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     return parser.parse_args(argv)
 
 
-_EXPERIMENT_FIX = "correct the experiment file or the KEY=VALUE overrides as listed above"
+_EXPERIMENT_FIX = "correct each value listed above in the experiment file or the KEY=VALUE overrides"
 
 
 @contextlib.contextmanager
@@ -217,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     from nbtools.cli._errors import UsageError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--version"], ["-V"]):
+        from nbtools import __version__
+
+        sys.stdout.write(f"nbtools {__version__} (distribution nbtools-grpo)\n")
+        return 0
     json_out = "--json" in argv
     parser = build_parser()
     try:
@@ -240,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args, json_out: bool) -> int:
     from nbtools.cli._errors import describe
 
-    fallback = _EXPERIMENT_FIX if hasattr(args, "experiment") else "see the message above"
+    fallback = _EXPERIMENT_FIX if hasattr(args, "overrides") else f"check the arguments against `nbtools {args.command} --help`"
     with _stdout_to_stderr() as real:
         try:
             out = args.func(args)
@@ -259,7 +274,7 @@ def _run(args, json_out: bool) -> int:
             if os.environ.get("NBTOOLS_DEBUG"):
                 raise
             return f.code
-        error, fix = out.error or f"exit status {out.code}", out.fix or "see the output above"
+        error, fix = out.error or f"exit status {out.code}", out.fix or f"see `nbtools {args.command} --help`"
         if json_out:
             data = _jsonable(out.data)
             if out.code and not out.exact:

@@ -16,7 +16,7 @@ from nbtools.cli._load import load_cfg
 from nbtools.cli._out import Out, _jsonable, _records
 
 __all__ = [
-    "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories", "cmd_metrics",
+    "cmd_plan", "cmd_manifests", "cmd_up", "cmd_down", "cmd_launch", "cmd_jobs", "cmd_trajectories",
     "cmd_checkpoints", "cmd_merge", "cmd_eval_parse", "cmd_compare", "cmd_demo",
 ]
 
@@ -138,8 +138,9 @@ TRAJECTORY_ROW = ["step", "idx", "prompt", "response", "reward", "generation_len
 
 def cmd_trajectories(a) -> Out:
     from nbtools import trajectories
+    from nbtools.cli._kinds import resolve
 
-    run = trajectories.open_run(a.run)
+    run = trajectories.open_run(resolve(a.run, want="logs", flag="RUN", command="trajectories").path)
     counts = run.read(columns=["step"])  # the whole run (column cache): records and skipped lines
     data: dict[str, Any] = {"steps": run.steps, "records": int(len(counts)), "skipped_lines": int(run.skipped)}
     text = f"{run.path}: {len(run.steps)} steps, {data['records']} records, {data['skipped_lines']} skipped lines"
@@ -154,52 +155,14 @@ def cmd_trajectories(a) -> Out:
     return Out(data, text)
 
 
-def cmd_metrics(a) -> Out:
-    from nbtools import metrics, storage
-
-    found = storage.info(a.run)  # a path or a URL (gs://…): the same forms on every storage
-    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(a.run)
-    p = storage.fetch(a.run, entry=found) if verl else a.run
-    df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
-    if df.empty and verl and not _is_text(p):
-        from nbtools.errors import NotFoundError
-
-        raise NotFoundError(f"{p} holds no metrics: it is not text (so not a verl console log) and its name has no "
-                            "'tfevents' (so not a TensorBoard event file)",
-                            fix="pass an exp_NNN dir, its tensorboard/ dir, an events.out.tfevents.* file or a verl "
-                                "console log")
-    if df.empty:
-        print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
-    from nbtools import trainers
-
-    problems = list(df.attrs.get("problems") or [])
-    if problems:
-        print(f"note: {len(problems)} damaged stretch(es) were skipped; the JSON lists them under 'problems'",
-              file=sys.stderr)
-    return Out({"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df),
-                "problems": problems},
-               df.to_csv(index=False) if a.csv else df.to_string(index=False, max_rows=60))
-
-
-def _is_text(p: Path) -> bool:
-    """The first 64 KB hold no NUL byte and decode as UTF-8 (a cut multi-byte character at the end allowed)."""
-    with open(p, "rb") as f:
-        head = f.read(1 << 16)
-    if b"\0" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start >= len(head) - 3
-    return True
-
-
 def cmd_checkpoints(a) -> Out:
     from nbtools import checkpoints
+    from nbtools.cli._kinds import resolve
 
-    df = checkpoints.list_checkpoints(a.checkpoint_dir)
-    return Out({"checkpoint_dir": str(a.checkpoint_dir), "checkpoints": _records(df)},
-               df.to_string(index=False) if len(df) else f"no step_N checkpoints in {a.checkpoint_dir} yet")
+    where = resolve(a.checkpoint_dir, want="checkpoints", flag="CHECKPOINT_DIR", command="checkpoints").path
+    df = checkpoints.list_checkpoints(where)
+    return Out({"checkpoint_dir": str(where), "checkpoints": _records(df)},
+               df.to_string(index=False) if len(df) else f"no step_N checkpoints in {where} yet")
 
 
 def _existing(p: str, flag: str, *, kind: str, fix: str):
@@ -230,6 +193,7 @@ def cmd_merge(a) -> Out:
     (STEP_DIR then a URL, the path the cluster sees, or the step's number; OUT_DIR as the cluster sees it, default
     ``merged_hf`` beside the checkpoints), as notebook 06 does."""
     from nbtools import storage
+    from nbtools.cli._kinds import resolve
     from nbtools.errors import ConfigError, ConflictError, NotFoundError
 
     if a.in_cluster:
@@ -241,6 +205,7 @@ def cmd_merge(a) -> Out:
         raise ConfigError(f"OUT_DIR {a.out_dir}: a merge on this machine writes a local directory",
                           fix="pass a local OUT_DIR, or --in-cluster EXPERIMENT.yaml to merge in the cluster and write "
                               "beside the checkpoints in the bucket")
+    resolve(a.step_dir, want="step", flag="STEP_DIR", command="merge")  # a run or checkpoint dir: which step to pass
     fix = "pass a step_N directory (a path or gs://…); `nbtools checkpoints CHECKPOINT_DIR` lists them"
     if storage.is_remote(a.step_dir):
         _existing(a.step_dir, "STEP_DIR", kind="dir", fix=fix)

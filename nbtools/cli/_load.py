@@ -8,8 +8,16 @@ __all__ = ["load_cfg"]
 def load_cfg(a):
     """The experiment: YAML + ``--backend`` + ``key=value`` overrides (values parsed as YAML, like NeMo-RL)."""
     from nbtools import config
+    from nbtools.cli._kinds import EXPERIMENT, MISSING, kind_of
     from nbtools.config import load_yaml
-    from nbtools.errors import ConfigError
+    from nbtools.errors import ConfigError, NotFoundError
+
+    kind = kind_of(a.experiment)  # a run dir, a logs dir or a job log where the experiment file belongs
+    if kind not in (EXPERIMENT, MISSING) and not str(a.experiment).endswith((".yaml", ".yml")):
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise NotFoundError(f"EXPERIMENT.yaml {a.experiment}: expected an experiment file, found {article} {kind}",
+                            fix="pass the experiment's YAML, e.g. experiments/local.yaml (a merged model keeps a copy "
+                                "beside it: merged_hf/experiment.yaml)")
 
     overrides, problems = {}, []
     for ov in a.overrides:  # main() already refused anything that is not KEY=VALUE (exit 2)

@@ -34,7 +34,10 @@ def register_diagnose(sub) -> None:
     p.add_argument("--experiment", metavar="EXPERIMENT.yaml", default=None,
                    help="the experiment whose cluster ran the job (default: experiments/local.yaml)")
     p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the experiment's backend")
-    p.add_argument("--status", default="FAILED", help="with --log: the job's Ray status (default FAILED)")
+    p.add_argument("--status", default=None, type=str.upper,
+                   choices=["FAILED", "SUCCEEDED", "STOPPED", "RUNNING", "PENDING"],
+                   help="with --log: the job's Ray status (`nbtools jobs status`); without it the log must show why "
+                        "the job failed, else the command asks for it")
 
 
 def add_launch_flags(p) -> None:
@@ -46,7 +49,16 @@ def add_launch_flags(p) -> None:
     p.add_argument("--stop-when-unhealthy", action="store_true",
                    help="with --supervise: stop the run when `nbtools health` finds it unhealthy (checked every "
                         "--health-every s); the attempts record and `nbtools diagnose` say why")
-    p.add_argument("--health-every", type=float, default=60.0, help="with --stop-when-unhealthy: seconds between checks")
+    p.add_argument("--health-every", type=float, default=60.0,
+                   help="with --stop-when-unhealthy: seconds between checks (1 or more; default 60)")
+    p.add_argument("--health-warmup", type=int, default=None,
+                   help="with --stop-when-unhealthy: training steps before a threshold finding may stop the run "
+                        "(default nbtools.health.WARMUP_STEPS, 10); NaN/inf values stop it at once")
+    p.add_argument("--stop-when-stalled", action="store_true",
+                   help="with --supervise: stop the run when `nbtools stall` finds it stuck (checked every --stall-every "
+                        "s; thresholds stall.k and stall.floor_s): the evidence bundle is written and the attempts "
+                        "record says which rank, phase and cause")
+    p.add_argument("--stall-every", type=float, default=60.0, help="with --stop-when-stalled: seconds between checks")
     p.add_argument("--retry", action="store_true",
                    help="submit the next attempt (own submission id) resuming from the newest complete step_N")
     p.add_argument("--force", action="store_true", help="with --retry: even when the last cause is OOM or a user error")
@@ -66,12 +78,21 @@ def cmd_diagnose(a) -> Out:
         raise ConfigError("pass either SUBMISSION_ID or --log FILE, not both; fix: drop one of them")
     cfg = text = None
     if a.log:
+        from nbtools.cli._kinds import resolve
+
         p = Path(a.log)
         if not p.is_file():
             raise NotFoundError(f"expected a job log at {p}, found {'a directory' if p.exists() else 'nothing'}",
                                 fix="save it first: `nbtools jobs logs EXPERIMENT.yaml --id ID > job.log`")
+        resolve(a.log, want="log file", flag="--log", command="diagnose")  # an experiment file is not a log
         text = p.read_text(errors="replace")
-        d = launch.diagnose_log(text, status=a.status)
+        d = launch.diagnose_log(text, status=a.status or "FAILED")
+        if a.status is None and d.cause is launch.Cause.UNKNOWN:  # no failure in the log: it may well have succeeded
+            raise NotFoundError(f"--log {a.log}: the log shows no failure (no traceback, OOM, NCCL, preemption or "
+                                "lost-node line), so how the job ended cannot be told from it",
+                                fix="pass the job's status, e.g. --status SUCCEEDED (`nbtools jobs status "
+                                    "EXPERIMENT.yaml --id ID` shows it), or diagnose by id: `nbtools diagnose ID "
+                                    "--experiment EXPERIMENT.yaml`")
         if a.experiment:
             cfg = load_cfg(a)
     elif a.submission_id:
@@ -107,7 +128,9 @@ def supervised_launch(a, cfg: Experiment) -> Out | None:
                          f"{'scratch' if last.resumed_from is None or last.resumed_from != last.resumed_from else int(last.resumed_from)}")
     if a.supervise:
         run = launch.supervise(cfg, max_attempts=a.max_attempts, timeout=a.timeout,
-                               stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every)
+                               stop_when_unhealthy=a.stop_when_unhealthy, health_every=a.health_every,
+                               health_warmup=a.health_warmup, stop_when_stalled=a.stop_when_stalled,
+                               stall_every=a.stall_every)
         fix = run.diagnosis.cli_fix if run.diagnosis else ""
         code = 0 if run.ok or run.status == "RUNNING" else 1
         return Out(_jsonable(run.to_dict()), str(run), code=code,

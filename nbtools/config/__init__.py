@@ -28,6 +28,7 @@ from nbtools.config._sections import (
     ClusterConfig,
     DataConfig,
     Experiment,
+    FaultConfig,
     GcpConfig,
     GrpoConfig,
     ImagesConfig,
@@ -40,11 +41,13 @@ from nbtools.config._sections import (
     Secret,
     SecretRef,
     SecretsConfig,
+    StallConfig,
     StorageConfig,
     TrainerConfig,
     _set_dotted,
     to_dict,
 )
+from nbtools.config._settings import ENV_BACKEND, ENV_EXPERIMENT, SETTINGS_FILE, Settings, settings
 from nbtools.config._tokens import redact, scrub_secrets, secret_leaks, secret_values, token_kind
 from nbtools.config._validate import Problems, _build
 from nbtools.config._yaml import load_yaml, size_problem
@@ -67,7 +70,9 @@ __all__ = [
     "SecretsConfig",
     "RayConfig",
     "LocalConfig",
+    "FaultConfig",
     "RehearsalConfig",
+    "StallConfig",
     "Secret",
     "GPU_TYPES",
     "NEMO_RL_VERSIONS",
@@ -81,6 +86,11 @@ __all__ = [
     "token_kind",
     "load_yaml",
     "redact",
+    "settings",
+    "Settings",
+    "ENV_BACKEND",
+    "ENV_EXPERIMENT",
+    "SETTINGS_FILE",
 ]
 
 
@@ -88,8 +98,10 @@ def load(path: str | os.PathLike, *, backend: str | None = None, overrides: dict
     """Load and validate an experiment YAML; every problem is reported at once.
 
     Args:
-        path: the experiment YAML (``experiments/local.yaml``).
-        backend: overrides the file's ``backend`` (the notebooks' ``BACKEND`` parameter).
+        path: the experiment YAML (``experiments/local.yaml``); ``""`` takes the shared settings
+            (:func:`settings`: ``$NBTOOLS_EXPERIMENT``, else ``settings.yaml`` beside the notebook).
+        backend: overrides the file's ``backend`` (the notebooks' ``BACKEND`` parameter); ``""`` takes the shared
+            settings (``$NBTOOLS_BACKEND``, else ``settings.yaml``, else the file's own).
         overrides: dotted keys to change, e.g. ``{"grpo.max_num_steps": 10}``.
 
     Raises:
@@ -100,6 +112,10 @@ def load(path: str | os.PathLike, *, backend: str | None = None, overrides: dict
         >>> cfg.submission_id
         'local-rehearsal-3f2a9c1b0d'
     """
+    if path in ("", None) or backend == "":  # a notebook's empty BACKEND / CONFIG: the shared settings
+        shared = settings()
+        path = shared.experiment if path in ("", None) else path
+        backend = shared.backend if backend == "" else backend
     p = Path(path).expanduser()
     data = load_yaml(_read(p), source=str(p)) or {}
     if not isinstance(data, dict):

@@ -6,6 +6,8 @@ default) is skipped, because its verdict would be about the default rather than 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 from nbtools.config._contrib import CONTRIBUTIONS
@@ -74,6 +76,8 @@ def _semantic_checks(cfg: Experiment, bad: Problems | None = None) -> list[str]:
             "grpo.num_generations_per_prompt: GRPO needs a group of at least 2 for a leave-one-out baseline; fix: set it to 2 or more")
     if not 0 <= cfg.grpo.kl_penalty:
         add(("grpo.kl_penalty",), f"grpo.kl_penalty: {cfg.grpo.kl_penalty} must be >= 0; fix: e.g. 0.01")
+    _number_checks(cfg, add)
+    _free_text_checks(cfg, add)
     _checkpoint_checks(cfg, add)
     _secret_checks(cfg, add)
     _trainer_checks(cfg, add)
@@ -117,6 +121,56 @@ def _checkpoint_checks(cfg: Experiment, add) -> None:
     if c.dtensor_v2 and c.model_save_format is None:
         add(("checkpointing.dtensor_v2", "checkpointing.model_save_format"),
             "checkpointing.model_save_format: null needs dtensor_v2: false; allowed with v2: 'safetensors' | 'torch_save'; fix: pick one")
+
+
+def _number_checks(cfg: Experiment, add) -> None:
+    """Numbers a trainer would take and fail on much later (or train on silently): NaN, inf, zero, negative."""
+    lr, temp = cfg.grpo.learning_rate, cfg.grpo.temperature
+    if not (math.isfinite(lr) and lr > 0):
+        add(("grpo.learning_rate",), f"grpo.learning_rate: {lr} must be a finite number > 0; fix: e.g. 1.0e-6")
+    if not (math.isfinite(temp) and temp >= 0):
+        add(("grpo.temperature",), f"grpo.temperature: {temp} must be a finite number >= 0 (0 is greedy); fix: e.g. 1.0")
+    if cfg.grpo.max_new_tokens is not None and cfg.grpo.max_new_tokens < 1:
+        add(("grpo.max_new_tokens",), f"grpo.max_new_tokens: {cfg.grpo.max_new_tokens} must be >= 1 (or null: the "
+            "trainer's default); fix: e.g. 1024")
+    if cfg.model.max_total_sequence_length < 1:
+        add(("model.max_total_sequence_length",), f"model.max_total_sequence_length: "
+            f"{cfg.model.max_total_sequence_length} must be >= 1; fix: e.g. 1024 (prompt plus generation)")
+
+
+_OWN_SECRET_RULES = ("secrets", "trainer.overrides", "trainer.env_vars")  # scanned by the rules that know them
+_REVISION = re.compile(r"(_ref|revision|commit|sha|digest|hash)$", re.IGNORECASE)  # keys whose value is a git SHA
+
+
+def _strings(obj, key: str):
+    """(dotted key, text) of every string in the config tree: fields, list items, dict keys and values."""
+    if isinstance(obj, str):
+        yield key, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _strings(getattr(obj, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _strings(k, f"{key}.{_part(str(k))}")
+            yield from _strings(v, f"{key}.{_part(str(k))}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _strings(v, f"{key}[{i}]")
+
+
+def _free_text_checks(cfg: Experiment, add) -> None:
+    """Every free-text value (a W&B project, a model name, a data dir…) is printed in the job's entry point, the
+    manifests or the card: a token pasted into any of them is refused like one in an env var."""
+    for key, text in _strings(cfg, ""):
+        if key.startswith(_OWN_SECRET_RULES) or len(text) < 16:
+            continue
+        kind = token_kind(text, names=False)
+        if kind and "hexadecimal" in kind and (_REVISION.search(key) or not re.fullmatch(r"[0-9a-fA-F]+", text.strip())):
+            continue  # a git commit (a *_ref, a revision) or a digest inside a path is not a key; hex elsewhere is
+        if kind:
+            add((key,), f"{key}: the value {redact(text)} looks like {kind}; it would be printed in the job's entry "
+                "point, manifests and logs; fix: remove it (and revoke it if the file was shared); secrets go in "
+                "`secrets:` by NAME (`hf_token: {env: HF_TOKEN}`)")
 
 
 def _secret_checks(cfg: Experiment, add) -> None:

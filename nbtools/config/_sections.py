@@ -265,6 +265,32 @@ class LocalConfig:
 
 
 @dataclass(frozen=True)
+class FaultConfig:
+    """A fault the rehearsal injects, so stall detection and the verdict are tested on real processes and stacks.
+
+    ``hang``: the rank blocks forever in ``phase`` (the others wait for it in their next collective); ``exit``: the
+    rank process aborts there (SIGABRT, as a C++ assert in NCCL or CUDA does; faulthandler prints its Python stack);
+    ``oom``: the rank raises torch's ``OutOfMemoryError`` there; ``slow``: the rank sleeps ``seconds`` in ``phase``
+    at step ``step`` and every step after it (a straggler).
+    """
+
+    kind: Literal["hang", "exit", "oom", "slow"]
+    rank: int = 0
+    step: int = 1
+    phase: Literal["generation", "train", "refit", "checkpoint"] = "train"
+    seconds: float = 20.0  # slow: the delay per step
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """When a running job counts as stalled: no new step for ``k`` x its median step time, and at least ``floor_s``."""
+
+    k: float = 5.0
+    floor_s: float = 300.0  # a minimum, so a job whose first steps were fast is not called stalled at a slow one
+    startup_s: float = 1800.0  # before the first step: model loading, engine start-up and warm-up may take this long
+
+
+@dataclass(frozen=True)
 class RehearsalConfig:
     """The miniature GRPO run of the local backend (see nbtools.rehearsal)."""
 
@@ -274,7 +300,7 @@ class RehearsalConfig:
     ranks: int = 2
     hidden_size: int = 64
     num_layers: int = 2
-    num_heads: int = 4
+    num_heads: int = 2  # head size 32: the smallest vLLM's CPU attention takes (a merged model must load in vLLM)
     intermediate_size: int = 256
     warmup_steps: int = 150
     warmup_lr: float = 3.0e-3
@@ -293,6 +319,7 @@ class RehearsalConfig:
     reward_functions: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "format", "weight": 0.2}, {"name": "exact_alnum", "weight": 0.8}]
     )
+    faults: list[FaultConfig] = field(default_factory=list)  # injected faults (tests of stall detection), none by default
 
 
 @_paths.tidy_reprs
@@ -316,6 +343,7 @@ class Experiment:
     ray: RayConfig = field(default_factory=RayConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
+    stall: StallConfig = field(default_factory=StallConfig)
     source: str | None = field(default=None, compare=False)  # the YAML file it came from (not part of the hash)
 
     # -- derived ------------------------------------------------------------------------------------------

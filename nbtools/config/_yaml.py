@@ -107,6 +107,8 @@ def expanded_size(root: Any, limit: int = MAX_NODES) -> int:
 
 
 def _where(e: yaml.YAMLError) -> str:
+    if isinstance(e, yaml.reader.ReaderError):  # position and character code, never the content around it
+        return f"character {e.position + 1}: the control character #x{e.character:04x} is not allowed in YAML"
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -133,8 +135,9 @@ def load_yaml(text: str, source: str | None = None, *, what: str = "the file") -
 
     ``what`` names the text in the messages ("the file", or "the value" of a ``key=value`` override).
     """
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses a NUL or other control character here (a ReaderError)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -156,4 +159,5 @@ def load_yaml(text: str, source: str | None = None, *, what: str = "the file") -
         raise ConfigError(f"not valid YAML: a value cannot be read ({type(e).__name__})", source=source,
                           fix="check the explicit tags (`!!int`, `!!binary`, ...) and their values") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-import shlex
 
 from nbtools import trainers
+from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
@@ -67,7 +67,7 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
             "--temperature", str(float(temperature)), "--max-tokens", str(max_new_tokens), "--seed", str(cfg.grpo.seed),
             "--tensor-parallel-size", str(cfg.model.tensor_parallel_size)]
     python = cfg.trainer.python or "python3"
-    entrypoint = f"{shlex.quote(python)} -u -m nbtools.evals.vllm_generate " + " ".join(shlex.quote(a) for a in args)
+    entrypoint = f"{sh(python)} -u -m nbtools.evals.vllm_generate " + " ".join(sh(a) for a in args)
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     env = {"PYTHONUNBUFFERED": "1", **({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {})}
     metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": test}

@@ -17,7 +17,6 @@ import difflib
 import hashlib
 import posixpath
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools._escape import html as _h
+from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix, NotFoundError
@@ -174,7 +174,7 @@ class EvalJob:
     def to_command(self) -> str:
         """The equivalent `ray job submit` command, to copy into a terminal."""
         gpus = f" --entrypoint-num-gpus {self.entrypoint_num_gpus:g}" if self.entrypoint_num_gpus else ""
-        return (f"ray job submit --address {shlex.quote(self.address)} --submission-id {shlex.quote(self.submission_id)}"
+        return (f"ray job submit --address {sh(self.address)} --submission-id {sh(self.submission_id)}"
                 f"{gpus} -- {self.entrypoint}")
 
     def submit(self):
@@ -275,8 +275,8 @@ def build_eval_job(
     user_keys = {o.split("=", 1)[0] for o in user}
     final = tuple(o for o in ours if o.split("=", 1)[0] not in user_keys) + tuple(user)
     code_dir, python = cfg.trainer.code_dir or NEMO_RL_ROOT, cfg.trainer.python or "python"
-    entrypoint = (f"cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u examples/run_eval.py --config {shlex.quote(config)} "
-                  + " ".join(shlex.quote(o) for o in final))
+    entrypoint = (f"cd {sh(code_dir)} && {sh(python)} -u examples/run_eval.py --config {sh(config)} "
+                  + " ".join(sh(o) for o in final))
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     submission_id = f"{cfg.name}-eval-{_slug(dataset)}-{_slug(label)}-{digest}"
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools import _atomic, _paths
+from nbtools._escape import csv_frame
 from nbtools._escape import html as _h
 from nbtools.errors import Fix, NotFoundError
 from nbtools.evals.stats import pass_at_k, wilson_ci
@@ -126,6 +127,9 @@ class EvalResult:
     def save(self, path: str | os.PathLike) -> Path:
         """Write `results.parquet`, `results.csv` and `summary.json` into directory `path`, atomically.
 
+        ``results.csv`` is for spreadsheets: text that a spreadsheet would run as a formula starts with ``'``;
+        ``results.parquet`` keeps every value as it is (what :meth:`load` reads).
+
         The directory is built under a temporary name and renamed, so an interrupted save never leaves a
         directory that looks complete.
 
@@ -135,7 +139,7 @@ class EvalResult:
         out = Path(path).expanduser().resolve()
         with _atomic.atomic_dir(out, overwrite=True) as tmp:
             self.table.to_parquet(tmp / "results.parquet", index=False)
-            self.table.to_csv(tmp / "results.csv", index=False)
+            csv_frame(self.table).to_csv(tmp / "results.csv", index=False)  # for spreadsheets: no formula cells
             (tmp / "summary.json").write_text(json.dumps(self.summary(), indent=2, default=str))
         self.path = out
         return out

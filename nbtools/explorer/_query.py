@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.trajectories import Run, verdict
+from nbtools.trajectories import Run, group_numbers, verdict
 
 __all__ = ["Query", "Page", "ExplorerData", "FILTERS", "SORTS", "LIGHT_COLUMNS"]
 
@@ -93,24 +93,21 @@ class Page:
 
 
 def _groups(df: pd.DataFrame) -> pd.DataFrame:
-    """Add group (0-based within its step: consecutive identical prompts), group_size, baseline (the group's mean
-    reward, GRPO's baseline without leave-one-out), no_signal (all rewards equal) and correct."""
+    """Add group (0-based within its step: the reader's ``group`` where it has one, else the rows with the same uid
+    sample part or prompt, wherever they sit: ``nbtools.trajectories.group_numbers``), group_size, baseline (the
+    group's mean reward), no_signal (all rewards equal) and correct."""
     if df.empty:
         return df.assign(group=pd.Series(dtype="int64"), group_size=pd.Series(dtype="int64"),
                          baseline=pd.Series(dtype="float64"), no_signal=pd.Series(dtype="bool"),
                          correct=pd.Series(dtype="object"))
-    steps, prompts = df["step"].to_numpy(), df["prompt"].to_numpy()
-    new_step = np.r_[True, steps[1:] != steps[:-1]]
-    new_group = new_step | np.r_[True, prompts[1:] != prompts[:-1]]
-    gid = np.cumsum(new_group) - 1  # run-wide id; numbered within each step below
-    first_of_step = pd.Series(np.where(new_step, gid, 0)).cummax().to_numpy()
-    out = df.assign(group=gid - first_of_step, _gid=gid)
-    g = out.groupby("_gid", sort=False)["reward"]
+    number = df["group"].to_numpy() if "group" in df and df["group"].notna().all() else group_numbers(df)
+    out = df.assign(group=np.asarray(number, dtype="int64"))
+    g = out.groupby([out["step"].to_numpy(), out["group"].to_numpy()], sort=False)["reward"]
     out["group_size"] = g.transform("size").astype("int64")
     out["baseline"] = g.transform("mean")
     out["no_signal"] = np.isclose(g.transform("min"), g.transform("max"))
     out["correct"] = out["env_observation"].map(verdict) if "env_observation" in out else None
-    return out.drop(columns="_gid")
+    return out
 
 
 class ExplorerData:
@@ -170,7 +167,7 @@ class ExplorerData:
             df = self.run.read(step, columns=LIGHT_COLUMNS)
         else:
             df = self._df if step is None else self._df[self._df["step"] == step]
-            df = df[[c for c in LIGHT_COLUMNS if c in df]]
+            df = df[[c for c in [*LIGHT_COLUMNS, "group", "uid"] if c in df]]
         df = _groups(df.reset_index(drop=True))
         self._light[step] = (version, df)
         return df

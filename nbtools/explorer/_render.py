@@ -122,16 +122,16 @@ def page_html(page: Page, *, think_tag: str = "think", answer_tag: str = "answer
         if key != last_group:
             flat = " · <b>no signal</b> (all rewards equal)" if r.no_signal else ""
             prompt = segments_html(tag_segments(r.prompt, think_tag="", answer_tag="", pattern=pattern), 300)
-            body.append(f"<tr class='nbx-group' data-step='{r.step}' data-group='{r.group}'><td colspan='8'>"
-                        f"step {r.step} · group {r.group} · {r.group_size} samples · baseline (group mean reward) "
+            body.append(f"<tr class='nbx-group' data-step='{_h(r.step)}' data-group='{_h(r.group)}'><td colspan='8'>"
+                        f"step {_h(r.step)} · group {_h(r.group)} · {_h(r.group_size)} samples · baseline (group mean reward) "
                         f"{_num(r.baseline)}{flat}<div class='txt' style='font-weight:400'>{prompt}</div></td></tr>")
             last_group = key
         cls = {True: "ok", False: "bad"}.get(r.correct, "")
         sel = " style='outline:2px solid #8a3ffc'" if selected == (r.step, r.idx) else ""
         resp = segments_html(tag_segments(r.response, think_tag=think_tag, answer_tag=answer_tag, pattern=pattern),
                              text_limit)
-        body.append(f"<tr class='nbx-row {cls}' data-step='{r.step}' data-idx='{r.idx}'{sel}><td class='num'>{r.step}</td>"
-                    f"<td class='num'>{r.idx}</td><td class='num'>{_num(r.reward)}</td>"
+        body.append(f"<tr class='nbx-row {cls}' data-step='{_h(r.step)}' data-idx='{_h(r.idx)}'{sel}>"
+                    f"<td class='num'>{_h(r.step)}</td><td class='num'>{_h(r.idx)}</td><td class='num'>{_num(r.reward)}</td>"
                     f"<td class='num'>{_num(r.advantage)}</td><td class='num'>{_num(r.generation_length, '.0f')}</td>"
                     f"<td>{_verdict(r.correct)}</td><td class='txt'>{_h(str(r.answer)) if r.answer is not None else '<span class=muted>none</span>'}</td>"
                     f"<td class='txt'>{resp}</td></tr>")
@@ -146,11 +146,11 @@ def _frame_html(df: pd.DataFrame, cls: str) -> str:
 
 def record_html(view: RecordView, *, tokens: int = 256) -> str:
     """The record panel: prompt, raw response with tags highlighted, reward by function, token view."""
-    facts = (f"step {view.step} · idx {view.idx} · group {view.group if view.group is not None else '—'} · reward "
+    facts = (f"step {_h(view.step)} · idx {_h(view.idx)} · group {_h(view.group if view.group is not None else '—')} · reward "
              f"<b>{_num(view.reward)}</b> · advantage {_num(view.advantage)} · baseline {_num(view.baseline)} · "
              f"generation length {_num(view.generation_length, '.0f')} · env_observation: "
              f"{_h(str(view.env_observation or '—'))}")
-    parts = [f"<div class='note nbx-record' data-step='{view.step}' data-idx='{view.idx}'>{facts}</div>",
+    parts = [f"<div class='note nbx-record' data-step='{_h(view.step)}' data-idx='{_h(view.idx)}'>{facts}</div>",
              "<table><colgroup><col style='width:12%'><col></colgroup>",
              f"<tr><th>prompt</th><td class='txt'>{segments_html(view.prompt_segments)}</td></tr>",
              f"<tr><th>response<br><span class='think'>think</span> <span class='answer'>answer</span> "
@@ -168,12 +168,12 @@ def record_html(view: RecordView, *, tokens: int = 256) -> str:
         gen = t[t["mask"] > 0] if t["mask"].notna().any() else t
         chips = []
         for r in gen.head(tokens).itertuples(index=False):
-            p = math.exp(r.logprob) if not np.isnan(r.logprob) else None
+            p = math.exp(r.logprob) if np.isfinite(r.logprob) else None  # token_table makes it a float
             shade = "#eee" if p is None else f"rgba(76,114,176,{0.15 + 0.85 * p:.2f})"
             text = getattr(r, "text", None)  # decoded when the explorer has the run's tokenizer
-            chips.append(f"<span class='tok' style='background:{shade};white-space:pre' title='pos {r.position} · id "
-                         f"{r.token_id} · logprob {_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage "
-                         f"{_num(r.advantage)}'>{_h(text) if isinstance(text, str) else r.token_id}</span>")
+            chips.append(f"<span class='tok' style='background:{shade};white-space:pre' title='pos {_h(r.position)} · "
+                         f"id {_h(r.token_id)} · logprob {_num(r.logprob)} · prev {_num(r.prev_logprob)} · advantage "
+                         f"{_num(r.advantage)}'>{_h(text if isinstance(text, str) else r.token_id)}</span>")
         parts.append(f"<div class='note nbx-tokens'><b>tokens</b>: {len(t)} in all, {int(np.nansum(t['mask']))} "
                      f"generated (mask = 1; shade = probability under the policy; hover for log-probs)</div>"
                      f"<div>{''.join(chips)}</div>")
@@ -184,11 +184,12 @@ def compare_html(left: list[RecordView], right: list[RecordView], steps: tuple[i
     """The same prompt at two steps, side by side (one column per step)."""
     def col(views: list[RecordView], step: int) -> str:
         if not views:
-            where = ", ".join(map(str, elsewhere[:20])) or "no other step"
-            return f"<div><b>step {step}</b><div class='muted'>this prompt is not in step {step}; it appears at: {where}</div></div>"
-        rows = "".join(f"<tr><td class='num'>{v.idx}</td><td class='num'>{_num(v.reward)}</td>"
+            where = _h(", ".join(map(str, elsewhere[:20])) or "no other step")
+            return (f"<div><b>step {_h(step)}</b><div class='muted'>this prompt is not in step {_h(step)}; it appears "
+                    f"at: {where}</div></div>")
+        rows = "".join(f"<tr><td class='num'>{_h(v.idx)}</td><td class='num'>{_num(v.reward)}</td>"
                        f"<td class='txt'>{segments_html(v.segments, 300)}</td></tr>" for v in views)
-        return (f"<div><b>step {step}</b> · mean reward {_num(np.mean([v.reward for v in views]))}<table>"
+        return (f"<div><b>step {_h(step)}</b> · mean reward {_num(np.mean([v.reward for v in views]))}<table>"
                 f"<colgroup><col style='width:10%'><col style='width:12%'><col></colgroup>"
                 f"<tr><th>idx</th><th>reward</th><th>response</th></tr>{rows}</table></div>")
     return inline_styles(f"<div class='nbx nbx-compare'><table class='side'><tr><td style='width:50%;border:0'>"

@@ -298,9 +298,10 @@ class TrajectoryExplorer:
                                     "its record count")
         self.record.value = int(hits[0]) + 1
 
-    def jump(self, finding, k: int = 0) -> None:
+    def jump(self, finding, k: int = 0) -> TrajectoryExplorer:
         """Open example ``k`` of a health finding: a ``CheckResult``, a list of (step, idx), or a ``HealthReport``
-        (its worst finding; nothing happens when the report has none).
+        (its worst finding; nothing happens when the report has none). Returns the explorer, so a cell can end on
+        ``explorer.jump(report)`` and its saved snapshot shows the record it opened.
 
         Example:
             >>> explorer.jump(report["zero-reward"])       # the first record that shows the finding
@@ -309,7 +310,7 @@ class TrajectoryExplorer:
             finding = next((f for f in finding.findings if f.examples), None)
             if finding is None:
                 self.status.value = "health: no finding with example records (nothing to open)"
-                return
+                return self
         examples = list(getattr(finding, "examples", finding))
         if not examples:
             from nbtools.errors import NotFoundError
@@ -319,6 +320,7 @@ class TrajectoryExplorer:
                                 "report.findings lists them")
         e = examples[k]
         self.show(*((e.step, e.idx) if hasattr(e, "step") else e))
+        return self
 
     def refresh(self) -> None:
         """Re-list the steps (a live run grows) and redraw the current page."""

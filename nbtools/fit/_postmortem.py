@@ -20,7 +20,6 @@ from typing import Any
 from nbtools.fit._estimate import (
     FitInputs,
     FitReport,
-    _train_verdict,
     evaluate,
     generation_candidates,
     training_candidates,
@@ -176,9 +175,10 @@ def _match(i: FitInputs, tried: float | None) -> tuple[str, str, str] | None:
 
 def _override(i: FitInputs, cfg: Any, key: str, value: Any, name: str) -> str:
     shown = _show(value, name)
-    if key.startswith(_RECIPE_PREFIXES):
+    bare = key.lstrip("+")  # a Hydra add (+) or add-or-override (++) of a recipe key travels the same way
+    if bare.startswith(_RECIPE_PREFIXES):
         existing = [o for o in (getattr(getattr(cfg, "trainer", None), "overrides", None) or [])
-                    if o.split("=", 1)[0].lstrip("+~") != key]
+                    if o.split("=", 1)[0].lstrip("+~") != bare]
         items = existing + [f"{key}={shown}"]
         return "trainer.overrides=[" + ", ".join("'" + s.replace("'", "''") + "'" for s in items) + "]"
     return f"{key}={shown}"
@@ -194,7 +194,7 @@ def _fix(i: FitInputs, rep: FitReport, side: str, cfg: Any) -> OomFix | None:
             continue
         r = evaluate(inp, suggest=False)
         if side == "training":
-            v = _train_verdict(r.training_need_gib, r.usable_gib, r.training_need_gib - r.training.peak_gib)
+            v = r.training_verdict()
             need, usable = r.training_need_gib, r.usable_gib
         else:
             v = r.generation.verdict
@@ -216,7 +216,7 @@ def _fix_for(i: FitInputs, name: str, value: Any, cfg: Any) -> OomFix | None:
     if key is None:
         return None
     r = evaluate(i.with_(**{name: value}), suggest=False)
-    v = _train_verdict(r.training_need_gib, r.usable_gib, r.training_need_gib - r.training.peak_gib)
+    v = r.training_verdict()
     return OomFix(name, value, key, _override(i, cfg, key, value, name), v, round(r.training_need_gib, 2),
                   round(r.usable_gib, 2))
 

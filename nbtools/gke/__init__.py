@@ -31,7 +31,7 @@ from nbtools.gke._steps import PROJECT_NUMBER_LOOKUP, build_steps, context_name,
 __all__ = [
     "plan", "destroy_plan", "validate", "Plan", "Step", "StepFailedError", "PlanIncompleteError", "context_name",
     "wi_member", "nccl_installer_url", "gcloud_flags", "gcloud_path", "validate_flags", "FlagReport", "flag_report",
-    "ScriptPreview", "script_preview",
+    "ScriptPreview", "script_preview", "ApplyOutcome", "outcome",
 ]
 
 
@@ -194,3 +194,44 @@ def script_preview(p: Plan, path: str | os.PathLike | None = None, *, lines: int
         >>> nbtools.gke.script_preview(plan, plan.write_script(cfg.run_dir / "gke" / "provision.sh"))
     """
     return ScriptPreview(p.to_script(), str(path) if path is not None else None, lines)
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What ``plan.apply(...)`` did, in one sentence: a check cell's answer to "did anything change?"."""
+
+    dry_run: bool
+    applicable: bool
+    would_run: int = 0
+    done_earlier: int = 0
+    ran: int = 0
+    steps: int = 0
+
+    def __str__(self) -> str:
+        if not self.applicable:
+            return f"shown only: this backend has nothing to provision; none of the {self.steps} steps ran"
+        if self.dry_run:
+            return (f"dry run: nothing was changed; {self.would_run} of {self.steps} steps would run"
+                    + (f" ({self.done_earlier} done earlier)" if self.done_earlier else "")
+                    + " — set APPLY = True (CLI: --apply) to run them")
+        return f"applied: {self.ran} of {self.steps} steps ran, the others were already done"
+
+    __repr__ = __str__
+
+    def _repr_markdown_(self) -> str:
+        head, _, rest = str(self).partition(":")
+        return f"**{head}**:{rest}"
+
+
+def outcome(result: pd.DataFrame) -> ApplyOutcome:
+    """Summarise the frame ``plan.apply`` returned: dry run or not, how many steps would run or ran.
+
+    Example:
+        >>> nbtools.gke.outcome(plan.apply(dry_run=not APPLY))
+        dry run: nothing was changed; 14 of 14 steps would run — set APPLY = True (CLI: --apply) to run them
+    """
+    status = result["status"].astype(str) if "status" in result else pd.Series([], dtype=str)
+    return ApplyOutcome(dry_run=bool(result.attrs.get("dry_run", True)), applicable=bool(result.attrs.get("applicable", True)),
+                        would_run=int((status == "would run").sum()),
+                        done_earlier=int(status.str.startswith("skipped").sum()),
+                        ran=int(status.isin(["done", "updated"]).sum()), steps=len(result))

@@ -319,6 +319,7 @@ class Plan:
                              "command": s.command_str})
             df = pd.DataFrame(rows, columns=["step", "status", "command"])
             df.attrs["note"] = self.note or ("dry run: nothing was run" if self.applicable else "")
+            df.attrs["dry_run"], df.attrs["applicable"] = True, self.applicable
             return df
         from nbtools._progress import tqdm
 
@@ -345,6 +346,7 @@ class Plan:
         finally:
             bar.close()
         out = pd.DataFrame(rows)
+        out.attrs["dry_run"], out.attrs["applicable"] = False, True
         if not self.keep_going:
             return out
         left = self.remaining(variables=variables)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nbtools._escape import sh_echo
 from nbtools.gke._step import Step, _join, _quote
 
 __all__ = ["render"]
@@ -67,7 +68,7 @@ def _step(s: Step) -> list[str]:
     test = "done_" if not s.absent else "gone_"
     word = "already gone" if s.absent else "already done"
     # the body is not indented: a heredoc's EOF must start its line
-    return [f"if {_set(s)}; {test} {_join(s.check)}; then echo 'skip {s.name}: {word}'; else", body, "fi"]
+    return [f"if {_set(s)}; {test} {_join(s.check)}; then {sh_echo(f'skip {s.name}: {word}')}; else", body, "fi"]
 
 
 def _keep_going_step(s: Step, parent: Step | None) -> list[str]:
@@ -75,22 +76,23 @@ def _keep_going_step(s: Step, parent: Step | None) -> list[str]:
     first = "if"
     if s.after:
         deps = " ".join(_quote(a) for a in s.after)
-        lines.append(f"if failed_ {deps}; then echo 'skip {s.name}: needs {', '.join(s.after)}, which did not complete'; "
+        why = f"skip {s.name}: needs {', '.join(s.after)}, which did not complete"
+        lines.append(f"if failed_ {deps}; then {sh_echo(why)}; "
                      f"FAILED+=({_quote(s.name)})")
         first = "elif"
     if parent is not None and parent.check:
-        lines.append(f"{first} {_set(parent)}; gone_ {_join(parent.check)}; then echo 'skip {s.name}: gone with {parent.name}'")
+        lines.append(f"{first} {_set(parent)}; gone_ {_join(parent.check)}; then {sh_echo(f'skip {s.name}: gone with {parent.name}')}")
         first = "elif"
     if s.check:
-        lines.append(f"{first} {_set(s)}; gone_ {_join(s.check)}; then echo 'skip {s.name}: already gone'")
+        lines.append(f"{first} {_set(s)}; gone_ {_join(s.check)}; then {sh_echo(f'skip {s.name}: already gone')}")
         first = "elif"
     body = s.script or s.command_str
     if s.keep_if_refused:  # refused on purpose (a bucket that holds objects): kept, reported, not a failure
         hint = f" ({s.hint})" if s.hint else ""
-        lines.append(f"{first} ! ( {body} ); then echo {_quote(f'kept {s.name}: refused, so it stays{hint}')}; "
+        lines.append(f"{first} ! ( {body} ); then {sh_echo(f'kept {s.name}: refused, so it stays{hint}')}; "
                      f"KEPT+=({_quote(s.name)})")
     else:
-        lines.append(f"{first} ! ( {body} ); then echo 'FAILED {s.name}' >&2; FAILED+=({_quote(s.name)})")
+        lines.append(f"{first} ! ( {body} ); then {sh_echo(f'FAILED {s.name}', stderr=True)}; FAILED+=({_quote(s.name)})")
     lines.append("fi")
     return lines
 

@@ -4,9 +4,10 @@ builders, none of which the others need to import for it)."""
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from nbtools._escape import sh
 
 __all__ = ["Step", "VARIABLE"]
 
@@ -50,7 +51,7 @@ class Step:
 
 def _quote(arg: str) -> str:
     if not VARIABLE.search(arg):
-        return shlex.quote(arg)
+        return sh(arg)
     # keep ${VAR} expandable in the script: double quotes, every other $ " \ ` escaped
     parts = VARIABLE.split(arg)  # literal, name, literal, name, ...
     out = []

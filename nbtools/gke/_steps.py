@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-import shlex
 
 from nbtools import manifests, trainers
+from nbtools._escape import sh, sh_echo
 from nbtools.config import GPU_TYPES, Experiment
 from nbtools.gke._step import Step, _join
 from nbtools.manifests import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
@@ -229,14 +229,17 @@ def build_steps(cfg: Experiment) -> list[Step]:
         steps.append(Step(
             f"secret-{name}", f"Secret {name} (pod env {env}) from ${var}, re-applied on every apply (a rotated token "
                               "reaches the pods); never written or shown",
-            ("kubectl", f"--context={ctx}", "apply", "--server-side", "--field-manager=nbtools", "-f", "-"),
+            # the token is the environment's to set, whoever wrote the Secret before (`kubectl create secret`, a
+            # client-side `kubectl apply`): without --force-conflicts the API server refuses to change their field
+            ("kubectl", f"--context={ctx}", "apply", "--server-side", "--field-manager=nbtools", "--force-conflicts", "-f", "-"),
             stdin=manifests.to_yaml(obj),
             make_stdin=_secret_stdin(cfg, name),
             script=(f'if [[ -n "${{{var}:-}}" ]]; then printf %s "${var}" | kubectl --context={ctx} --namespace={c.namespace} '
                     f"create secret generic {name} --from-file={key}=/dev/stdin --dry-run=client -o yaml | kubectl "
-                    f"--context={ctx} apply --server-side --field-manager=nbtools -f -\n"
-                    f"elif EXPECT=(); STATES=(); done_ {_join(check)}; then echo 'keep secret-{name}: ${var} is not set, "
-                    f"the Secret stays as it is'\nelse echo 'secret-{name}: export {var} first' >&2; exit 1; fi"),
+                    f"--context={ctx} apply --server-side --field-manager=nbtools --force-conflicts -f -\n"
+                    f"elif EXPECT=(); STATES=(); done_ {_join(check)}; then "
+                    f"{sh_echo(f'keep secret-{name}: ${var} is not set, the Secret stays as it is')}\n"
+                    f"else {sh_echo(f'secret-{name}: export {var} first', stderr=True)}; exit 1; fi"),
             check=check,
             refresh=True,
             undo=("kubectl", f"--context={ctx}", f"--namespace={c.namespace}", "delete", f"secrets/{name}", "--ignore-not-found"),
@@ -265,10 +268,10 @@ def verl_source_steps(cfg: Experiment) -> list[Step]:
     local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
     tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"
     dest = f"gs://{s.bucket}/{code[len(mount):].strip('/')}"
-    fetch = (f"set -euo pipefail; rm -rf {shlex.quote(tmp)}; git clone --quiet --depth=1 --branch={shlex.quote(t.verl_ref)} "
-             f"{shlex.quote(t.verl_repo)} {shlex.quote(tmp)}/verl; rm -rf {shlex.quote(tmp)}/verl/.git; "
-             f"printf %s {shlex.quote(t.verl_ref)} > {shlex.quote(tmp)}/verl/{marker}; rm -rf {shlex.quote(str(local))}; "
-             f"mv {shlex.quote(tmp)} {shlex.quote(str(local))}")
+    fetch = (f"set -euo pipefail; rm -rf {sh(tmp)}; git clone --quiet --depth=1 --branch={sh(t.verl_ref)} "
+             f"{sh(t.verl_repo)} {sh(tmp)}/verl; rm -rf {sh(tmp)}/verl/.git; "
+             f"printf %s {sh(t.verl_ref)} > {sh(tmp)}/verl/{marker}; rm -rf {sh(str(local))}; "
+             f"mv {sh(tmp)} {sh(str(local))}")
     P = f"--project={cfg.gcp.project}"
     return [
         Step("verl-fetch", f"verl {t.verl_ref} from {t.verl_repo} into {local} (no .git)", ("bash", "-c", fetch),

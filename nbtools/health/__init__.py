@@ -32,22 +32,28 @@ from nbtools.health._contract import (
     reward_contract,
 )
 from nbtools.health._data import RunData, generation_limit, load
+from nbtools.health._evidence import WARMUP_STEPS
 from nbtools.health._report import CheckResult, Example, HealthReport, worst
 from nbtools.health._specs import CHECKS, CheckSpec
 
 __all__ = ["check", "CHECKS", "CheckSpec", "CheckResult", "Example", "HealthReport", "RunData", "load",
            "generation_limit", "reward_contract", "ContractResult", "ResponseFormat", "format_asked_by",
-           "nemo_rl_prompt", "parse_targets", "SAMPLE_PROBLEMS", "overall"]
+           "nemo_rl_prompt", "parse_targets", "SAMPLE_PROBLEMS", "overall", "WARMUP_STEPS"]
 
 
 def overall(statuses) -> str:
-    """The run's status from its checks' statuses: "healthy", "warning" or "unhealthy"."""
+    """The run's status from its checks' statuses: "healthy", "solved" (healthy, and a check found the task solved),
+    "warning", "unhealthy", or "unknown" when no check could judge (no evidence is not health:
+    ``nbtools.health._evidence``)."""
+    statuses = list(statuses)
     w = worst(statuses)
-    return "healthy" if w == "ok" else w
+    if w == "ok":
+        return "solved" if "solved" in statuses else "healthy"
+    return w
 
 
 def check(run, *, config=None, thresholds: dict | None = None, checks=None, window: int = 5, examples: int = 5,
-          cache: bool = True) -> HealthReport:
+          warmup: int = 0, cache: bool = True) -> HealthReport:
     """Run every health check (or ``checks``) on a run and return the report.
 
     Args:
@@ -60,6 +66,8 @@ def check(run, *, config=None, thresholds: dict | None = None, checks=None, wind
         checks: names of the checks to run (default: all of ``CHECKS``).
         window: the recent steps each check decides on.
         examples: example records (step, idx) per finding.
+        warmup: training steps before a threshold finding is "unhealthy" (a warning until then); non-finite values
+            are unhealthy at once. ``nbtools.launch.supervise`` passes ``WARMUP_STEPS`` (a stop condition).
 
     Raises:
         NotFoundError: no trajectory dumps and no TensorBoard scalars at ``run``.
@@ -71,7 +79,7 @@ def check(run, *, config=None, thresholds: dict | None = None, checks=None, wind
         'ok'
     """
     data = load(run, config=config, cache=cache)
-    results = run_checks(data, thresholds=thresholds, checks=checks, window=window, examples=examples)
+    results = run_checks(data, thresholds=thresholds, checks=checks, window=window, examples=examples, warmup=warmup)
     steps = data.steps
     span = (steps[0], steps[-1]) if steps else (None, None)
     return HealthReport(data.label, overall(r.status for r in results), span, tuple(results))

@@ -6,11 +6,13 @@ NeMo-RL's (nemo-rl-facts.md §2: ``train/truncation_rate``, ``train/token_mult_p
 ``train/mean_gen_tokens_per_sample``, ``validation/accuracy``), with verl's where it logs one.
 
 Every check decides on the recent window (the last ``window`` steps) and names the first step where the per-step
-value crossed the threshold in the run of steps that reaches the end.
+value crossed the threshold in the run of steps that reaches the end. The checks see finite values only;
+:func:`run_checks` applies the rules of :mod:`nbtools.health._evidence` (NaN/inf, no data, warm-up) to every result.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nbtools.health._data import RunData, per_step
+from nbtools.health._evidence import judge, nonfinite
 from nbtools.health._report import CheckResult, Example, Status
 from nbtools.health._specs import CHECKS, CheckSpec
 
@@ -61,7 +64,7 @@ def _result(spec: CheckSpec, value: float | None, message: str, *, series: pd.Se
 
 
 def _skip(spec: CheckSpec, why: str) -> CheckResult:
-    return CheckResult(spec.name, "ok", None, None, spec.warning if spec.warning is not None else spec.unhealthy,
+    return CheckResult(spec.name, "unknown", None, None, spec.warning if spec.warning is not None else spec.unhealthy,
                        f"not checked: {why}", spec.fix_text(), spec.keys)
 
 
@@ -80,7 +83,7 @@ def _examples(records: pd.DataFrame, mask, n: int, *, latest: bool = False) -> l
 def zero_reward(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
     if len(d.records):
-        r = d.meta["reward"].to_numpy(dtype="float64")
+        r = d.reward.to_numpy(dtype="float64")
         zero = per_step(d.meta, np.isclose(r, 0.0))
         steps = list(_recent(zero, c.window).index)
         recent = d.meta[d.meta["step"].isin(steps)]
@@ -91,7 +94,9 @@ def zero_reward(c: _Ctx, spec: CheckSpec) -> CheckResult:
             return _result(spec, 1.0, f"every reward of steps {steps[0]}..{steps[-1]} is {const:g}: no sample is "
                            "better than another, so no step learns anything", series=every,
                            examples=_examples(recent, np.ones(len(recent)), c.examples))
-        value = float(np.isclose(vals, 0.0).mean()) if len(vals) else None
+        if not len(vals):
+            return _skip(spec, f"no finite reward in steps {steps[0]}..{steps[-1]}")
+        value = float(np.isclose(vals, 0.0).mean())
         ex = _examples(d.meta, np.isclose(r, 0.0), c.examples)
         return _result(spec, value, f"{value:.0%} of the rewards of steps {steps[0]}..{steps[-1]} are 0", series=zero,
                        examples=ex)
@@ -110,12 +115,17 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
         s = d.scalar("train/baseline_reward/pct_0")
         if s.empty:
             return _skip(spec, "no records and no train/baseline_reward/pct_0 scalar yet")
-        both = s + d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        ones = d.scalar("train/baseline_reward/pct_1").reindex(s.index).fillna(0.0)
+        both = s + ones
         value = float(_recent(both, c.window).mean())
-        return _result(spec, value, f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards",
-                       series=both)
+        msg = f"{value:.0%} of the groups of the recent steps got all-0 or all-1 rewards"
+        top = float(_recent(ones, c.window).mean())
+        if value and top / value > 0.5 and spec.level(value)[0] != "ok":
+            return _result(spec, value, msg + f" ({top / value:.0%} of them all-1: the task is solved; move on, or make "
+                           "it harder: harder prompts, more generations per prompt)", series=both, status="solved")
+        return _result(spec, value, msg, series=both)
     codes, _ = pd.factorize(d.records["prompt"], use_na_sentinel=False)  # int keys: a fast groupby
-    work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.meta["reward"].to_numpy()})
+    work = pd.DataFrame({"step": d.meta["step"].to_numpy(), "group": codes, "reward": d.reward.to_numpy()})
     groups = work.groupby(["step", "group"], sort=False)["reward"].agg(["min", "max", "size"]).reset_index()
     groups = groups[groups["size"] > 1]
     if groups.empty:
@@ -125,21 +135,52 @@ def no_signal_groups(c: _Ctx, spec: CheckSpec) -> CheckResult:
     steps = list(_recent(share, c.window).index)
     recent = groups[groups["step"].isin(steps)]
     value = float(recent["flat"].mean())
-    top = float(d.meta["reward"].max())
+    top = float(d.reward.max())
     at_top = recent["flat"] & np.isclose(recent["min"], top) & (top > 0)
     solved = float(at_top.sum() / max(1, recent["flat"].sum()))
     msg = f"{value:.0%} of the groups of steps {steps[0]}..{steps[-1]} got the same reward on every sample"
     status = None
+    if spec.level(value)[0] == "warning":
+        rewards = work.loc[work["step"].isin(steps), "reward"].to_numpy(dtype="float64")
+        expected, p = _chance_flat(rewards, recent["size"].to_numpy(), int(recent["flat"].sum()))
+        n = "/".join(str(k) for k in sorted(recent["size"].unique()))
+        msg += f"; {expected:.0%} expected by chance for groups of {n} with these rewards (p={p:.2g})"
+        if p >= _ALPHA:  # as many flat groups as independent samples give: a fact of the group size, not a fault
+            msg += ": more generations per prompt would give more groups a signal"
+            status = "ok"
     if solved > 0.5 and spec.level(value)[0] != "ok":
-        msg += f" ({solved:.0%} of them at the top reward {top:g}: the prompts are solved, too easy now)"
-        if spec.level(value)[0] == "unhealthy":
-            status = "warning"  # solved, not broken: nothing left to learn from these prompts
+        msg += (f" ({solved:.0%} of them at the top reward {top:g}: the task is solved; move on, or make it harder: "
+                "harder prompts, more generations per prompt)")
+        status = "solved"  # not broken: nothing left to learn from these prompts, which is a result, not a warning
     flat = groups[groups["flat"] & groups["step"].isin(steps)].head(1)
     ex = []
     if len(flat):
         st, grp = flat.iloc[0]["step"], flat.iloc[0]["group"]
         ex = _examples(d.meta, (work["step"] == st).to_numpy() & (codes == grp), c.examples)
     return _result(spec, value, msg, series=share, examples=ex, status=status)
+
+
+_ALPHA = 0.01  # one-sided significance of the flat-group excess before no-signal-groups warns
+
+
+def _chance_flat(rewards: np.ndarray, sizes: np.ndarray, flat: int) -> tuple[float, float]:
+    """(expected share of all-equal groups, P(at least ``flat`` of them)) if samples were independent draws.
+
+    Why: with n samples a group is flat by chance with probability sum_v q_v^n over the reward values v of the
+    window (binary: p^n + (1-p)^n): 4 samples at a 20% success rate leave 41% of the groups flat in a healthy run.
+    The count of flat groups is then Poisson-binomial; its upper tail (exact, by convolution) says whether the run
+    has more flat groups than its group size and reward mix explain (identical samples, prompts all too easy or too
+    hard), which is what the fix (temperature, data difficulty) acts on.
+    """
+    _, counts = np.unique(np.round(rewards[np.isfinite(rewards)], 6), return_counts=True)
+    q = counts / max(1, counts.sum())
+    chance = np.array([float(np.sum(q ** int(n))) for n in sizes])
+    pmf = np.zeros(len(chance) + 1)
+    pmf[0] = 1.0
+    for e in chance:
+        pmf[1:] = pmf[1:] * (1 - e) + pmf[:-1] * e
+        pmf[0] *= 1 - e
+    return float(chance.mean()), float(min(1.0, pmf[flat:].sum()))
 
 
 def _parsers(data: RunData) -> list[tuple[str, Callable[[str], bool]]]:
@@ -294,7 +335,7 @@ def kl_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
 
 def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult:
     d = c.data
-    s = (d.meta.groupby("step")["reward"].mean() if len(d.records)
+    s = (d.reward.groupby(d.meta["step"].to_numpy()).mean().dropna() if len(d.records)
          else d.scalar("train/reward", "critic/score/mean"))
     w = max(c.window, 10)
     if len(s) < max(min_steps, 2 * w):
@@ -308,20 +349,53 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
                    f"{early:.3g} over the first {w} steps (+{value:.3g})", series=s - early)
 
 
+def _accuracy_tags() -> tuple[str, ...]:
+    """The validation-accuracy tags every trainer logs (its registry's names: NeMo-RL's ``validation/accuracy``,
+    verl's ``val-core/<data source>/acc/mean@<n>``), so the check runs on whichever trainer wrote the run."""
+    from nbtools.trainers import METRIC_NAMES
+
+    return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
+
+
+def _val_samples(d: RunData, step: int) -> int | None:
+    """How many prompts the run validated on at ``step``: the lines of its own validation dump (None without one)."""
+    run = d.run
+    try:
+        if run is not None and step in getattr(run, "val_steps", []):
+            return int(run.index(step, kind="val").n_lines) or None
+    except Exception:  # noqa: BLE001 - a dump that cannot be read leaves the check on its threshold alone
+        return None
+    return None
+
+
+def _noise(best: float, last: float, n: int | None) -> float | None:
+    """Two standard errors of the difference of two accuracies measured on ``n`` samples each (None: n unknown)."""
+    if not n:
+        return None
+    var = (best * (1 - best) + last * (1 - last)) / n
+    return 2.0 * float(np.sqrt(var))
+
+
 def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
-    val = d.scalar("validation/accuracy")
+    val = d.scalar(*_accuracy_tags())
     if len(val) < 3:
         return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
     train = d.scalar("train/reward", "critic/score/mean")
     if train.empty and len(d.records):
-        train = d.meta.groupby("step")["reward"].mean()
+        train = d.reward.groupby(d.meta["step"].to_numpy()).mean().dropna()
     best_step = int(val.idxmax())
     drop = float(val.max() - val.iloc[-1])
     at_best = train[train.index <= max(best_step, int(train.index.min()) if len(train) else 0)]
     rose = len(train) and len(at_best) and float(_recent(train, c.window).mean()) > float(at_best.iloc[-min(
         c.window, len(at_best)):].mean())
     series = val.cummax() - val
+    n = _val_samples(d, int(val.index[-1]))
+    noise = _noise(float(val.max()), float(val.iloc[-1]), n)
+    if noise is not None and drop <= noise:  # within the sampling noise of two accuracies over n prompts each
+        return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} vs its best "
+                       f"{val.max():.3g} at step {best_step}: within the noise of {n} validation samples "
+                       f"(2 standard errors: {noise:.3g})", status="ok", series=series)
     if drop < (spec.warning or 0.0):
         return _result(spec, drop, f"validation accuracy {val.iloc[-1]:.3g} at step {int(val.index[-1])} (best "
                        f"{val.max():.3g} at step {best_step})", status="ok", series=series)
@@ -342,8 +416,9 @@ _FUNCS: dict[str, Callable[[_Ctx, CheckSpec], CheckResult]] = {
 
 
 def run_checks(data: RunData, *, thresholds: dict | None = None, checks=None, window: int = 5,
-               examples: int = 5) -> list[CheckResult]:
-    """Every check (or ``checks``) on ``data``, with ``thresholds`` replacing the defaults."""
+               examples: int = 5, warmup: int = 0) -> list[CheckResult]:
+    """Every check (or ``checks``) on ``data``, with ``thresholds`` replacing the defaults, each result judged by the
+    rules of :mod:`nbtools.health._evidence` on what that check read."""
     from nbtools.errors import ConfigError
 
     specs = dict(CHECKS)
@@ -360,16 +435,29 @@ def run_checks(data: RunData, *, thresholds: dict | None = None, checks=None, wi
             problems.append(f"thresholds[{name!r}]: expected a number (the unhealthy level), a (warning, unhealthy) "
                             f"pair or {{'warning': x, 'unhealthy': y}}, got {t!r}")
             continue
-        specs[name] = replace(specs[name], **{k: (None if v is None else float(v)) for k, v in t.items()})
+        try:
+            levels = {k: (None if v is None else float(v)) for k, v in t.items()}
+        except (TypeError, ValueError):
+            levels = {"unhealthy": float("nan")}
+        if any(v is not None and not math.isfinite(v) for v in levels.values()):
+            problems.append(f"thresholds[{name!r}]: expected finite numbers (or None: never), got {t!r}; a NaN level "
+                            "is never crossed, so the check could never fail")
+            continue
+        specs[name] = replace(specs[name], **levels)
     names = list(checks) if checks else list(specs)
     problems += [f"checks: unknown check {n!r}; the checks are {list(specs)}" for n in names if n not in specs]
     if window < 1:
         problems.append(f"window: expected 1 or more steps, got {window}")
+    if not isinstance(warmup, int) or warmup < 0:
+        problems.append(f"warmup: expected 0 or more steps, got {warmup!r}")
     if problems:
         raise ConfigError(problems)
     ctx = _Ctx(data, window, examples)
     out = []
+    n_steps = len(data.steps)
     for n in names:
-        out.append(_FUNCS[n](ctx, specs[n]))
-        ctx.memo[n] = out[-1]
+        data.read.clear()
+        own = _FUNCS[n](ctx, specs[n])
+        ctx.memo[n] = own  # other checks reuse the check's own finding
+        out.append(judge(own, nonfinite(data, set(data.read), window), n_steps, warmup))
     return out

@@ -36,6 +36,21 @@ class RunData:
     answer_tag: str = "answer"
     think_tag: str = "think"
     notes: list[str] = field(default_factory=list)
+    raw: pd.DataFrame | None = None  # the scalars as logged (tag, step, value), non-finite values included
+    read: set[str] = field(default_factory=set)  # what the running check read: tags, "reward" (nbtools.health._evidence)
+
+    @property
+    def reward(self) -> pd.Series:
+        """The records' rewards (NaN where a record's reward is NaN, null or not a number: evidence, not a gap)."""
+        self.read.add("reward")
+        return self.meta["reward"]
+
+    def logged(self, tag: str) -> pd.DataFrame:
+        """Every value ``tag`` logged (``step``, ``value``; train steps only, except validation tags), finite or not."""
+        if self.raw is None or not len(self.raw):
+            return pd.DataFrame({"step": pd.Series(dtype="int64"), "value": pd.Series(dtype="float64")})
+        rows = self.raw[self.raw["tag"] == tag]
+        return rows[["step", "value"]] if tag.startswith("validation") else rows.loc[rows["step"] > 0, ["step", "value"]]
 
     @property
     def meta(self) -> pd.DataFrame:
@@ -48,16 +63,26 @@ class RunData:
     def steps(self) -> list[int]:
         """Training steps seen in the records or the train/* scalars (step 0 is validation before training)."""
         s = set(self.records["step"].unique().tolist()) if len(self.records) else set()
-        if not self.scalars.empty:
-            s |= {int(x) for x in self.scalars.index if x > 0}
+        if self.raw is not None and len(self.raw):
+            s |= {int(x) for x in self.raw["step"].unique() if x > 0}
         return sorted(s)
 
     def scalar(self, *tags: str) -> pd.Series:
-        """The first logged tag of ``tags`` as a per-step series (train steps only; empty when none is logged)."""
-        for t in tags:
-            if t in self.scalars.columns:
+        """The first logged tag of ``tags`` as a per-step series of its finite values (train steps only; empty when
+        none is logged). A tag logged only as NaN is still the one chosen: its values are evidence (``_evidence``).
+        A tag with ``*`` is a pattern (``val-core/*/acc/mean@*``: verl names it by data source and sample count);
+        its first logged match in sorted order is chosen."""
+        import fnmatch
+
+        logged = set(self.raw["tag"].unique()) if self.raw is not None and len(self.raw) else set(self.scalars.columns)
+        for pattern in tags:
+            t = next(iter(sorted(fnmatch.filter(logged, pattern))), None) if "*" in pattern else pattern
+            if t in logged:
+                self.read.add(t)
+                if t not in self.scalars.columns:
+                    return pd.Series(dtype="float64")
                 s = self.scalars[t].dropna()
-                return s[s.index > 0] if not t.startswith("validation") else s
+                return s[s.index > 0] if not t.startswith(("validation", "val-")) else s
         return pd.Series(dtype="float64")
 
 
@@ -72,6 +97,28 @@ def generation_limit(cfg) -> int | None:
 
 def _label(path) -> str:
     return path if isinstance(path, str) else os.fspath(path)
+
+
+def _latest_run(tb: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """The scalars of the newest run in the first run's directory (``exp``, ``exp#2``…: a relaunch that started over
+    is a new run; its elder is another run's curve), and its start (wall time) when it is such a relaunch."""
+    base = str(tb["run"].iloc[0]).split("#")[0]
+    mine = tb[tb["run"].astype(str).str.split("#").str[0] == base]
+    starts = mine.groupby("run")["wall_time"].min()
+    newest = starts.idxmax() if starts.notna().any() else mine["run"].iloc[0]
+    return mine[mine["run"] == newest], (float(starts[newest]) if "#" in str(newest) else None)
+
+
+def _older_dumps(traj, started: float, slack: float = 1.0) -> list[int]:
+    """Steps whose verl dump was last written before ``started`` (the relaunch): the earlier run's, not this one's."""
+    out = []
+    for step, path in traj.files("train").items():
+        try:
+            if os.stat(path).st_mtime < started - slack:
+                out.append(step)
+        except OSError:
+            continue
+    return out
 
 
 def load(run, *, config=None, cache: bool = True) -> RunData:
@@ -115,18 +162,26 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
             tb = _metrics.read_tensorboard(where)
     except NotFoundError:
         tb = pd.DataFrame(columns=_metrics.COLUMNS)
+    notes: list[str] = []
     if len(tb):
-        first = tb["run"].iloc[0]  # one run: a second run found in the same dir ("#2") is another run's curve
-        tb = tb[tb["run"] == first]
-        scalars = tb.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
+        tb, started = _latest_run(tb)
+        if started is not None and isinstance(traj, trajectories.VerlRun) and len(records):
+            stale = _older_dumps(traj, started)  # a relaunch into the same dirs leaves the first run's later dumps
+            if stale:
+                records = records[~records["step"].isin(stale)].reset_index(drop=True)
+                notes.append(f"left out the dumps of steps {stale[0]}..{stale[-1]}: written before the relaunch")
+        finite = tb[np.isfinite(tb["value"].to_numpy(dtype="float64"))]  # non-finite ones stay in ``raw``: evidence
+        scalars = finite.pivot_table(index="step", columns="tag", values="value", aggfunc="last")
+        scalars = scalars if len(finite) else pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
     else:
         scalars = pd.DataFrame(index=pd.Index([], dtype="int64", name="step"))
-    if traj is None and scalars.empty:
+    if traj is None and tb.empty:
         raise NotFoundError(f"expected trajectory dumps or TensorBoard scalars under {where}, found neither",
                             fix="pass the run's log_dir (the experiment's logs URL) or one exp_NNN dir inside it; a run "
                                 "that just started writes its first step after its first rollout")
     limit = generation_limit(config) if config is not None else None
-    return RunData(where, records, scalars, traj, limit, mix, answer_tag, think_tag)
+    return RunData(where, records, scalars, traj, limit, mix, answer_tag, think_tag, notes,
+                   raw=tb[["tag", "step", "value"]].reset_index(drop=True))
 
 
 def per_step(records: pd.DataFrame, values: np.ndarray | pd.Series) -> pd.Series:

@@ -13,13 +13,15 @@ from nbtools._escape import html as _h
 
 __all__ = ["Status", "Example", "CheckResult", "HealthReport", "worst"]
 
-Status = Literal["ok", "warning", "unhealthy"]
-_RANK = {"ok": 0, "warning": 1, "unhealthy": 2}
+# unknown: the check had nothing to decide on; solved: the run learned what its prompts teach (nothing is broken:
+# move on, or make the task harder), ranked with ok so it is never a warning
+Status = Literal["ok", "solved", "warning", "unhealthy", "unknown"]
+_RANK = {"unknown": -1, "ok": 0, "solved": 0, "warning": 1, "unhealthy": 2}
 
 
 def worst(statuses) -> Status:
-    """The most severe of ``statuses`` ("ok" when empty)."""
-    return max(statuses, key=_RANK.__getitem__, default="ok")
+    """The most severe of ``statuses``; "unknown" when none was judged (no evidence is not health)."""
+    return max(statuses, key=_RANK.__getitem__, default="unknown")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ class HealthReport:
     """
 
     run: str
-    status: Literal["healthy", "warning", "unhealthy"]
+    status: Literal["healthy", "solved", "warning", "unhealthy", "unknown"]  # unknown: no check could judge the run
     steps: tuple[int | None, int | None]
     checks: tuple[CheckResult, ...]
 
@@ -82,13 +84,23 @@ class HealthReport:
         return [c for c in self.checks if c.status == "unhealthy"]
 
     @property
+    def solved(self) -> list[CheckResult]:
+        """Checks that found the task solved (a result, not a problem)."""
+        return [c for c in self.checks if c.status == "solved"]
+
+    @property
     def warnings(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "warning"]
 
     @property
     def findings(self) -> list[CheckResult]:
-        """Checks that did not pass, worst first."""
-        return sorted((c for c in self.checks if c.status != "ok"), key=lambda c: -_RANK[c.status])
+        """Checks that did not pass, worst first (checks that could not judge are not findings)."""
+        return sorted((c for c in self.checks if _RANK[c.status] > 0), key=lambda c: -_RANK[c.status])
+
+    @property
+    def judged(self) -> list[CheckResult]:
+        """Checks that had data to decide on (the others are "unknown")."""
+        return [c for c in self.checks if c.status != "unknown"]
 
     def __getitem__(self, name: str) -> CheckResult:
         for c in self.checks:
@@ -110,7 +122,9 @@ class HealthReport:
         """One line: the status and the checks that did not pass."""
         bad = ", ".join(f"{c.check} ({c.status}, from step {c.first_step})" for c in self.findings)
         span = f"steps {self.steps[0]}..{self.steps[1]}" if self.steps[0] is not None else "no steps yet"
-        return f"{self.status} ({span})" + (f": {bad}" if bad else "")
+        span += f", {len(self.judged)} of {len(self.checks)} checks judged"
+        done = "; solved: " + ", ".join(f"{c.check} ({c.message})" for c in self.solved) if self.solved else ""
+        return f"{self.status} ({span})" + (f": {bad}" if bad else "") + done
 
     def __str__(self) -> str:
         lines = [f"{_paths.shown(str(self.run))}: {self.summary()}"]
@@ -123,9 +137,10 @@ class HealthReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        color = {"ok": "#2e7d32", "healthy": "#2e7d32", "warning": "#ef6c00", "unhealthy": "#c62828"}
+        color = {"ok": "#2e7d32", "healthy": "#2e7d32", "solved": "#1565c0", "warning": "#ef6c00", "unhealthy": "#c62828",
+                 "unknown": "#757575"}
         rows = "".join(
-            f"<tr><td style='color:{color[c.status]}'><b>{c.status}</b></td><td><code>{c.check}</code></td>"
+            f"<tr><td style='color:{color[c.status]}'><b>{c.status}</b></td><td><code>{_h(c.check)}</code></td>"
             f"<td>{'' if c.first_step is None else c.first_step}</td>"
             f"<td>{'' if c.value is None else f'{c.value:.3g}'}</td>"
             f"<td>{'' if c.threshold is None else f'{c.threshold:.3g}'}</td>"

@@ -292,9 +292,9 @@ def list_jobs(address: Any) -> pd.DataFrame:
 class StoppedJobs(dict):
     """``{submission_id: final status}`` of the jobs :func:`stop_jobs` stopped; shown as a one-line verdict."""
 
-    def __init__(self, statuses=(), *, prefix: str = "", answered: bool = True):
+    def __init__(self, statuses=(), *, prefix: str = "", answered: bool = True, dry_run: bool = False):
         super().__init__(statuses)
-        self.prefix, self.answered = prefix, answered
+        self.prefix, self.answered, self.dry_run = prefix, answered, dry_run
 
     def __repr__(self) -> str:
         which = f"of {self.prefix!r} " if self.prefix else ""
@@ -302,14 +302,20 @@ class StoppedJobs(dict):
             return f"no job {which}can be running: no Ray cluster answers"
         if not self:
             return f"no job {which}was running: nothing to stop"
+        if self.dry_run:
+            return (f"dry run: would stop {len(self)} running job(s): "
+                    + ", ".join(f"{k} ({getattr(v, 'value', v)})" for k, v in self.items()) + "; nothing was stopped")
         return f"stopped {len(self)} job(s): " + ", ".join(f"{k} ({getattr(v, 'value', v)})" for k, v in self.items())
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(repr(self))
 
 
-def stop_jobs(address: Experiment | Any, *, prefix: str | None = None) -> StoppedJobs:
+def stop_jobs(address: Experiment | Any, *, prefix: str | None = None, dry_run: bool = False) -> StoppedJobs:
     """Stop every unfinished job whose id starts with ``prefix``; a cluster that does not answer runs nothing.
+
+    ``dry_run=True`` stops nothing and returns the jobs it would stop, with their current status (notebook 09's
+    default).
 
     ``address`` is a dashboard URL or handle, or the experiment: then its cluster and, unless ``prefix`` is given,
     every job of the experiment (``<name>-``: its training attempts, merges and evaluations).
@@ -327,6 +333,8 @@ def stop_jobs(address: Experiment | Any, *, prefix: str | None = None) -> Stoppe
     except NotReadyError:
         return StoppedJobs(prefix=prefix, answered=False)
     mine = df[df.submission_id.str.startswith(prefix) & ~df.status.isin(["SUCCEEDED", "FAILED", "STOPPED"])]
+    if dry_run:
+        return StoppedJobs(dict(zip(mine.submission_id, mine.status, strict=True)), prefix=prefix, dry_run=True)
     return StoppedJobs({sid: attach(address, sid).stop() for sid in mine.submission_id}, prefix=prefix)
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
+from nbtools._escape import sh_join
 from nbtools.errors import Fix, NotFoundError
 
 __all__ = ["package_dir", "carry_env", "helper_id", "submit_module", "RESULT_PREFIX", "print_result", "result_of"]
@@ -58,7 +58,7 @@ def submit_module(address: str, *, submission_id: str, module: str, args: list[s
     """Submit ``python -m <module> <args>`` as a Ray job carrying nbtools (re-attaches when the id exists)."""
     from nbtools import jobs
 
-    entrypoint = shlex.join([python, "-m", module, *map(str, args)])
+    entrypoint = sh_join([python, "-m", module, *map(str, args)])
     return jobs.submit(address, entrypoint=entrypoint, submission_id=submission_id, runtime_env=carry_env(env_vars),
                        metadata={"nbtools.role": module.rsplit(".", 1)[-1], **(metadata or {})},
                        entrypoint_num_cpus=num_cpus)

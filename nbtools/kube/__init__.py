@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from nbtools.kube import forward
 from nbtools.kube._api import (
-    RESOURCES,
+    FIELD_MANAGER,
     CompletedExec,
-    ReadyReport,
     apply,
     cluster_events,
     connect,
@@ -23,15 +22,14 @@ from nbtools.kube._api import (
     exec_pod,
     find_pod,
     get,
-    is_ready,
     kubeconfig_file,
     list_pods,
     pod_events,
-    wait_ready,
 )
+from nbtools.kube._wait import ReadyReport, is_ready, wait_ready
 
 __all__ = [
     "kubeconfig_file",
-    "RESOURCES", "CompletedExec", "ReadyReport", "apply", "cluster_events", "connect", "delete", "exec_pod", "find_pod", "forward",
+    "FIELD_MANAGER", "CompletedExec", "ReadyReport", "apply", "cluster_events", "connect", "delete", "exec_pod", "find_pod", "forward",
     "get", "is_ready", "list_pods", "pod_events", "wait_ready",
 ]

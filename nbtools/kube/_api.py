@@ -2,19 +2,19 @@
 pods by label selector, wait for Ready pods, read events, exec.
 
 Why its own package: operating a cluster (here) is not provisioning one (``nbtools.gke``). Everything below takes
-plain values (namespace, names, selectors), never the experiment config.
+plain values (namespace, names, selectors), never the experiment config. The client's own mechanisms do the work:
+its dynamic API finds each kind's path from the server's discovery, ``apply`` is server-side apply (the API server
+merges and tracks which fields nbtools owns), and ``wait_ready`` watches the RayCluster's status instead of polling.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from nbtools._escape import html as _h
 from nbtools.errors import ConfigError, ConflictError, DependencyError, Fix, NotFoundError, NotReadyError
 
 
@@ -29,21 +29,13 @@ def kubeconfig_file(kubeconfig: str | None = None) -> str:
 
 
 __all__ = [
-    "kubeconfig_file", "connect", "apply", "delete", "get", "list_pods", "find_pod", "wait_ready", "exec_pod", "CompletedExec",
-    "pod_events", "ReadyReport", "RESOURCES",
+    "kubeconfig_file", "connect", "apply", "delete", "get", "list_pods", "find_pod", "exec_pod", "CompletedExec",
+    "pod_events", "cluster_events", "FIELD_MANAGER",
 ]
 
-# (apiVersion, kind) -> (plural, namespaced): every kind nbtools creates
-RESOURCES: dict[tuple[str, str], tuple[str, bool]] = {
-    ("v1", "ServiceAccount"): ("serviceaccounts", True),
-    ("v1", "Secret"): ("secrets", True),
-    ("v1", "PersistentVolume"): ("persistentvolumes", False),
-    ("v1", "PersistentVolumeClaim"): ("persistentvolumeclaims", True),
-    ("apps/v1", "DaemonSet"): ("daemonsets", True),
-    ("networking.gke.io/v1", "GKENetworkParamSet"): ("gkenetworkparamsets", False),
-    ("networking.gke.io/v1", "Network"): ("networks", False),
-    ("ray.io/v1", "RayCluster"): ("rayclusters", True),
-}
+# The field manager of every write nbtools makes: server-side apply records which fields it owns under this name, so a
+# later apply removes what the config no longer sets and a change someone else made to one of them is a conflict
+FIELD_MANAGER = "nbtools"
 
 
 def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer_context: str | None = None):
@@ -79,51 +71,57 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer
     return client.ApiClient(conf)
 
 
-def _path(obj_or_kind: dict, namespace: str | None = None, name: str | None = None) -> str:
-    api_version, kind = obj_or_kind["apiVersion"], obj_or_kind["kind"]
+def _dynamic(api):
+    """The client's dynamic API for ``api`` (one per ApiClient): it resolves a kind's path and scope from the API
+    server's discovery documents, so no table of kinds lives here. Its discovery cache is private to this process."""
+    dyn = getattr(api, "_nbtools_dynamic", None)
+    if dyn is None:
+        import atexit
+        import hashlib
+        import shutil
+        import tempfile
+
+        from kubernetes.dynamic import DynamicClient
+
+        global _CACHE_DIR
+        if _CACHE_DIR is None:
+            _CACHE_DIR = tempfile.mkdtemp(prefix="nbtools-kube-discovery-")
+            atexit.register(shutil.rmtree, _CACHE_DIR, True)
+        host = hashlib.sha256(api.configuration.host.encode()).hexdigest()[:16]
+        dyn = DynamicClient(api, cache_file=f"{_CACHE_DIR}/{host}-{id(api)}.json")
+        api._nbtools_dynamic = dyn
+    return dyn
+
+
+_CACHE_DIR: str | None = None
+
+
+def _resource(api, obj: dict):
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
     try:
-        plural, namespaced = RESOURCES[(api_version, kind)]
-    except KeyError:
-        raise ConfigError(f"kind {api_version}/{kind} is not one nbtools manages; known: {sorted(RESOURCES)}") from None
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    if namespaced:
-        base += f"/namespaces/{namespace or obj_or_kind.get('metadata', {}).get('namespace') or 'default'}"
-    return f"{base}/{plural}" + (f"/{name}" if name else "")
+        return _dynamic(api).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    except ResourceNotFoundError:
+        raise ConfigError(
+            f"the cluster's API serves no kind {obj['kind']} in {obj['apiVersion']}",
+            fix="install the CRDs that define it (KubeRay's for RayCluster: the GKE Ray add-on or the `kuberay-operator` "
+                "step of the provisioning plan), or check that kubectl's context is the cluster you mean",
+        ) from None
 
 
-def _request(api, method: str, path: str, *, query: list | None = None, body: Any = None, content_type: str | None = None):
-    headers = {"Accept": "application/json"}
-    if content_type:
-        headers["Content-Type"] = content_type
-    params = api.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
-                                 auth_settings=["BearerToken"])
-    resp = api.call_api(*params)
-    resp.read()
-    return api.response_deserialize(resp, {"2XX": "object"}).data
-
-
-def _status(e) -> int:
-    return getattr(e, "status", 0) or 0
+def _ns(obj: dict, resource) -> str | None:
+    return (obj.get("metadata", {}).get("namespace") or "default") if resource.namespaced else None
 
 
 def get(api, obj: dict) -> dict | None:
     """The live object with ``obj``'s kind/namespace/name, or None."""
-    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic.exceptions import NotFoundError as Missing
 
+    res = _resource(api, obj)
     try:
-        return _request(api, "GET", _path(obj, name=obj["metadata"]["name"]))
-    except ApiException as e:
-        if _status(e) == 404:
-            return None
-        raise
-
-
-def _subset(want: Any, have: Any) -> bool:
-    if isinstance(want, dict):
-        return isinstance(have, dict) and all(_subset(v, have.get(k)) for k, v in want.items())
-    if isinstance(want, list):
-        return isinstance(have, list) and len(want) == len(have) and all(_subset(a, b) for a, b in zip(want, have, strict=True))
-    return want == have or str(want) == str(have)
+        return res.get(name=obj["metadata"]["name"], namespace=_ns(obj, res)).to_dict()
+    except Missing:
+        return None
 
 
 def _label(obj: dict) -> str:
@@ -131,52 +129,67 @@ def _label(obj: dict) -> str:
     return f"{obj['kind']} {ns + '/' if ns else ''}{obj['metadata']['name']}"
 
 
-def apply(api, objs: list[dict], *, dry_run_first: bool = True) -> pd.DataFrame:
-    """Create or patch each object; a server-side dry run of all of them comes first, so nothing half-applies.
+def apply(api, objs: list[dict], *, force: bool = False) -> pd.DataFrame:
+    """Server-side apply of each object (one PATCH creates or updates it; the API server merges and records what
+    nbtools owns), after a server-side dry run of all of them, so nothing half-applies.
+
+    A field that someone else changed since (``kubectl edit``, ``kubectl scale``) and that the config sets to another
+    value is a conflict, not silently overwritten; ``force=True`` takes such fields over.
 
     Returns:
-        DataFrame with kind, name, namespace, action ("created" | "patched" | "unchanged").
+        DataFrame with kind, name, namespace, action ("created" | "patched" | "unchanged": the API server left the
+        object as it was, its resourceVersion unchanged).
 
     Raises:
-        ConflictError: the API server rejected an object (immutable field, invalid value), with its message.
+        ConflictError: the API server rejected an object (a conflict with another field manager, an immutable field,
+            an invalid value), with its message.
 
     Example:
         >>> nbtools.kube.apply(api, nbtools.manifests.workload_objects(cfg))
     """
     from kubernetes.client.exceptions import ApiException
 
-    plan = []
-    for obj in objs:
-        live = get(api, obj)
-        if live is None:
-            plan.append((obj, "created"))
-        elif _subset({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}, live):
-            plan.append((obj, "unchanged"))
-        else:
-            plan.append((obj, "patched"))
-    passes = ([["All"]] if dry_run_first else []) + [[]]
-    for dry in passes:
-        for obj, action in plan:
-            query = [("fieldManager", "nbtools")] + [("dryRun", d) for d in dry]
+    planned: list[str] = []
+    for dry in (True, False):
+        for i, obj in enumerate(objs):
+            res = _resource(api, obj)
             try:
-                if action == "created":
-                    _request(api, "POST", _path(obj), query=query, body=obj, content_type="application/json")
-                elif action == "patched":
-                    _request(api, "PATCH", _path(obj, name=obj["metadata"]["name"]), query=query, body=obj,
-                             content_type="application/merge-patch+json")
+                resp = res.server_side_apply(body=obj, namespace=_ns(obj, res), field_manager=FIELD_MANAGER,
+                                             force_conflicts=force or None, dry_run="All" if dry else None,
+                                             serialize=False)
             except ApiException as e:
-                msg = _api_message(e)
-                raise ConflictError(
-                    f"{'server-side dry run' if dry else 'apply'} of {_label(obj)} was rejected ({_status(e)}): {msg}",
-                    fix=Fix("if a field is immutable, delete the object (cluster.down() in notebook 09) and apply again; "
-                            "otherwise correct the experiment config",
-                            cli="if a field is immutable, delete the object (`nbtools down EXPERIMENT.yaml --apply`) and "
-                                "apply again; otherwise correct the experiment config"),
-                ) from None
+                raise _rejected(e, obj, dry) from None
+            version = json.loads(resp.data).get("metadata", {}).get("resourceVersion")
+            if dry:  # a dry run returns the object as it would be, at the live resourceVersion (none when absent)
+                planned.append(version if resp.status != 201 else "")
+            else:
+                planned[i] = ("created" if resp.status == 201 else "unchanged" if version == planned[i] else "patched")
     return pd.DataFrame(
         [{"kind": o["kind"], "name": o["metadata"]["name"], "namespace": o["metadata"].get("namespace", ""), "action": a}
-         for o, a in plan]
+         for o, a in zip(objs, planned, strict=True)]
     )
+
+
+def _rejected(e, obj: dict, dry: bool) -> ConflictError:
+    msg = _api_message(e)
+    what = f"{'server-side dry run' if dry else 'apply'} of {_label(obj)} was rejected ({_status(e)}): {msg}"
+    if _status(e) == 409:
+        return ConflictError(
+            what, fix=Fix("another field manager changed these fields since nbtools applied them: set the value you "
+                          "want in the experiment config, or take the fields over with "
+                          "nbtools.kube.apply(api, objs, force=True)",
+                          cli="another field manager changed these fields since nbtools applied them: set the value you "
+                              "want in the experiment config, or delete the object (`nbtools down EXPERIMENT.yaml "
+                              "--apply`) and apply again"))
+    return ConflictError(
+        what, fix=Fix("if a field is immutable, delete the object (cluster.down() in notebook 09) and apply again; "
+                      "otherwise correct the experiment config",
+                      cli="if a field is immutable, delete the object (`nbtools down EXPERIMENT.yaml --apply`) and "
+                          "apply again; otherwise correct the experiment config"))
+
+
+def _status(e) -> int:
+    return getattr(e, "status", 0) or 0
 
 
 def _api_message(e) -> str:
@@ -200,7 +213,8 @@ def delete(api, objs: list[dict], *, only_labelled: dict[str, str] | None = None
         elif only_labelled and any(live.get("metadata", {}).get("labels", {}).get(k) != v for k, v in only_labelled.items()):
             action = "kept: not created by nbtools for this experiment"
         else:
-            _request(api, "DELETE", _path(obj, name=obj["metadata"]["name"]), query=[("propagationPolicy", "Background")])
+            res = _resource(api, obj)
+            res.delete(name=obj["metadata"]["name"], namespace=_ns(obj, res), propagation_policy="Background")
             action = "deleted"
         rows.append({"kind": obj["kind"], "name": obj["metadata"]["name"], "action": action})
     return pd.DataFrame(rows, columns=["kind", "name", "action"])
@@ -283,101 +297,6 @@ def cluster_events(api, namespace: str, name_prefix: str, limit: int = 50, *, si
             rows.append(("", f"Warning {st.reason}: Pod/{name}: {st.message or ''} (pod status)"))
     rows.sort(key=lambda r: r[0])
     return [line for _, line in rows[-limit:]]
-
-
-def is_ready(pod) -> bool:
-    if (pod.status.phase or "") != "Running":
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _why(pod) -> str:
-    st = pod.status
-    for c in st.conditions or []:
-        if c.type == "PodScheduled" and c.status == "False":
-            return f"{c.reason or 'Unschedulable'}: {c.message or ''}".strip()
-    for cs in (st.init_container_statuses or []) + (st.container_statuses or []):
-        w = cs.state.waiting if cs.state else None
-        if w and w.reason:
-            return f"container {cs.name} {w.reason}: {w.message or ''}".strip()
-    return f"phase {st.phase or 'Unknown'}"
-
-
-def _fix_for(reason: str, hints: dict[str, str]) -> str:
-    r = reason.lower()
-    if "insufficient nvidia.com/gpu" in r or "quota" in r or "unschedulable" in r or "didn't match" in r:
-        return hints.get("capacity", "no node can take the pod: check quota and node pools")
-    if "imagepull" in r or "errimage" in r:
-        return hints.get("image", "the image cannot be pulled: check its name and registry access")
-    return "read the events above; `kubectl describe pod` shows the same"
-
-
-@dataclass
-class ReadyReport:
-    """Pods of a RayCluster that reached Running/Ready."""
-
-    cluster: str
-    pods: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    def _repr_html_(self) -> str:
-        return f"<b>RayCluster {_h(self.cluster)}</b>: {len(self.pods)} pods ready" + self.pods.to_html(index=False)
-
-
-def wait_ready(api, namespace: str, name: str, *, pods: int, timeout: float = 900, progress: bool = True,
-               hints: dict[str, str] | None = None) -> ReadyReport:
-    """Wait until the head and every worker pod of RayCluster ``name`` is Running and Ready (``pods`` in all).
-
-    ``hints`` holds the fix texts for a stuck pod ("capacity", "image"), which know the experiment.
-
-    Backs off between checks (0.2 s growing to 5 s) and shows a tqdm bar of ready pods.
-
-    Raises:
-        NotReadyError: on timeout, naming the stuck pod, its reason (Unschedulable, quota, image pull) and events.
-
-    Example:
-        >>> nbtools.kube.wait_ready(api, "default", "nbtools-b200", pods=3, timeout=1200)
-    """
-    from nbtools._progress import tqdm
-
-    ns, want = namespace, pods
-    deadline = time.monotonic() + timeout
-    delay = 0.2
-    bar = tqdm(total=want, desc=f"RayCluster {name} pods ready", unit="pod", disable=not progress)
-    try:
-        while True:
-            pods = list_pods(api, ns, f"ray.io/cluster={name}")
-            ready = [p for p in pods if is_ready(p)]
-            bar.n = min(len(ready), want)
-            bar.refresh()
-            heads = [p for p in ready if (p.metadata.labels or {}).get("ray.io/node-type") == "head"]
-            if len(ready) >= want and heads:
-                rows = [{"pod": p.metadata.name, "type": p.metadata.labels.get("ray.io/node-type"), "node": p.spec.node_name,
-                         "ip": p.status.pod_ip} for p in ready]
-                return ReadyReport(name, pd.DataFrame(rows))
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 1.6, 5.0)
-    finally:
-        bar.close()
-    stuck = [p for p in pods if not is_ready(p)]
-    if not stuck:
-        raise NotReadyError(
-            f"RayCluster {ns}/{name}: {len(ready)}/{want} pods ready after {timeout:.0f}s; no other pods exist",
-            reason="KubeRay did not create the pods",
-            events=pod_events(api, ns, name),
-            fix="check that the KubeRay operator runs (GKE Ray add-on or `kuberay-operator` step of the plan) "
-            "and that the RayCluster was applied",
-        )
-    pod = stuck[0]
-    reason = _why(pod)
-    raise NotReadyError(
-        f"RayCluster {ns}/{name}: {len(ready)}/{want} pods ready after {timeout:.0f}s; "
-        f"stuck: {', '.join(p.metadata.name for p in stuck)}; first stuck pod {pod.metadata.name}",
-        reason=reason,
-        events=pod_events(api, ns, pod.metadata.name),
-        fix=_fix_for(reason + " " + " ".join(pod_events(api, ns, pod.metadata.name)), hints or {}),
-    )
 
 
 @dataclass(frozen=True)

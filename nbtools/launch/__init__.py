@@ -8,7 +8,9 @@ Re-running ``submit`` with the same config re-attaches to the job instead of sta
 
 The modules, each importing only those before it: ``lint`` (the known traps) -> ``_submit`` (build, send, submit) ->
 ``_prepare`` (the trainer's preparation jobs, before training) -> ``_diagnose`` (pure: log text, status and events -> ``Diagnosis``) -> ``_attempts`` (the record beside the logs) ->
-``_retry`` (the I/O between attempts: ``diagnose``, ``resubmit``) -> ``_supervise`` (the loop).
+``_retry`` (the I/O between attempts: ``diagnose``, ``resubmit``) -> ``_stacks`` (pure: stacks -> phases) -> ``_stall``
+(progress, and the pure stall verdict) -> ``_evidence`` (``stall``: stacks through Ray's dashboard, the bundle) ->
+``_supervise`` (the loop).
 
 Example:
     >>> prep = nbtools.launch.prepare(cfg)        # verl: data (and weights) in place first; NeMo-RL: nothing to do
@@ -22,9 +24,11 @@ from __future__ import annotations
 from nbtools.launch import recipes, runtime_env
 from nbtools.launch._attempts import Attempt, attempts, read_attempts
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
+from nbtools.launch._evidence import stall
 from nbtools.launch._outputs import RunOutputs, outputs
 from nbtools.launch._prepare import Preparation, PreparedJob, prepare
 from nbtools.launch._retry import attach, diagnose, resubmit
+from nbtools.launch._stall import StallVerdict
 from nbtools.launch._submit import LaunchSpec, build, follow, submit
 from nbtools.launch._supervise import SupervisedRun, supervise
 from nbtools.launch.lint import Finding, LintReport, existing_steps_in, lint
@@ -56,4 +60,6 @@ __all__ = [
     "resubmit",
     "supervise",
     "SupervisedRun",
+    "stall",
+    "StallVerdict",
 ]

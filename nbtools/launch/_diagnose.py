@@ -53,6 +53,8 @@ class Cause(str, enum.Enum):
     SUCCEEDED = "succeeded"
     RUNNING = "running"
     UNHEALTHY = "unhealthy"
+    HANG = "hang"  # stopped while stalled: a rank stopped progressing (``launch.stall``'s verdict names it)
+    DEADLOCK = "deadlock"  # stopped while stalled: every rank waits in a collective
 
     def __str__(self) -> str:
         return self.value
@@ -148,6 +150,16 @@ _FIXES = {
                          "cfg.logs_url, config=cfg) lists them), then launch again",
                          cli="a retry learns nothing either: apply the health findings' fixes (`nbtools health RUN "
                              "--config EXPERIMENT.yaml` lists them), then launch again"),
+    Cause.HANG: Fix("a retry may hang the same way: read the stall verdict (nbtools.launch.stall(cfg) names the "
+                    "straggling rank, its phase and the fix; the evidence bundle is under <logs>/nbtools-diagnosis/), "
+                    "fix that, then resubmit (nbtools.launch.resubmit(cfg)): it resumes from the newest step_N",
+                    cli="a retry may hang the same way: read the stall verdict (`nbtools stall EXPERIMENT.yaml` names the "
+                        "straggling rank, its phase and the fix; the evidence bundle is under <logs>/nbtools-diagnosis/), "
+                        f"fix that, then resubmit ({_RETRY})"),
+    Cause.DEADLOCK: Fix("every rank waited in a collective: run with NCCL_DEBUG=INFO, compare the ranks' stacks in the "
+                        "evidence bundle (<logs>/nbtools-diagnosis/), then resubmit (nbtools.launch.resubmit(cfg))",
+                        cli="every rank waited in a collective: run with NCCL_DEBUG=INFO, compare the ranks' stacks in "
+                            f"the evidence bundle (<logs>/nbtools-diagnosis/), then resubmit ({_RETRY})"),
     Cause.RUNNING: Fix("wait for it to end (nbtools.launch.follow(cfg, job))",
                        cli="wait for it to end (`nbtools launch EXPERIMENT.yaml --follow`)"),
 }

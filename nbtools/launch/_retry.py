@@ -62,11 +62,12 @@ def diagnose(cfg_or_address: Experiment | str, submission_id: str | None = None,
                               fix=Fix("pass submission_id=...", cli="pass SUBMISSION_ID"))
         submission_id = recorded[-1].submission_id if recorded else cfg.submission_id
     job = jobs.attach(address, submission_id)
-    # stopped by the supervisor because the run was not learning: the record says why
-    mine = [a for a in recorded if a.submission_id == submission_id and a.cause == Cause.UNHEALTHY]
+    # stopped by the supervisor because the run was not learning or was stuck: the record says why
+    stopped = (Cause.UNHEALTHY, Cause.HANG, Cause.DEADLOCK)
+    mine = [a for a in recorded if a.submission_id == submission_id and a.cause in stopped]
     if mine:
-        return Diagnosis(Cause.UNHEALTHY, mine[-1].evidence, mine[-1].fix or Cause.UNHEALTHY.fix, submission_id,
-                         job.status().value)
+        cause = Cause(mine[-1].cause)
+        return Diagnosis(cause, mine[-1].evidence, mine[-1].fix or cause.fix, submission_id, job.status().value)
     info = job.info()
     if events is None and cfg is not None:
         from nbtools import backends

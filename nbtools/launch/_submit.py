@@ -55,7 +55,7 @@ class LaunchSpec:
             )
         return (
             f"<b>{_h(self.backend)} job <code>{_h(self.submission_id)}</code></b> "
-            f"&rarr; {_h(self.address)}<pre>{_h(self.pretty())}</pre>"
+            f"&rarr; {_h(self.address)}<pre>{_h(_paths.pasteable(self.pretty()))}</pre>"  # copyable where it is shown
             f"<details><summary>runtime env ({len(env)} vars)</summary><table>{rows}</table></details>{extra}"
         )
 

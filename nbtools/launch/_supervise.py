@@ -94,7 +94,7 @@ class SupervisedRun:
         extra = f"<p>{_h(self.note)}</p>" if self.note else ""
         if self.diagnosis and not self.ok:
             extra += self.diagnosis._repr_html_()
-        return (f"<b>supervised run {_h(self.experiment)}: <span style='color:{color}'>{self.status}</span>"
+        return (f"<b>supervised run {_h(self.experiment)}: <span style='color:{color}'>{_h(self.status)}</span>"
                 f"</b> ({len(self.attempts)} of at most {self.max_attempts} attempts){table}{extra}")
 
 
@@ -104,8 +104,8 @@ class _HealthWatch:
     Why: a run that learns nothing should stop billing within minutes, not when someone looks at the curves.
     """
 
-    def __init__(self, cfg: Experiment, job, every: float, thresholds: dict | None):
-        self.cfg, self.job, self.every, self.thresholds = cfg, job, every, thresholds
+    def __init__(self, cfg: Experiment, job, every: float, thresholds: dict | None, warmup: int):
+        self.cfg, self.job, self.every, self.thresholds, self.warmup = cfg, job, every, thresholds, warmup
         self.report = None
         self.error = ""
         self._done = threading.Event()
@@ -127,8 +127,9 @@ class _HealthWatch:
             try:
                 if not storage.exists(self.cfg.logs_url):
                     continue
-                report = health.check(self.cfg.logs_url, config=self.cfg, thresholds=self.thresholds)
-            except (NbtoolsError, OSError, ValueError) as e:  # a half-written first step: try again next time
+                report = health.check(self.cfg.logs_url, config=self.cfg, thresholds=self.thresholds,
+                                      warmup=self.warmup)
+            except Exception as e:  # noqa: BLE001 - a half-written step, or a check's bug: the watch must outlive it
                 self.error = f"{type(e).__name__}: {e}"
                 continue
             if report.status == "unhealthy":
@@ -136,6 +137,79 @@ class _HealthWatch:
                 with contextlib.suppress(NbtoolsError, OSError):
                     jobs.attach(self.cfg.dashboard_url, self.job.id).stop(wait=False)
                 return
+
+
+class _StallWatch:
+    """While an attempt runs: every ``every`` s ask ``launch.stall``; when stalled, write the evidence bundle, stop
+    the job and keep the verdict.
+
+    Why: a hung run holds its GPUs until someone looks; its stacks must be read before it is stopped.
+    """
+
+    def __init__(self, cfg: Experiment, job, every: float):
+        self.cfg, self.job, self.every = cfg, job, every
+        self.verdict = None
+        self.error = ""
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nbtools-stall-watch", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join(timeout=max(120.0, self.every))
+
+    def _loop(self) -> None:
+        from nbtools import jobs
+        from nbtools.errors import NbtoolsError
+        from nbtools.launch._evidence import collect, write_bundle
+
+        while not self._done.wait(self.every):
+            try:
+                v, files = collect(self.cfg, self.job.id)
+            except (NbtoolsError, OSError, ValueError) as e:
+                self.error = f"{type(e).__name__}: {e}"
+                continue
+            if v.status != "stalled":
+                continue
+            with contextlib.suppress(NbtoolsError, OSError):
+                write_bundle(self.cfg, v, files)
+            self.verdict = v
+            with contextlib.suppress(NbtoolsError, OSError):
+                jobs.attach(self.cfg.dashboard_url, self.job.id).stop(wait=False)
+            return
+
+
+def _stalled(attempt: Attempt, v) -> Attempt:
+    """Record why the supervisor stopped a stuck attempt (the verdict's cause, evidence, fix and bundle)."""
+    attempt.cause, attempt.retry = v.cause if v.cause in (Cause.HANG.value, Cause.DEADLOCK.value, Cause.LOST_NODE.value) \
+        else Cause.HANG.value, False
+    attempt.evidence = "\n".join([f"stopped by supervise(stop_when_stalled=True): {v.headline()}", v.evidence]
+                                  + [f"rank {r.rank}: {r.phase}: {r.summary()}" for r in v.ranks]
+                                  + ([f"evidence bundle: {v.bundle}"] if v.bundle else []))
+    attempt.fix = v.fix
+    return attempt
+
+
+def _health_args(every, warmup) -> int:
+    """Refuse a health period that is not a finite number of seconds, 1 or more, and a negative warm-up."""
+    import math
+
+    from nbtools.errors import ConfigError, Fix
+    from nbtools.health import WARMUP_STEPS
+
+    problems = []
+    if isinstance(every, bool) or not isinstance(every, int | float) or not math.isfinite(every) or every < 1:
+        problems.append(f"health_every: expected seconds between health checks, 1 or more, got {every!r}")
+    warmup = WARMUP_STEPS if warmup is None else warmup
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        problems.append(f"health_warmup: expected a whole number of steps, 0 or more, got {warmup!r}")
+    if problems:
+        raise ConfigError(problems, fix=Fix("e.g. health_every=60, health_warmup=10",
+                                            cli="e.g. --health-every 60 --health-warmup 10"))
+    return warmup
 
 
 def _unhealthy(attempt: Attempt, report) -> Attempt:
@@ -150,7 +224,8 @@ def _unhealthy(attempt: Attempt, report) -> Attempt:
 
 def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None = None, echo: bool = False,
               stop_when_unhealthy: bool = False, health_every: float = 60.0,
-              health_thresholds: dict | None = None) -> SupervisedRun:
+              health_thresholds: dict | None = None, health_warmup: int | None = None,
+              stop_when_stalled: bool = False, stall_every: float = 60.0) -> SupervisedRun:
     """Submit (or re-attach to) the run, follow it, and resubmit from the newest ``step_N`` when a retry can help.
 
     Each ended attempt is diagnosed (``nbtools.launch.diagnose``) and recorded beside the logs. Preemption, a lost
@@ -166,8 +241,15 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
         stop_when_unhealthy: check the run's health (``nbtools.health.check``) every ``health_every`` seconds and
             stop it when a check is unhealthy; the attempt is recorded with cause ``unhealthy`` and the findings
             (``diagnose`` reports them) and is not retried.
-        health_every: seconds between health checks.
+        health_every: seconds between health checks (1 or more: each check reads the run's logs, on gs:// too).
         health_thresholds: thresholds for ``nbtools.health.check`` (default: ``nbtools.health.CHECKS``').
+        health_warmup: training steps before a threshold finding may stop the run (default
+            ``nbtools.health.WARMUP_STEPS``); NaN/inf values stop it at once.
+        stop_when_stalled: every ``stall_every`` seconds ask ``nbtools.launch.stall`` whether the run is stuck (no
+            new step for ``cfg.stall.k`` x its median step time, at least ``cfg.stall.floor_s``); when it is, write
+            the evidence bundle, stop the job and record the verdict (cause ``hang``/``deadlock``, the straggling
+            rank and its phase, the fix); not retried.
+        stall_every: seconds between stall checks.
 
     Raises:
         LintError: the first submission is refused by lint (as ``launch.submit``).
@@ -184,6 +266,14 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
 
         raise ConfigError(f"max_attempts: expected a whole number, 1 or more, got {max_attempts!r}",
                           fix=Fix("e.g. max_attempts=3", cli="e.g. --max-attempts 3"))
+    if stop_when_unhealthy:
+        health_warmup = _health_args(health_every, health_warmup)
+    if stop_when_stalled and (isinstance(stall_every, bool) or not isinstance(stall_every, int | float)
+                              or not 1 <= stall_every < float("inf")):
+        from nbtools.errors import ConfigError, Fix
+
+        raise ConfigError(f"stall_every: expected seconds between stall checks, 1 or more, got {stall_every!r}",
+                          fix=Fix("e.g. stall_every=60", cli="e.g. --stall-every 60"))
     deadline = None if timeout is None else time.monotonic() + timeout
     items = read_attempts(cfg)
     job, made = None, 1  # attempts followed by this call (a re-attached one counts): a bound whatever the record says
@@ -195,9 +285,11 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
             job = jobs.attach(cfg.dashboard_url, items[-1].submission_id)
     while True:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        watch = _HealthWatch(cfg, job, health_every, health_thresholds) if stop_when_unhealthy and job else None
+        watch = (_HealthWatch(cfg, job, health_every, health_thresholds, health_warmup)
+                 if stop_when_unhealthy and job else None)
+        stall = _StallWatch(cfg, job, stall_every) if stop_when_stalled and job else None
         try:
-            with watch or contextlib.nullcontext():
+            with watch or contextlib.nullcontext(), stall or contextlib.nullcontext():
                 if job is not None:
                     jobs.follow_with_progress(job, total_steps=cfg.grpo.max_num_steps, timeout=remaining, echo=echo,
                                               raise_on_failure=False)
@@ -208,6 +300,8 @@ def supervise(cfg: Experiment, *, max_attempts: int = 3, timeout: float | None =
         last = read_attempts(cfg)[-1]
         if watch is not None and watch.report is not None:
             last = _unhealthy(last, watch.report)
+        if stall is not None and stall.verdict is not None:
+            last = _stalled(last, stall.verdict)
         current = finalize(cfg, last, job)
         update(cfg, current)
         if current.status == "SUCCEEDED":

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import io
-import shlex
 import uuid
 import zipfile
 
 from nbtools import backends, trainers
+from nbtools._escape import sh
 from nbtools.config import SECRET_ENV_VARS, Experiment, Secret, redact, token_kind
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
@@ -143,7 +143,7 @@ def zip_working_dir(files: dict[str, bytes], secrets: dict[str, Secret] | None =
             info.external_attr = 0o644 << 16
             zf.writestr(info, data)
         if secrets:
-            body = "".join(f"{name}={shlex.quote(s.reveal())}\n" for name, s in sorted(secrets.items()))
+            body = "".join(f"{name}={sh(s.reveal())}\n" for name, s in sorted(secrets.items()))
             info = zipfile.ZipInfo(SECRETS_FILE, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o600 << 16

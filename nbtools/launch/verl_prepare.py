@@ -10,8 +10,8 @@ Example:
 from __future__ import annotations
 
 import posixpath
-import shlex
 
+from nbtools._escape import sh, sh_echo
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.launch._submit import LaunchSpec, metadata, send
@@ -38,18 +38,18 @@ def data_job(cfg: Experiment):
     python = cfg.trainer.python or "python3"
     script = _verl.PREPROCESS[cfg.data.dataset.lower()]
     tmp = posixpath.join(d, PARTIAL)
-    q = shlex.quote
+    q = sh
     command = "; ".join([
         "set -e",
-        f"if [ -s {q(train)} ] && [ -s {q(test)} ]; then echo 'nbtools prepare: {train} and {test} already exist; "
-        "nothing to do'; exit 0; fi",
+        f"if [ -s {q(train)} ] && [ -s {q(test)} ]; then "
+        f"{sh_echo(f'nbtools prepare: {train} and {test} already exist; nothing to do')}; exit 0; fi",
         f"rm -rf {q(tmp)}", f"mkdir -p {q(tmp)}",
         f"cd {q(_verl.code_dir(cfg))}",
         f"{q(python)} {script} --local_save_dir {q(tmp)}",
         f"test -s {q(tmp + '/train.parquet')}", f"test -s {q(tmp + '/test.parquet')}",
         f"mv -f {q(tmp + '/test.parquet')} {q(test)}", f"mv -f {q(tmp + '/train.parquet')} {q(train)}",
         f"rm -rf {q(tmp)}",
-        f"echo 'nbtools prepare: wrote {train} and {test}'",
+        sh_echo(f"nbtools prepare: wrote {train} and {test}"),
     ])
     sid = f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}"
     return _spec(cfg, command, sid, "prepare")
@@ -71,7 +71,7 @@ def weights_job(cfg: Experiment):
     python = cfg.trainer.python or "python3"
     code = (f"from huggingface_hub import snapshot_download; "
             f"print('nbtools prepare: weights in', snapshot_download(repo_id={name!r}))")
-    command = f"{shlex.quote(python)} -c {shlex.quote(code)}"
+    command = f"{sh(python)} -c {sh(code)}"
     sid = f"{cfg.name}-stage-weights-{cfg.config_hash(8)}"
     return _spec(cfg, command, sid, "stage-weights", extra_env={"HF_HOME": home})
 

@@ -9,7 +9,7 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.manifests._infra import LABELS, data_volume, labels_for, secret_env
 
-__all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS"]
+__all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS", "PROFILING_ENV", "PTRACE"]
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "tensorboard": 6006}
 
@@ -33,6 +33,15 @@ _GCSFUSE_ANNOTATIONS = {
     "gke-gcsfuse/memory-limit": "0",
     "gke-gcsfuse/ephemeral-storage-limit": "0",
 }
+
+
+# Stack evidence for a stalled run (nbtools.launch.stall): Ray's dashboard serves py-spy dumps only when the head
+# starts with RAY_DASHBOARD_ENABLE_PROFILING=1 (off by default since Ray 2.50: Ray docs ray-observability/user-guides/
+# profiling, "Enabling dashboard profiling"), and py-spy may attach to a process only with SYS_PTRACE, which
+# Kubernetes drops by default: "add ... to the template.spec.containers for both the head and worker Pods" (Ray docs
+# cluster/kubernetes/k8s-ecosystem/pyspy). The dashboard stays behind a ClusterIP service (reached by port-forward).
+PROFILING_ENV = {"name": "RAY_DASHBOARD_ENABLE_PROFILING", "value": "1"}
+PTRACE = {"capabilities": {"add": ["SYS_PTRACE"]}}
 
 
 def _resources(cpu: str, memory: str, gpus: int = 0) -> dict[str, Any]:
@@ -106,7 +115,8 @@ def raycluster(cfg: Experiment) -> dict[str, Any]:
                 "image": cfg.images.resolved_image,
                 "ports": [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()],
                 "resources": _resources(c.head_cpu, c.head_memory),
-                "env": secrets,
+                "env": [dict(PROFILING_ENV), *secrets],
+                "securityContext": copy.deepcopy(PTRACE),
                 "volumeMounts": head_mounts,
             }
         ],
@@ -114,8 +124,6 @@ def raycluster(cfg: Experiment) -> dict[str, Any]:
     }
     if c.mode == "standard":
         head_spec["nodeSelector"] = {"cloud.google.com/gke-nodepool": "default-pool"}
-    if not secrets:
-        head_spec["containers"][0].pop("env")
     worker_spec: dict[str, Any] = {
         "serviceAccountName": c.ksa,
         "nodeSelector": _worker_selector(cfg),
@@ -128,6 +136,7 @@ def raycluster(cfg: Experiment) -> dict[str, Any]:
                 # NCCL/gIB variables are not set here but once, in the job's runtime_env
                 # (nbtools.launch.runtime_env.gib_nccl_env), which appends to the image's LD_LIBRARY_PATH.
                 "env": secrets,
+                "securityContext": copy.deepcopy(PTRACE),
                 "volumeMounts": worker_mounts,
             }
         ],

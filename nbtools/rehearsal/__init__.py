@@ -11,10 +11,10 @@ Example:
 
 from __future__ import annotations
 
-import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
+from nbtools._escape import sh
 from nbtools.errors import ConfigError, Fix
 from nbtools.rehearsal import task
 from nbtools.rehearsal.task import Problem, baseline_dir, ground_truth_for, held_out_problems, make_split
@@ -70,4 +70,4 @@ def entrypoint(cfg: Experiment) -> str:
         '/.../python -m nbtools.rehearsal --config /.../local.yaml --runs-dir /.../runs grpo.max_num_steps=50'
     """
     parts = [sys.executable, "-m", "nbtools.rehearsal", "--config", str(cfg.source), "--runs-dir", str(cfg.runs_dir)]
-    return " ".join(shlex.quote(p) for p in parts + overrides_for(cfg))
+    return " ".join(sh(p) for p in parts + overrides_for(cfg))

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
-from nbtools.rehearsal import _grpo, writers
+from nbtools.rehearsal import _faults, _grpo, writers
 from nbtools.rehearsal._sampling import Engine
 from nbtools.rehearsal.model import build_model, build_tokenizer, save_hf
 from nbtools.rehearsal.task import baseline_dir, make_split
@@ -77,6 +77,11 @@ def _die_with_parent() -> None:
 def run_rank(rank: int, world: int, config: str, overrides: list[str], runs_dir: str | None, port: int) -> None:
     """One training rank (the target of ``torch.multiprocessing.start_processes``)."""
     _die_with_parent()
+    import faulthandler
+    import threading
+
+    faulthandler.enable()  # a rank that dies in native code leaves its Python stack in the job log (as torchrun's do)
+    threading.current_thread().name = f"rank {rank}"  # py-spy shows the thread name: which rank a stack belongs to
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
@@ -104,6 +109,8 @@ class _Run:
         self.train_set, self.held_out = make_split(cfg)
         self.tok = build_tokenizer()
         self.out = writers.writer_for(cfg, rank=rank, world=world, say=self.say)  # the imitated trainer's files
+        self.faults = _faults.Injector(r.faults, rank)  # rehearsal.faults: none unless a test asks
+        self.cur = 0  # the step in progress (faults are keyed by it)
         self.t0 = time.perf_counter()
 
     def say(self, *lines: str) -> None:
@@ -190,7 +197,7 @@ class _Run:
                  f"Logs: {logs}  Checkpoints: {self.cfg.checkpoint_dir}")
 
     def step(self, step: int) -> None:
-        g, c, r = self.cfg.grpo, self.cfg.checkpointing, self.cfg.rehearsal
+        g, c = self.cfg.grpo, self.cfg.checkpointing
         timing: dict[str, float] = {}
         t_step = tic = time.perf_counter()
 
@@ -201,6 +208,7 @@ class _Run:
             tic = now
 
         self.say(f"\n{'=' * 25} Step {step}/{self.N} {'=' * 25}")
+        self.cur = step
         batch = self.sampler.next_batch()
         share = self.P // self.world
         local = batch[self.rank * share : (self.rank + 1) * share]
@@ -217,20 +225,7 @@ class _Run:
         with torch.no_grad():
             ref_lp = _grpo.token_logprobs(self.ref, ro.prompt_ids, ro.tokens, temperature=g.temperature)
         lap("policy_and_reference_logprobs")
-        ntok = torch.tensor([float(ro.mask.sum())])
-        dist.all_reduce(ntok)
-        full = _grpo.token_logprobs(self.model, ro.prompt_ids, ro.tokens, temperature=g.temperature, full=True)
-        curr = full[:, ro.prompt_ids.shape[1] - 1 :]
-        prev = curr.detach()
-        loss, sums = _grpo.grpo_loss(curr, prev, ref_lp, adv, ro.mask, clip=r.ratio_clip, kl_coef=g.kl_penalty,
-                                     global_tokens=float(ntok), world_size=self.world)
-        self.opt.zero_grad(set_to_none=True)
-        lr = self.opt.param_groups[0]["lr"]
-        loss.backward()
-        gn = _grpo.clip_grad_norm_(self.params, 1.0)
-        self.opt.step()
-        self.sched.step()
-        self.refitted = False
+        full, prev, sums, ntok, gn, lr = self._train(ro, adv, ref_lp)
         lap("policy_training")
         metrics = self._train_metrics(ro, adv_np, prev, sums, float(ntok), gn, lr)
         self.state.update(consumed_samples=self.state["consumed_samples"] + self.P, total_steps=step,
@@ -250,9 +245,30 @@ class _Run:
         timing["valid_tokens_per_sec_per_gpu"] = metrics["global_valid_toks"] / timing["total_step_time"] / self.world
         self.out.step_done(step, metrics, timing, val, epoch=self.sampler.epoch)
 
+    def _train(self, ro: _grpo.Rollout, adv: torch.Tensor, ref_lp: torch.Tensor):
+        """The policy update (forward, backward, optimizer step) of NeMo-RL's ``policy.train``."""
+        g, r = self.cfg.grpo, self.cfg.rehearsal
+        ntok = torch.tensor([float(ro.mask.sum())])
+        dist.all_reduce(ntok)
+        self.faults.at(self.cur, "train")
+        full = _grpo.token_logprobs(self.model, ro.prompt_ids, ro.tokens, temperature=g.temperature, full=True)
+        curr = full[:, ro.prompt_ids.shape[1] - 1 :]
+        prev = curr.detach()
+        loss, sums = _grpo.grpo_loss(curr, prev, ref_lp, adv, ro.mask, clip=r.ratio_clip, kl_coef=g.kl_penalty,
+                                     global_tokens=float(ntok), world_size=self.world)
+        self.opt.zero_grad(set_to_none=True)
+        lr = self.opt.param_groups[0]["lr"]
+        loss.backward()
+        gn = _grpo.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.sched.step()
+        self.refitted = False
+        return full, prev, sums, ntok, gn, lr
+
     def refit(self) -> None:
         """Policy weights → generation engine (NeMo-RL's refit before generation), once per policy update."""
         if not self.refitted:
+            self.faults.at(self.cur, "refit")
             self.engine.refit(self.model)
             self.refitted = True
 
@@ -260,12 +276,17 @@ class _Run:
         t = time.perf_counter()
         self.refit()
         refit_s = time.perf_counter() - t
-        ro = _grpo.rollout(self.engine, problems, repeats=repeats, mix=self.mix, max_new_tokens=self.max_new,
-                           temperature=self.cfg.grpo.temperature, generator=gen,
-                           answer_format=self.cfg.rehearsal.answer_format)
+        ro = self._generate(problems, repeats, gen)
         timing["generation"] = refit_s + ro.gen_seconds
         timing["reward_calculation"] = time.perf_counter() - t - timing["generation"]
         return ro
+
+    def _generate(self, problems, repeats, gen) -> _grpo.Rollout:
+        """Rollouts of the generation engine (NeMo-RL's ``generate``), rewards included."""
+        self.faults.at(self.cur, "generation")
+        return _grpo.rollout(self.engine, problems, repeats=repeats, mix=self.mix, max_new_tokens=self.max_new,
+                             temperature=self.cfg.grpo.temperature, generator=gen,
+                             answer_format=self.cfg.rehearsal.answer_format)
 
     def _train_metrics(self, ro: _grpo.Rollout, adv: np.ndarray, prev: torch.Tensor, sums: dict, ntok: float,
                        grad_norm: float, lr: float) -> dict[str, float]:
@@ -358,5 +379,6 @@ class _Run:
 
     # -- checkpointing ----------------------------------------------------------------------------------------
     def save(self, step: int, train_metrics: dict, val_metrics: dict | None) -> None:
+        self.faults.at(step, "checkpoint")
         self.out.save(step, model=self.model, optimizer=self.opt, scheduler=self.sched, sampler=self.sampler,
                       tokenizer=self.tok, state=self.state, metrics=train_metrics, val=val_metrics)

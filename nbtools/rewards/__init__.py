@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 
 from nbtools.rewards import _builtins
-from nbtools.rewards._advantages import group_advantages, group_baseline_std
+from nbtools.rewards._advantages import group_advantages, group_baseline_std, verl_grpo_advantages
 from nbtools.rewards._builtins import (
     exact_alnum,
     exact_answer,
@@ -57,6 +57,7 @@ __all__ = [
     "RewardMix",
     "Component",
     "group_advantages",
+    "verl_grpo_advantages",
     "group_baseline_std",
     "extract_answer",
     "gsm8k_answer",

@@ -1,12 +1,14 @@
-"""GRPO group-relative advantages, computed as NeMo-RL does (one implementation for trainer and re-scoring)."""
+"""GRPO group-relative advantages, computed as NeMo-RL does (one implementation for trainer and re-scoring), and as
+verl does (its whole-group baseline, for re-scoring a verl run)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from nbtools.errors import ConfigError, Fix
 
-__all__ = ["group_advantages", "group_baseline_std"]
+__all__ = ["group_advantages", "group_baseline_std", "verl_grpo_advantages"]
 
 
 def group_baseline_std(rewards: np.ndarray, *, leave_one_out: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -69,4 +71,41 @@ def group_advantages(
     if normalize:
         nz = std > 0
         adv[nz] = adv[nz] / (std[nz] + eps)
+    return adv
+
+
+def verl_grpo_advantages(values: np.ndarray, groups: np.ndarray, *, normalize: bool, eps: float = 1e-6) -> np.ndarray:
+    """Per-sample advantages as verl's GRPO computes them: ``(r - mean) / (std + eps)`` over the whole group.
+
+    Why: verl's baseline is not NeMo-RL's. ``compute_grpo_outcome_advantage`` (``verl/trainer/ppo/core_algos.py`` at
+    v0.7.0 and v0.9.1, the same body) groups by ``index`` (the batch's uid), takes the mean over every sample of the
+    group (no leave-one-out) and ``torch.std`` (ddof=1), and gives a group of one sample mean 0 and std 1; with
+    ``algorithm.norm_adv_by_std_in_grpo: false`` it subtracts the mean only. A group whose rewards are all equal gets
+    exactly 0 here (verl's float32 mean can leave a residue there, which it divides by eps).
+
+    Args:
+        values: one reward per sample, any order.
+        groups: the group id of each sample (same length).
+        normalize: ``algorithm.norm_adv_by_std_in_grpo``.
+
+    Example:
+        >>> verl_grpo_advantages(np.array([1.0, 0.0, 0.0, 1.0]), np.array([0, 1, 1, 0]), normalize=False)
+        array([0., 0., 0., 0.])
+    """
+    r = np.asarray(values, dtype=float)
+    g = np.asarray(groups)
+    s = pd.Series(r)
+    by = s.groupby(g)
+    size = by.transform("size").to_numpy()
+    mean = by.transform("mean").to_numpy().copy()
+    sq = pd.Series((r - mean) ** 2).groupby(g).transform("sum").to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.sqrt(sq / (size - 1))
+    flat = (by.transform("max") == by.transform("min")).to_numpy()
+    single = size == 1
+    mean[single], std[single] = 0.0, 1.0
+    mean[flat & ~single] = r[flat & ~single]
+    adv = r - mean
+    if normalize:
+        adv = adv / (np.nan_to_num(std) + eps)
     return adv

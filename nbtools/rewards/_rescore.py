@@ -9,26 +9,28 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbtools import _table
+from nbtools import _table, trainers
 from nbtools._escape import html as _h
+from nbtools._groups import group_ids
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
-from nbtools.rewards._advantages import group_advantages
+from nbtools.rewards._advantages import group_advantages, verl_grpo_advantages
 from nbtools.rewards._mix import RewardMix, combine
 from nbtools.rewards._run import ground_truth as _ground_truth_column
+from nbtools.trainers import AdvantageRule
 
 __all__ = ["RescoreResult", "rescore", "assign_groups"]
 
 
 def assign_groups(df: pd.DataFrame, group_size: int | None = None) -> np.ndarray:
-    """Group id per row (rows already ordered by step, idx): consecutive identical prompts within a step,
-    or consecutive chunks of ``group_size`` within a step."""
+    """Group id per row (rows ordered by step, idx): with ``group_size`` None, the rows of a step with the same uid
+    sample part (verl 0.9.x dumps ``uid``) or else the same prompt, wherever they sit (verl v0.7.0 dumps after
+    ``_balance_batch`` reordered the batch: ``nbtools.trajectories.group_ids``); else consecutive chunks of
+    ``group_size`` within a step."""
     steps = df["step"].to_numpy() if "step" in df else np.zeros(len(df), dtype=int)
     new_step = np.r_[True, steps[1:] != steps[:-1]] if len(df) else np.zeros(0, dtype=bool)
     if group_size is None:
-        prompts = df["prompt"].to_numpy()
-        new_prompt = np.r_[True, prompts[1:] != prompts[:-1]] if len(df) else new_step
-        return np.cumsum(new_step | new_prompt) - 1
+        return group_ids(df)
     if not isinstance(group_size, int) or group_size < 1:
         raise ConfigError(f"group_size must be a positive int or None, got {group_size!r}")
     pos = np.arange(len(df)) - np.maximum.accumulate(np.where(new_step, np.arange(len(df)), 0))
@@ -37,17 +39,24 @@ def assign_groups(df: pd.DataFrame, group_size: int | None = None) -> np.ndarray
     if len(bad):
         raise ConfigError(
             f"group_size={group_size}: expected every step to hold a multiple of {group_size} rows, got "
-            f"{dict(bad.head(5))} (step: rows)", fix=Fix("pass group_size=None to group by consecutive identical prompts",
-                                                         cli="group by consecutive identical prompts (no group size)"),
+            f"{dict(bad.head(5))} (step: rows)", fix=Fix("pass group_size=None to group by uid or prompt",
+                                                         cli="group by uid or prompt (no group size)"),
         )
     return np.cumsum(new_step | (pos % group_size == 0)) - 1
 
 
-def _advantages_by_group(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, **kw: Any) -> np.ndarray:
+def _advantages_by_group(values: np.ndarray, gid: np.ndarray, rule: AdvantageRule) -> np.ndarray:
+    """Advantages under the trainer's rule; groups may be scattered over the rows (``gid`` per row)."""
+    if rule.baseline == "verl_group_mean":
+        return verl_grpo_advantages(values, gid, normalize=rule.normalize)
     out = np.full(len(values), np.nan)
+    order = np.argsort(gid, kind="stable")
+    sg = gid[order]
+    starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else np.zeros(0, int)
+    sizes = np.diff(np.r_[starts, len(sg)])
     for size in np.unique(sizes):  # ragged groups: one rectangular call per group size
-        rows = starts[sizes == size][:, None] + np.arange(size)
-        out[rows] = group_advantages(values[rows], **kw)
+        rows = order[starts[sizes == size][:, None] + np.arange(size)]
+        out[rows] = group_advantages(values[rows], leave_one_out=rule.leave_one_out, normalize=rule.normalize)
     return out
 
 
@@ -86,6 +95,31 @@ def _max_abs_diff(a: pd.Series, b: pd.Series) -> float:
     return float(np.nanmax(d)) if np.isfinite(d).any() else float("nan")
 
 
+class RescoreSummary(dict):
+    """Totals of a re-scoring, as a mapping (``summary["changed_rewards"]``) that shows as one short sentence and a
+    two-column table with numbers rounded for people (not a pandas Series repr with 16-digit floats)."""
+
+    def _value(self, key: str) -> str:
+        v = self[key]
+        if isinstance(v, float):
+            return "n/a" if v != v else f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
+        return str(v)
+
+    def __repr__(self) -> str:
+        return (f"re-scored {self['samples']} samples in {self['groups']} groups over {self['steps']} steps: mean reward "
+                f"{self._value('old_mean_reward')} → {self._value('new_mean_reward')}, {self['changed_rewards']} "
+                f"rewards changed; groups with a learning signal {self['old_signal_groups']} → "
+                f"{self['new_signal_groups']} (+{self['flipped_to_signal']} / -{self['flipped_to_no_signal']}); "
+                f"stored advantages reproduced within {self._value('stored_advantage_max_diff')}")
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{_h(k.replace('_', ' '))}</td><td>{_h(self._value(k))}</td></tr>" for k in self)
+        return f"<table><tbody>{rows}</tbody></table>"
+
+
 @dataclass(frozen=True)
 class RescoreResult:
     """Old vs new rewards and advantages of stored trajectories under a new reward mix.
@@ -102,6 +136,7 @@ class RescoreResult:
     normalize: bool
     # where the trainer logged only each step's advantage max and min (verl): {step: {"max", "min"}}
     logged_extremes: dict | None = None
+    baseline: str = "leave_one_out"  # AdvantageRule.baseline: the trainer's rule the advantages were recomputed with
 
     @property
     def flipped_to_signal(self) -> int:
@@ -146,7 +181,7 @@ class RescoreResult:
         )
         return _table.table(per_sample.join(per_group).reset_index(), when_empty="no trajectories: nothing was re-scored")
 
-    def summary(self) -> pd.Series:
+    def summary(self) -> RescoreSummary:
         """Totals over the whole run (samples, groups, mean rewards, signal groups, flips in both directions).
 
         ``stored_advantage_max_diff`` compares the advantages recomputed from the stored rewards with the ones the
@@ -157,7 +192,7 @@ class RescoreResult:
         changed = ~np.isclose(
             s["old_reward"].to_numpy(float), s["new_reward"].to_numpy(float), equal_nan=True
         )
-        return pd.Series(
+        return RescoreSummary(
             {
                 "samples": len(s),
                 "groups": len(g),
@@ -171,9 +206,7 @@ class RescoreResult:
                 "flipped_to_no_signal": self.flipped_to_no_signal,
                 "new_accuracy": _accuracy(s["new_correct"]),
                 "stored_advantage_max_diff": self._stored_diff(),
-            },
-            dtype=object,
-            name="rescore",
+            }
         )
 
     def _stored_diff(self) -> float:
@@ -192,9 +225,20 @@ class RescoreResult:
     def _repr_html_(self) -> str:
         mix = _h(repr(self.mix))
         return (
-            f"<b>RescoreResult</b> — {mix}, leave_one_out={self.leave_one_out}, normalize={self.normalize}"
-            f"{self.summary().to_frame().T.to_html(index=False)}{self.table().to_html(index=False)}"
+            f"<b>RescoreResult</b> — {mix}, baseline={_h(self.baseline)}, normalize={self.normalize}"
+            f"{self.summary()._repr_html_()}{self.table().to_html(index=False)}"
         )
+
+
+def _rule(cfg: Experiment | None, leave_one_out: bool | None, normalize: bool | None) -> AdvantageRule:
+    """The trainer's advantage rule (``trainers.get(cfg).advantage_rule``); what the caller passes wins and means
+    NeMo-RL's rule (leave-one-out or group mean)."""
+    if cfg is not None and leave_one_out is None:
+        rule = trainers.get(cfg).advantage_rule(cfg)
+        return rule if normalize is None else AdvantageRule(rule.baseline, bool(normalize))
+    loo = leave_one_out if leave_one_out is not None else (cfg.grpo.use_leave_one_out_baseline if cfg else True)
+    norm = normalize if normalize is not None else (cfg.grpo.normalize_rewards if cfg else True)
+    return AdvantageRule("leave_one_out" if loo else "group_mean", bool(norm))
 
 
 def rescore(
@@ -223,9 +267,12 @@ def rescore(
             ``grpo.normalize_rewards``), so the groups' advantages are the trainer's; what is passed below wins.
         ground_truth: a column name, or a function prompt -> answer (default: the ``ground_truth`` column where
             every row has one, as verl's dumps do; else ``cfg``'s).
-        group_size: None infers groups as consecutive identical prompts within a step; an int chunks each step.
-        leave_one_out: ``grpo.use_leave_one_out_baseline`` (default: ``cfg``'s, else True).
-        normalize: ``grpo.normalize_rewards`` (default: ``cfg``'s, else True).
+        group_size: None groups the rows of a step by uid sample part (verl 0.9.x) or prompt, wherever they sit in
+            the dump; an int chunks each step.
+        leave_one_out: NeMo-RL's ``grpo.use_leave_one_out_baseline``; given, it picks NeMo-RL's rule (default: the
+            rule of ``cfg``'s trainer, ``trainers.get(cfg).advantage_rule``: verl's whole-group mean for a verl run;
+            without ``cfg`` True).
+        normalize: divide by the group's std (default: the trainer's rule, else True).
         progress: show a tqdm bar when scoring takes longer than a second.
 
     Returns:
@@ -242,10 +289,7 @@ def rescore(
     if ground_truth is None:  # the answers the dumps carry (verl's gts), else the experiment's, else the column
         logged = "ground_truth" in df and bool(df["ground_truth"].notna().all()) and len(df) > 0
         ground_truth = "ground_truth" if logged or cfg is None else _ground_truth_column(cfg)
-    if leave_one_out is None:
-        leave_one_out = cfg.grpo.use_leave_one_out_baseline if cfg is not None else True
-    if normalize is None:
-        normalize = cfg.grpo.normalize_rewards if cfg is not None else True
+    rule = _rule(cfg, leave_one_out, normalize)
     mix = combine(mix)
     missing = [c for c in ("prompt", "response") if c not in df]
     if missing:
@@ -263,44 +307,43 @@ def rescore(
             "idx": s["idx"].to_numpy() if "idx" in s else np.arange(len(s)),
         }
     )
-    out["group"] = assign_groups(out.assign(prompt=s["prompt"].to_numpy()), group_size)
+    keyed = out.assign(prompt=s["prompt"].to_numpy())
+    if "uid" in s:
+        keyed["uid"] = s["uid"].to_numpy()
+    out["group"] = assign_groups(keyed, group_size)
     out["prompt"], out["response"] = s["prompt"].to_numpy(), s["response"].fillna("").astype(str).to_numpy()
     out["ground_truth"] = _ground_truths(s, ground_truth)
     comps = mix.score_components(out["ground_truth"].tolist(), out["response"].tolist(), progress=progress)
     old = s["reward"].to_numpy(dtype=float) if "reward" in s else np.full(len(s), np.nan)
     new = comps["reward"].to_numpy(dtype=float)
 
-    starts = (
-        np.flatnonzero(np.r_[True, out["group"].to_numpy()[1:] != out["group"].to_numpy()[:-1]])
-        if len(s)
-        else np.zeros(0, int)
-    )
-    sizes = np.diff(np.r_[starts, len(s)])
-    kw = {"leave_one_out": leave_one_out, "normalize": normalize}
+    gid = out["group"].to_numpy()
     out["old_reward"], out["new_reward"] = old, new
     out["reward_delta"] = new - old
-    out["old_advantage"] = _advantages_by_group(old, starts, sizes, **kw)
-    out["new_advantage"] = _advantages_by_group(new, starts, sizes, **kw)
+    out["old_advantage"] = _advantages_by_group(old, gid, rule)
+    out["new_advantage"] = _advantages_by_group(new, gid, rule)
     out["stored_advantage"] = s["advantage"].to_numpy(dtype=float) if "advantage" in s else np.nan
     out["new_correct"] = comps["correct"].to_numpy()
     for label in mix.labels:  # unique even when the mix names a reward twice
         out[f"r_{label}"] = comps[label].to_numpy()
 
-    old_range = np.array([np.ptp(old[a : a + n]) for a, n in zip(starts, sizes, strict=True)])
-    new_range = np.array([np.ptp(new[a : a + n]) for a, n in zip(starts, sizes, strict=True)])
+    by = pd.DataFrame({"group": gid, "old": old, "new": new}).groupby("group", sort=True)
+    first = by.head(1).index.to_numpy()  # each group's first row, groups in id order
+    agg = by.agg(size=("old", "size"), old_mean=("old", "mean"), new_mean=("new", "mean"), old_min=("old", "min"),
+                 old_max=("old", "max"), new_min=("new", "min"), new_max=("new", "max"))
     groups = pd.DataFrame(
         {
-            "step": out["step"].to_numpy()[starts],
-            "group": out["group"].to_numpy()[starts],
-            "prompt": out["prompt"].to_numpy()[starts],
-            "size": sizes,
-            "old_mean": [old[a : a + n].mean() for a, n in zip(starts, sizes, strict=True)],
-            "new_mean": [new[a : a + n].mean() for a, n in zip(starts, sizes, strict=True)],
-            "old_signal": old_range > 0,  # NaN (no stored reward) counts as no signal
-            "new_signal": new_range > 0,
+            "step": out["step"].to_numpy()[first],
+            "group": gid[first],
+            "prompt": out["prompt"].to_numpy()[first],
+            "size": agg["size"].to_numpy(),
+            "old_mean": agg["old_mean"].to_numpy(),
+            "new_mean": agg["new_mean"].to_numpy(),
+            "old_signal": (agg["old_max"] - agg["old_min"]).to_numpy() > 0,  # NaN (no stored reward): no signal
+            "new_signal": (agg["new_max"] - agg["new_min"]).to_numpy() > 0,
         }
     )
     return RescoreResult(
-        samples=out, groups=groups, mix=mix, leave_one_out=leave_one_out, normalize=normalize,
-        logged_extremes=df.attrs.get("logged_advantage_extremes"),
+        samples=out, groups=groups, mix=mix, leave_one_out=rule.leave_one_out, normalize=rule.normalize,
+        logged_extremes=df.attrs.get("logged_advantage_extremes"), baseline=rule.baseline,
     )

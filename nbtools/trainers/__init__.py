@@ -22,13 +22,13 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
 from nbtools.trainers._fit import FitProfile
-from nbtools.trainers._protocol import CodePresent, EvalPlan, Layout, OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, CodePresent, EvalPlan, Layout, OutputDirs, Trainer, TrainerJob
 from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 from nbtools.trainers.releases import NEMO_RL, VERL
 
 __all__ = [
-    "REGISTRY", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
+    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "NEMO_RL", "VERL",
 ]
 
@@ -74,9 +74,11 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "training_time": ("timing_s/update_actor",),
         "throughput": ("perf/throughput",),
         "no_signal": (),
-        # verl v0.7.0 verl/workers/fsdp_workers.py update_actor: perf/mfu/actor, perf/max_memory_*_gb (GiB)
+        # verl v0.7.0 verl/workers/fsdp_workers.py update_actor: perf/mfu/actor, perf/max_memory_*_gb (GiB); 0.9.x's
+        # V1 trainer prefixes the actor worker's metrics (verl/trainer/ppo/v1/trainer_base.py at v0.9.1:
+        # rename_dict(output["metrics"], "actor/") over engine_workers.py's perf/max_memory_allocated_gb)
         "mfu": ("perf/mfu/actor",),
-        "memory": ("perf/max_memory_allocated_gb",),
+        "memory": ("perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"),
     },
 }
 # the first path component of the tags only that family logs (how ``metrics.framework_of`` tells them apart)

@@ -7,9 +7,9 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.trainers import nemo_rl
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable, training_gpus
+from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers._nemo_rl_lint import check_nemo_rl
-from nbtools.trainers._protocol import OutputDirs, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
 
@@ -85,6 +85,11 @@ class NemoRl:
         spec = env.get("reward_functions") or [{"name": f"math_verify ({impl}): 1 if the answer is right", "weight": 1.0}]
         return spec, "NeMo-RL math environment (env.math)"
 
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """NeMo-RL's GRPO (``calculate_baseline_and_std_per_prompt``): leave-one-out when configured."""
+        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             cfg.grpo.normalize_rewards)
+
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         custom = cfg.trainer.reward_functions
         return [dict(x) for x in custom] if custom else [dict(x) for x in MATH_DEFAULT]
@@ -106,12 +111,15 @@ _FIT_KEYS = {
     "logprob_chunk_size": "policy.logprob_chunk_size",
     "seq_len": "model.max_total_sequence_length",
     "gpus": "cluster.worker_replicas",
-    "expandable_segments": ALLOC_KEY,
+    "expandable_segments": "trainer.overrides: ['++policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF="
+                           "expandable_segments:True'] (the training workers only; or drop PYTORCH_CUDA_ALLOC_CONF from "
+                           "trainer.env_vars: nbtools sets it there by default)",
     "gpu_memory_utilization": "trainer.vllm_cfg.gpu_memory_utilization",
     "vllm_tensor_parallel": "trainer.vllm_cfg.tensor_parallel_size",
     "max_model_len": "trainer.vllm_cfg.max_model_len",
 }
-_FIT_OVERRIDES = {**_FIT_KEYS, "expandable_segments": "trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF"}
+# expandable segments on the DTensor policy workers only (colocated vLLM asserts on them: nbtools.trainers.nemo_rl)
+_FIT_OVERRIDES = {**_FIT_KEYS, "expandable_segments": "++" + nemo_rl.POLICY_ALLOC_KEY}
 
 
 def _fit_inputs(cfg: Experiment, name: str) -> tuple[dict[str, Any], list[str]]:

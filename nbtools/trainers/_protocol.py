@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "OutputDirs"]
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "OutputDirs", "AdvantageRule"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
@@ -22,6 +22,26 @@ EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
 # Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find):
 # NeMo-RL's exp_NNN / step_N, or verl's global_step_N / {step}.jsonl dumps / console lines.
 Layout = Literal["nemo_rl", "verl"]
+
+
+@dataclass(frozen=True)
+class AdvantageRule:
+    """How a trainer turns a group's rewards into advantages (what ``rewards.rescore`` must recompute).
+
+    Attributes:
+        baseline: ``"leave_one_out"`` (NeMo-RL with ``grpo.use_leave_one_out_baseline``: the other G-1 samples' mean),
+            ``"group_mean"`` (NeMo-RL without it), or ``"verl_group_mean"`` (verl's GRPO: the whole group's mean, a
+            one-sample group mean 0 and std 1; ``core_algos.py`` ``compute_grpo_outcome_advantage``).
+        normalize: divide by the group's std (NeMo-RL ``grpo.normalize_rewards``; verl
+            ``algorithm.norm_adv_by_std_in_grpo``).
+    """
+
+    baseline: Literal["leave_one_out", "group_mean", "verl_group_mean"]
+    normalize: bool
+
+    @property
+    def leave_one_out(self) -> bool:
+        return self.baseline == "leave_one_out"
 
 
 @dataclass(frozen=True)
@@ -107,6 +127,9 @@ class Trainer(Protocol):
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         """The reward functions the run scored with (NeMo-RL's ``[{name, weight, kwargs}]``) and where they came
         from (for the model card)."""
+
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """How this trainer's runs computed advantages (``rewards.rescore`` recomputes them the same way)."""
 
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         """The run's reward mix as nbtools' registered rewards (``[{name, weight, kwargs}]``), so

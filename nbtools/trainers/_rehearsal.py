@@ -7,7 +7,7 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, Trainer, TrainerJob
 
 __all__ = ["Rehearsal", "REHEARSAL_METRICS"]
 
@@ -57,13 +57,14 @@ class Rehearsal:
                       "cosine's floor as a fraction of grpo.learning_rate); fix: e.g. 0.1"))
         if r.num_heads and r.hidden_size % r.num_heads:
             p.append((("rehearsal.hidden_size", "rehearsal.num_heads"),
-                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 4 heads"))
+                      f"rehearsal.hidden_size: {r.hidden_size} is not divisible by num_heads {r.num_heads}; fix: e.g. 64 with 2 heads"))
         n = cfg.grpo.num_prompts_per_step
         if r.ranks >= 1 and n >= 1 and n % r.ranks:
             up = -(-n // r.ranks) * r.ranks
             p.append((("grpo.num_prompts_per_step", "rehearsal.ranks"),
                       f"grpo.num_prompts_per_step: {n} is not divisible by rehearsal.ranks {r.ranks} (each rank rolls out "
                       f"the same number of prompts); the job would stop at start-up; fix: e.g. `num_prompts_per_step: {up}`"))
+        p += _fault_rules(cfg)
         mn = c.metric_name
         if mn is not None and c.enabled and mn.partition(":")[0] in REHEARSAL_METRICS:
             kind, _, name = mn.partition(":")
@@ -107,6 +108,11 @@ class Rehearsal:
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         return [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
 
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """NeMo-RL's rule with the experiment's settings (``rehearsal/trainer.py`` computes ``group_advantages``)."""
+        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             cfg.grpo.normalize_rewards)
+
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         return [dict(x) for x in cfg.rehearsal.reward_functions]
 
@@ -117,3 +123,28 @@ class Rehearsal:
 
     def hub_tag(self) -> str:
         return "nbtools-rehearsal"
+
+
+def _fault_rules(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
+    """``rehearsal.faults``: each fault must be able to happen (a rank that exists, a step the run reaches, a
+    checkpoint save at that step), else a test of stall detection would wait for a fault that never comes."""
+    p: list[tuple[tuple[str, ...], str]] = []
+    r, c, n = cfg.rehearsal, cfg.checkpointing, cfg.grpo.max_num_steps
+    for i, f in enumerate(r.faults):
+        key = f"rehearsal.faults[{i}]"
+        if not 0 <= f.rank < r.ranks:
+            p.append(((f"{key}.rank", "rehearsal.ranks"), f"{key}.rank: {f.rank} is not a rank of this run (rehearsal.ranks "
+                      f"is {r.ranks}, ranks 0..{r.ranks - 1}); fix: e.g. `rank: {r.ranks - 1}`"))
+        if not 1 <= f.step <= n:
+            p.append(((f"{key}.step", "grpo.max_num_steps"), f"{key}.step: {f.step} is not a step the run reaches "
+                      f"(grpo.max_num_steps is {n}); fix: a step within 1..{n}"))
+        if f.kind == "slow" and f.seconds <= 0:
+            p.append(((f"{key}.seconds",), f"{key}.seconds: {f.seconds} must be positive for a `slow` fault (the delay "
+                      "per step); fix: e.g. `seconds: 20`"))
+        saves = c.enabled and (f.step % max(c.save_period, 1) == 0 or f.step == n)
+        if f.phase == "checkpoint" and 1 <= f.step <= n and not saves:
+            p.append(((f"{key}.phase", f"{key}.step", "checkpointing.save_period", "checkpointing.enabled"),
+                      f"{key}: phase 'checkpoint' at step {f.step}, but no checkpoint is saved at that step "
+                      f"(checkpointing.enabled {c.enabled}, save_period {c.save_period}); fix: a step that saves, e.g. "
+                      f"`step: {max(c.save_period, 1)}`, with checkpointing.enabled true"))
+    return p

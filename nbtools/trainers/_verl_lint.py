@@ -20,7 +20,8 @@ from nbtools.trainers import _tree, verl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
 from nbtools.trainers._verl_tree import verl_tree
-from nbtools.trainers.nemo_rl import parse_override
+from nbtools.trainers._verl_validate import check_validation
+from nbtools.trainers.nemo_rl import hydra_value, parse_override
 from nbtools.trainers.releases import VERL
 from nbtools.trainers.verl_prepare import check_data, check_weights
 
@@ -41,6 +42,8 @@ def _num(value: str | None) -> float:
 def check_verl(cfg: Experiment, r: LintReport, code_present: CodePresent = None) -> None:
     """Run the verl rules on ``cfg``, appending to ``r``."""
     _keys(cfg, r)
+    _fields(cfg, r)
+    check_validation(cfg, r)
     _image(cfg, r)
     _kl(cfg, r)
     _source(cfg, r, code_present)
@@ -93,6 +96,26 @@ def _keys(cfg: Experiment, r: LintReport) -> None:
                 f"`{key}` does not exist in verl {ref}'s trainer config; Hydra refuses to delete it",
                 f"remove `{text}`",
             ))
+
+
+def _fields(cfg: Experiment, r: LintReport) -> None:
+    """Experiment fields verl never reads (``verl.IGNORED``), each set to something else than its default: a warning
+    naming what to set instead, so no setting is dropped in silence."""
+    r.checked.append("verl-fields")
+    for name, fix in verl.ignored(cfg):
+        r.findings.append(Finding("warning", "verl-fields", name, f"`{name}` does not reach verl: nbtools has no verl "
+                                  "key for it, so the run ignores it", fix))
+    user = {parse_override(o)[1]: (i, o) for i, o in enumerate(cfg.trainer.overrides)}
+    derived = {k: (v, field) for k, v, field in verl.fields(cfg)}
+    for key, (i, text) in user.items():
+        if key not in derived:
+            continue
+        value, field = derived[key]
+        mine = f"{key}={hydra_value(value)}"
+        if field not in verl.NBTOOLS_ONLY and text.lstrip("+") != mine:
+            r.findings.append(Finding("warning", "verl-fields", field, f"`{field}` does not reach verl: "
+                                      f"trainer.overrides[{i}] `{text}` replaces its `{mine}`",
+                                      f"remove one of the two (the override wins as it stands)"))
 
 
 # verl's images are tagged by vLLM release: verlai/verl:vllm011.latest (docs/start/install.rst), vllm024.dev2

@@ -10,7 +10,7 @@ from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers import verl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
-from nbtools.trainers._protocol import OutputDirs, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
 from nbtools.trainers._verl_lint import check_verl
 from nbtools.trainers.releases import VERL, VerlRelease
 
@@ -87,6 +87,23 @@ class Verl:
 
     def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
         return [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], NAME
+
+    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+        """verl's GRPO: the whole group's mean, divided by its std unless ``algorithm.norm_adv_by_std_in_grpo=false``
+        (``verl/trainer/ppo/core_algos.py`` ``compute_grpo_outcome_advantage`` at v0.7.0 and v0.9.1).
+
+        Raises:
+            NotFoundError: ``algorithm.adv_estimator`` overridden to another estimator (nbtools recomputes GRPO's only).
+        """
+        eff = verl.effective(cfg)
+        estimator = eff.get("algorithm.adv_estimator", "grpo")
+        if estimator != "grpo":
+            raise NotFoundError(
+                f"algorithm.adv_estimator={estimator}: nbtools recomputes only verl's GRPO advantages",
+                fix=Fix("pass leave_one_out= and normalize= to nbtools.rewards.rescore to say how to recompute them",
+                        cli="re-score in a notebook (08) with leave_one_out/normalize given"))
+        return AdvantageRule("verl_group_mean", str(eff.get("algorithm.norm_adv_by_std_in_grpo", "true")).lower()
+                             not in ("false", "0", "no"))
 
     def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
         rule = RULES.get(str(cfg.data.dataset).lower())

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nbtools._escape import sh
 from nbtools.config import Experiment
 from nbtools.rewards import ENTRY_MODULE, reward_overrides
 from nbtools.trainers import _tree
@@ -45,6 +45,13 @@ __all__ = [
 DEFAULT_RECIPE = "examples/configs/grpo_math_1B.yaml"
 DEFAULT_CODE_DIR = "/opt/nemo-rl"
 UPLOAD_DIR = "nemo_rl_configs"  # where uploaded recipe YAMLs sit inside the job's working_dir
+# PyTorch's caching allocator on the training (DTensor policy) workers only: expandable segments strand no freed
+# blocks (the fit check's stranded band; issue 42). Not job-wide: colocated vLLM's CuMemAllocator asserts when the
+# variable holds expandable_segments:True (NeMo-RL v0.7.0 infra/nrl_k8s/README.md, "GPU OOM in colocated mode"), and
+# NeMo-RL v0.5/v0.7 lm_policy.py gives policy.dtensor_cfg.env_vars to the policy workers alone. Any
+# trainer.env_vars.PYTORCH_CUDA_ALLOC_CONF (e.g. "expandable_segments:False") or a recipe's own value turns it off.
+POLICY_ALLOC_KEY = "policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
 _UNQUOTED = re.compile(r"^[A-Za-z0-9_/\-+.:@%*?|$\\]+$")
 
 
@@ -82,6 +89,14 @@ def hydra_value(value: Any) -> str:
     if s and _UNQUOTED.match(s):
         return s
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def hydra_unquote(text: str) -> str:
+    """The string a Hydra value stands for: a quoted one unquoted and unescaped (the inverse of :func:`hydra_value`)."""
+    s = text.strip()
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
+        return re.sub(r"\\(.)", r"\1", s[1:-1])
+    return s
 
 
 def parse_override(text: str) -> tuple[str, str, str | None]:
@@ -218,6 +233,8 @@ def _desired(cfg: Experiment, tree: dict[str, Any]) -> list[tuple[str, Any, str,
             ("policy.optimizer.kwargs.lr", g.learning_rate, "set", "grpo.learning_rate"),
             ("policy.dtensor_cfg._v2", c.dtensor_v2, "derived", "checkpointing.dtensor_v2"),
         ]
+        if "PYTORCH_CUDA_ALLOC_CONF" not in t.env_vars and _tree.get_value(tree, POLICY_ALLOC_KEY) is None:
+            out.append((POLICY_ALLOC_KEY, EXPANDABLE, "derived", "trainer.env_vars"))
     for k, v in _leaves("policy.tokenizer.chat_template_kwargs", dict(m.chat_template_kwargs)) if m.chat_template_kwargs else []:
         out.append((k, v, "derived", "model.chat_template_kwargs"))
     out.append(("policy.generation.temperature", g.temperature, "set", "grpo.temperature"))
@@ -341,13 +358,13 @@ def command_lines(cfg: Experiment, *, overrides_list: list[Override] | None = No
     python = cfg.trainer.python or "python"
     ovs = overrides(cfg) if overrides_list is None else overrides_list
     uploaded = local_recipe(cfg) is not None
-    config_arg = f'"$WD"/{shlex.quote(recipe_path(cfg))}' if uploaded else shlex.quote(recipe_path(cfg))
+    config_arg = f'"$WD"/{sh(recipe_path(cfg))}' if uploaded else sh(recipe_path(cfg))
     prefix = 'WD="$PWD" && ' if uploaded else ""
     # with custom rewards, NeMo-RL's own entry script runs under nbtools' wrapper, which registers the environment first
     wrapper = f"-m {ENTRY_MODULE} " if reward_overrides(cfg) else ""
-    head = (f"{prefix}cd {shlex.quote(code_dir)} && {shlex.quote(python)} -u {wrapper}{shlex.quote(entry_script(cfg))} "
+    head = (f"{prefix}cd {sh(code_dir)} && {sh(python)} -u {wrapper}{sh(entry_script(cfg))} "
             f"--config {config_arg}")
-    return [head] + [shlex.quote(o.render()) for o in ovs]
+    return [head] + [sh(o.render()) for o in ovs]
 
 
 def command(cfg: Experiment, *, overrides_list: list[Override] | None = None) -> str:

@@ -41,7 +41,8 @@ def data_files(cfg: Experiment) -> list[str]:
     out = []
     for key in ("data.train_files", "data.val_files"):
         value = eff.get(key, "")
-        out += [v.strip().strip("'\"") for v in value.strip("[]").split(",") if v.strip()]
+        items = value[1:-1].split(",") if value.startswith("[") and value.endswith("]") else [value]
+        out += [verl.hydra_unquote(v) for v in items if v.strip()]
     return out
 
 
@@ -127,8 +128,8 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
             f"{', '.join(missing)} not found: verl.trainer.main_ppo reads it at start and fails after the cluster "
             "spent minutes starting Ray and vLLM",
             Fix("run the preparation job first: nbtools.launch.verl_prepare.submit_prepare_jobs(cfg) (or `nbtools "
-                "prepare EXPERIMENT.yaml --submit`), or point data.data_dir at the parquet files",
-                cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --submit`, or point data.data_dir "
+                "prepare EXPERIMENT.yaml --apply`), or point data.data_dir at the parquet files",
+                cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --apply`, or point data.data_dir "
                     "at the parquet files"),
         ))
 
@@ -166,7 +167,7 @@ def check_weights(cfg: Experiment, r, exists: Callable[[str], bool] | None = Non
             "warning", "verl-weights", "model.name",
             f"{cfg.model.name} is not staged in {d}: every node downloads it when the job starts, into the shared "
             "cache at the same time",
-            "stage it once first: `nbtools prepare EXPERIMENT.yaml --submit` (the weights job)",
+            "stage it once first: `nbtools prepare EXPERIMENT.yaml --apply` (the weights job)",
         ))
 
 

@@ -54,13 +54,14 @@ from nbtools._layout import (
     resumed_chain,
 )
 from nbtools.errors import Fix, NotFoundError
+from nbtools._groups import group_ids, group_numbers, uid_sample
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
 from nbtools.trajectories._run import FILE_RE, Run
 from nbtools.trajectories._summary import group_table, step_summary, verdict
 from nbtools.trajectories._verl import VerlRun, is_verl_dump_dir, open_verl_run
 
-__all__ = ["open_run", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS",
+__all__ = ["open_run", "group_ids", "group_numbers", "uid_sample", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS",
            "open_verl_run", "VerlRun"]
 
 

@@ -10,6 +10,7 @@ in the manifest, so a cached read still reports them. Both files are written to 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,9 +42,27 @@ def load_cache(cache_dir: Path | None, kind: str, key: str) -> tuple[dict, pa.Ta
         return {}, None
 
 
+def cache_home(cache_dir: Path, sub: str = "") -> Path | None:
+    """``cache_dir/sub``, created below a parent that must still exist (the exp dir), or None when it is gone.
+
+    Why: a run dir deleted while it is read must stay deleted; creating the cache with ``parents=True`` brought it
+    back as ``exp_001/.nbtools/index/*.idx``, a skeleton later readers took for the latest run.
+    """
+    d = cache_dir / sub if sub else cache_dir
+    try:
+        for p in (cache_dir, d):
+            try:
+                os.mkdir(p)  # never its parents
+            except FileExistsError:
+                pass
+    except OSError:
+        return None
+    return d
+
+
 def save_cache(cache_dir: Path | None, kind: str, key: str, files: dict, table: pa.Table) -> bool:
     """Write table + manifest atomically (table first: a manifest never points at a missing table)."""
-    if cache_dir is None:
+    if cache_dir is None or cache_home(cache_dir) is None:
         return False
     data, man = _paths(cache_dir, kind, key)
     try:

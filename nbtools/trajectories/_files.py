@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nbtools import storage
-from nbtools.errors import NotFoundError
+from nbtools._layout import step_ranges
+from nbtools.errors import Fix, NotFoundError
 
 __all__ = ["FILE_RE", "StepFiles"]
 
@@ -124,10 +125,12 @@ class StepFiles:
             return self._local(direct.name) if self.remote else direct
         files = self.files(kind)
         if step not in files:
-            near = sorted(files, key=lambda s: abs(s - step))[:5]
-            raise NotFoundError(f"expected {kind}_data_step{step}.jsonl in {self.path}, found steps {sorted(near) or 'none'}",
-                                fix=f"use one of run.{'steps' if kind == 'train' else 'val_steps'} (a live run adds "
-                                    "a file at the end of each step)")
+            attr = "steps" if kind == "train" else "val_steps"
+            raise NotFoundError(f"expected {kind}_data_step{step}.jsonl in {self.path}; the run has steps "
+                                f"{step_ranges(files)}",
+                                fix=Fix(f"use one of run.{attr} (a live run adds a file at the end of each step)",
+                                        cli="pass --step with one of those steps (a live run adds one at the end of "
+                                            "each step)"))
         return files[step]
 
     def size(self, path: Path) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nbtools import _atomic
+from nbtools.trajectories._cache import cache_home
 
 __all__ = ["FileIndex", "scan_starts", "build_index", "load_index", "save_index", "read_all"]
 
@@ -178,7 +179,7 @@ def load_index(cache_dir: Path | None, path: Path) -> FileIndex | None:
 
 def save_index(cache_dir: Path | None, idx: FileIndex) -> bool:
     """Write the index atomically; False (and nothing written) when the directory is not writable."""
-    if cache_dir is None:
+    if cache_dir is None or cache_home(cache_dir, "index") is None:
         return False
     target = _cache_file(cache_dir, idx.path)
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import warnings
@@ -134,8 +135,9 @@ class Run:
 
         Why: the replacement for ``tail -n 1 train_data_stepN.jsonl | jq`` — one ``pread``, any run size.
 
-        ``idx`` counts lines (0-based). The row is the one ``read()`` gives for that line; a record whose arrays
-        cannot be decoded comes without them and with a ``problem`` entry.
+        ``idx`` is the ``idx`` column of ``read()``: NeMo-RL's idx counts lines (0-based, one pread); a foreign dump
+        whose idx field is 1-based or global is found by that field. A record whose arrays cannot be decoded comes
+        without them and with a ``problem`` entry.
 
         Raises:
             NotFoundError: no such line, a line that ``read()`` skips too (malformed, blank, idx outside
@@ -153,21 +155,34 @@ class Run:
                                     fix="run.problems lists every skipped line; read another idx") from None
             return rec
         ix = self.index(step, kind=kind)
+        rec = None
+        if 0 <= idx < ix.n_lines:
+            with contextlib.suppress(NotFoundError):  # a skipped line: the record may sit on another line
+                rec = self._at_line(ix, step, idx, arrays, kind)
+            if rec is not None and rec.get("idx") in (idx, None):  # NeMo-RL: the idx field counts lines (one pread)
+                return rec
+        # the idx column read() shows is the record's idx field (1-based or global in foreign dumps): find its line
+        line = next((r["line"] - 1 for r in self.iter_records(step, kind=kind) if r.get("idx") == idx), None)
+        if line is not None:
+            return self._at_line(ix, step, line, arrays, kind)
         if not 0 <= idx < ix.n_lines:
             raise NotFoundError(f"expected idx in 0..{ix.n_lines - 1} for step {step}, got {idx}"
                                 + (f" ({ix.pending} bytes of a line still being written)" if ix.pending else ""),
                                 fix=Fix("pick an idx below the record count (len(run.read(step)))",
                                         cli="pick an idx below the step's record count (`nbtools trajectories RUN --step N`)"))
-        off, n = ix.line_span(idx)
+        return self._at_line(ix, step, idx, arrays, kind)
+
+    def _at_line(self, ix, step: int, k: int, arrays: bool, kind: str) -> dict:
+        off, n = ix.line_span(k)
         try:
             with open(ix.path, "rb") as f:
                 line = os.pread(f.fileno(), n, off)
         except OSError as err:
             raise NotFoundError(f"expected a readable {ix.path.name}, got: {err.strerror or err}",
                                 fix="restore the file; the other steps read as usual") from None
-        rec, problems = self._record_dict(step, idx, line, ix.path, arrays, kind)
+        rec, problems = self._record_dict(step, k, line, ix.path, arrays, kind)
         if rec is None:
-            raise NotFoundError(f"expected a record at {ix.path.name} line {idx + 1}, got: {problems[0][2]}",
+            raise NotFoundError(f"expected a record at {ix.path.name} line {k + 1}, got: {problems[0][2]}",
                                 fix="run.problems lists every skipped line; read another idx") from None
         return rec
 

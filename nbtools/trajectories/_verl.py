@@ -3,9 +3,9 @@
 verl v0.7.0 (``verl/trainer/ppo/ray_trainer.py`` ``_dump_generations``) writes one ``{global_step}.jsonl`` per step,
 one JSON object per sample: ``input`` and ``output`` (decoded text, special tokens skipped), ``gts`` (the ground
 truth), ``score`` (the sequence's summed token-level score), ``step``, plus every reward-extra-info list of the
-batch's length (``acc``, ``pred``, ``request_id``…). Rollout samples are in batch order, and verl repeats each
-prompt ``rollout.n`` times interleaved, so a GRPO group is a run of consecutive samples with the same ``input``
-(or the same ``uid`` where a dump carries one).
+batch's length (``acc``, ``pred``…). Rows are not in group order: v0.7.0 dumps after ``_balance_batch`` has
+reordered the batch, and 0.9.x's V1 trainer adds ``uid`` = ``{sample}_{rollout}_{output}``; a GRPO group is the rows
+of one step with the same uid sample part, or without uids the same ``input`` (``nbtools._groups``).
 
 The table has NeMo-RL's columns (:data:`nbtools.trajectories.COLUMNS`) where they mean the same: prompt=input,
 response=output, reward=score; ``generation_length``, ``input_length`` and ``advantage`` are NaN (verl dumps text,
@@ -14,7 +14,7 @@ not tokens or advantages: NaN means "not recorded"); ``env_observation`` is ``"c
 Extra columns: ``group`` (GRPO group number within the step), ``ground_truth``, and the dump's other fields.
 
 Live-safe like :class:`nbtools.trajectories.Run`: only complete lines are read, the rest is ``pending``; a malformed
-line is skipped and listed in ``problems``.
+line (not JSON, not an object, a ``uid`` that is not a string or number) is skipped and listed in ``problems``.
 
 Example:
     >>> run = nbtools.trajectories.open_verl_run("outputs/rollouts", validation_dir="outputs/val")
@@ -32,9 +32,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR
+from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR, step_ranges
 from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
+from nbtools._groups import group_numbers
 
 __all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir"]
 
@@ -114,8 +115,8 @@ class VerlRun:
     def _lines(self, step: int, kind: str) -> tuple[Path, list[bytes]]:
         files = self.files(kind)
         if step not in files:
-            raise NotFoundError(f"expected a dump of step {step} ({kind}) in {self.dirs[kind]}, found steps "
-                                f"{list(files)[:10] or 'none'}",
+            raise NotFoundError(f"expected a dump of step {step} ({kind}) in {self.dirs[kind]}; the run has steps "
+                                f"{step_ranges(files)}",
                                 fix="pick one of run.steps (run.val_steps for validation); verl dumps every step "
                                     "only when trainer.rollout_data_dir is set")
         path = files[step]
@@ -142,7 +143,13 @@ class VerlRun:
             self._note(key, k + 1, "malformed", f"not JSON ({e})", line[:80].decode("utf-8", "replace"))
             return None
         if not isinstance(obj, dict):
-            self._note(key, k + 1, "malformed", f"a JSON {type(obj).__name__}, not an object", line[:80].decode())
+            self._note(key, k + 1, "malformed", f"a JSON {type(obj).__name__}, not an object",
+                       line[:80].decode("utf-8", "replace"))
+            return None
+        uid = obj.get("uid")
+        if uid is not None and (isinstance(uid, bool) or not isinstance(uid, str | int | float)):
+            self._note(key, k + 1, "malformed", f"uid is a JSON {type(uid).__name__}, expected a string (verl's "
+                       "{sample}_{rollout}_{output})", line[:80].decode("utf-8", "replace"))
             return None
         from nbtools.rewards import split_think_answer
 
@@ -201,7 +208,7 @@ class VerlRun:
             if s in files:
                 df = pd.DataFrame(list(self.iter_records(s, kind=kind)))
                 if not df.empty:
-                    df["group"] = _groups(df)
+                    df["group"] = group_numbers(df)
                 frames.append(df)
         frames = [f for f in frames if not f.empty]
         out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(_BASE))
@@ -278,15 +285,6 @@ def _logged_extremes(tb_dir: Path) -> dict[int, dict[str, float]]:
                 if v.tag in _EXTREME_TAGS and v.HasField("simple_value"):
                     rows.setdefault(int(ev.step), {})[_EXTREME_TAGS[v.tag]] = float(v.simple_value)
     return {k: v for k, v in sorted(rows.items()) if set(v) == {"max", "min"}}
-
-
-def _groups(df: pd.DataFrame) -> pd.Series:
-    """GRPO group number per row: by ``uid`` where dumped, else runs of consecutive equal prompts (verl repeats
-    each prompt ``rollout.n`` times, interleaved)."""
-    if "uid" in df and df["uid"].notna().all():
-        return pd.Series(pd.factorize(df["uid"])[0], index=df.index)
-    key = df["prompt"].fillna("\0none")
-    return (key != key.shift()).cumsum() - 1
 
 
 def open_verl_run(rollout_dir: str | os.PathLike | None, validation_dir: str | os.PathLike | None = None, *,

@@ -1,6 +1,7 @@
 """The gke backend (nbtools.backends.gke + nbtools.kube) against tests/doubles/kube_double.py — a Kubernetes API TEST DOUBLE on 127.0.0.1 (no
 kube-apiserver can run here) — through the real ``kubernetes`` client and a real kubeconfig file.
-The double has no controller: each test plays the KubeRay operator by adding pods and events."""
+The double has no controller: each test plays the KubeRay operator by adding pods and events, and has
+``sim_kuberay.KubeRayController.report_status`` write what KubeRay would say about them in the RayCluster's status."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from kube_double import KubeDouble
 from ports import free_port as _free
+from sim_kuberay import KubeRayController
 
 import nbtools
 from nbtools import kube, manifests
@@ -71,6 +73,7 @@ def _pods(kd, cluster=NAME, workers=2, *, ready=True, phase="Running"):
     for i in range(workers):
         kd.add_pod(NS, f"{cluster}-gpu-workers-w{i}", {"ray.io/cluster": cluster, "ray.io/node-type": "worker",
                                                         "ray.io/group": "gpu-workers"}, phase=phase, ready=ready)
+    KubeRayController(kd).report_status(NS, cluster)  # KubeRay's status about them, when the RayCluster exists
 
 
 def test_apply_twice_creates_once_then_patches_only_changes(kd, kc, cfg):
@@ -99,7 +102,9 @@ def test_server_side_dry_run_rejects_before_anything_is_written(kd, kc, cfg):
 
 
 def test_wait_until_head_and_workers_are_ready(kd, kc, cfg):
+    """The wait watches the RayCluster and returns on KubeRay's status saying all pods are ready, not at its timeout."""
     api = kube.connect(kubeconfig=kc)
+    kube.apply(api, manifests.workload_objects(cfg))
     _pods(kd, ready=False, phase="Pending")
 
     def operator():
@@ -108,9 +113,14 @@ def test_wait_until_head_and_workers_are_ready(kd, kc, cfg):
 
     t = threading.Thread(target=operator)
     t.start()
-    report = kube.wait_ready(api, NS, NAME, pods=3, timeout=30, progress=False)
+    t0, before = time.monotonic(), len(kd.requests)
+    report = kube.wait_ready(api, NS, NAME, pods=3, timeout=60, progress=False)
     t.join()
     assert sorted(report.pods["type"]) == ["head", "worker", "worker"]
+    assert time.monotonic() - t0 < 30, "returned on the status change, not at the end of the watch"
+    seen = [q for m, q in kd.requests[before:] if m == "GET"]
+    assert any("watch=true" in q and f"{RC}?" in q for q in seen), f"the wait watches the RayCluster: {seen}"
+    assert sum(q.startswith(f"/api/v1/namespaces/{NS}/pods?") for q in seen) <= 2, f"no polling of the pods: {seen}"
 
 
 def test_wait_timeout_names_the_stuck_pod_reason_and_events(kd, kc, cfg):

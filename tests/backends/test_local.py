@@ -218,3 +218,35 @@ def _sid(p: psutil.Process) -> int | None:
         return os.getsid(p.pid)
     except OSError:
         return None
+
+
+_UP = """
+import json, sys
+import nbtools
+from nbtools.backends import _head as local
+cfg = nbtools.config.load(sys.argv[1], backend="local", overrides={"ray.port": int(sys.argv[2]),
+                          "ray.dashboard_port": int(sys.argv[3]), "ray.num_cpus": 1})
+h = local.up(cfg, timeout=240, progress=False)
+print(json.dumps({"pid": local.head_record(cfg.runs_dir)["pid"], "ours": h.started_by_us}))
+"""
+
+
+def test_two_concurrent_ups_on_one_runs_dir_give_one_head(tmp_path):
+    """#41: two `nbtools up --apply` at once on one runs dir both failed (GCS bind error, Ray's session-name
+    assertion) and left no head; under the library's lock the second re-attaches to the head the first started."""
+    env = {**os.environ, "NBTOOLS_RUNS_DIR": str(tmp_path / "runs")}
+    env.pop("RAY_ADDRESS", None)
+    ports = [str(free_port()), str(free_port())]
+    cmd = [sys.executable, "-c", _UP, str(PROJECT_ROOT / "experiments" / "local.yaml"), *ports]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+        got = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+        assert got[0]["pid"] == got[1]["pid"] and psutil.pid_exists(got[0]["pid"]), got
+        assert len(_gcs_servers(got[0]["pid"])) == 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        stop_all_under(tmp_path / "runs")

@@ -113,11 +113,21 @@ def test_card_round_trips_and_its_model_index_reads_back_with_the_comparisons_nu
     assert "### Testing Data, Factors & Metrics" in evaluation and "Wilson score 95%" in evaluation
     assert "α = 0.01" in evaluation and "| 1 |" in evaluation and "| 4 |" in evaluation
     # the Hub template's sections, in its order, and no tooling notes
-    order = ["## Model Details", "## Uses", "### Direct Use", "### Out-of-Scope Use", "## Bias, Risks, and Limitations",
-             "## How to Get Started with the Model", "## Training Details", "### Training Data",
-             "#### Training Hyperparameters", "## Evaluation", "### Results", "## Technical Specifications",
-             "### Framework versions", "## Citation"]
+    order = ["## Model Details", "### Model Sources", "## Uses", "### Direct Use", "### Out-of-Scope Use",
+             "## Bias, Risks, and Limitations", "## How to Get Started with the Model", "## Training Details",
+             "### Training Data", "#### Training Hyperparameters", "## Evaluation", "### Results",
+             "## Environmental Impact", "## Technical Specifications", "### Framework versions", "## Citation"]
     assert [body.index(h + "\n") for h in order] == sorted(body.index(h + "\n") for h in order)
+    # issue 45: the template's metadata and fields that were missing
+    assert loaded.data.language == ["en"] and "- **Developed by:** More Information Needed" in body
+    assert "- **Repository (trainer):**" in body or "- **Paper (method):** GRPO" in body
+    assert "- **Hardware Type:**" in body and "- **Carbon Emitted:** not estimated" in body
+    assert any(n.startswith("Developed by:") for n in card.notes)
+    cfg = run["cfg"]
+    assert "| precision | float32 |" in body and f"| sequence length | {cfg.model.max_total_sequence_length} tokens" in body
+    optimizer = next(line for line in body.splitlines() if line.startswith("| optimizer | "))
+    assert "torch.optim.AdamW (" in optimizer and f"lr={cfg.grpo.learning_rate}" in optimizer, optimizer
+    assert f"| learning-rate schedule | LinearLR warmup over {cfg.rehearsal.lr_warmup_steps} steps" in body
     import torch
     import transformers
     assert f"- transformers {transformers.__version__}" in body and f"- torch {torch.__version__}" in body
@@ -291,10 +301,15 @@ def test_the_cards_how_to_use_code_runs_on_the_merged_model(run):
 
 def test_cli_card_writes_the_card_from_a_run_dir_with_saved_comparisons(run, capfd):
     run["greedy"].save(run["cfg"].run_dir / "eval" / "comparison_greedy.json")
+    run["sampled"].save(run["cfg"].run_dir / "eval" / "comparison_sampled.json")
     assert nbtools.cli.main(["card", str(run["cfg"].run_dir), "--json"]) == 0
     out = json.loads(capfd.readouterr().out)
-    assert out["evaluations"] == 1 and out["files"] == ["experiment.yaml", "training_curves.png"]
-    assert out["metadata"]["model-index"][0]["results"][0]["metrics"][0]["value"] == run["greedy"].acc_b
+    assert out["evaluations"] == 2 and out["files"] == ["experiment.yaml", "training_curves.png"]
+    results = out["metadata"]["model-index"][0]["results"]
+    assert results[0]["metrics"][0]["value"] == run["greedy"].acc_b
+    # the same label notebook 07 writes ("sampled (n=4)"), not the file's stem: the CLI and the notebook agree
+    assert [m["name"] for r in results for m in r["metrics"]] == ["greedy accuracy", "sampled (n=4) accuracy"]
+    (run["cfg"].run_dir / "eval" / "comparison_sampled.json").unlink()
     assert "upload_folder(" in out["upload_call"]
     assert nbtools.cli.main(["card", str(run["root"])]) == 1
     assert "fix: pass the merged model directory" in capfd.readouterr().err

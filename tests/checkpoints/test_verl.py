@@ -78,6 +78,21 @@ def test_tracker_decides_what_is_finished(runs, tmp_path):
         ck.latest(d)
 
 
+def test_a_huge_world_size_is_counted_not_listed(runs, tmp_path):
+    """#41: ``fsdp_config.json`` ``world_size: 1e9`` made the listing build every missing rank name (59 s, then
+    MemoryError)."""
+    import time
+
+    d = _copy(runs, tmp_path)
+    cfg = d / "global_step_2" / "actor" / "fsdp_config.json"
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "world_size": 10**9}))
+    t0 = time.perf_counter()
+    df = ck.list_checkpoints(d)
+    assert time.perf_counter() - t0 < 5
+    problem = df.loc[df.step == 2, "problem"].item()
+    assert problem.startswith(f"{10**9} of {10**9} rank files missing (model_world_size_1000000000_rank_0.pt"), problem
+
+
 def test_best_needs_metrics(runs):
     d = runs / "trained"
     with pytest.warns(UserWarning, match="verl keeps no metrics"):
@@ -156,6 +171,42 @@ def test_damaged_rank_files(runs, tmp_path):
         ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
 
 
+def _data_entries(path: Path) -> list:
+    import zipfile
+
+    return [i for i in zipfile.ZipFile(path).infolist() if "/data/" in i.filename and i.file_size > 64]
+
+
+def test_a_bit_flip_inside_a_tensor_is_not_verified(runs, tmp_path):
+    """#41: the merge read raw byte spans, so a bit flip inside a rank file's tensor merged as ``verified: true``;
+    every entry's bytes are now checked against the CRC-32 torch.save wrote in the zip directory."""
+    from nbtools.checkpoints._verl import _zip_member_start
+
+    d = _copy(runs, tmp_path)
+    rank1 = d / "global_step_2" / "actor" / "model_world_size_2_rank_1.pt"
+    info = _data_entries(rank1)[0]
+    with open(rank1, "r+b") as fh:
+        at = _zip_member_start(fh, info) + info.file_size // 2
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x04]))  # one bit of one float: still a finite number
+    with pytest.raises(CheckpointError, match=r"model_world_size_2_rank_1.pt: the bytes of .*/data/\d+ do not match "
+                                              r"the CRC-32 torch.save recorded") as e:
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    assert "re-copy" in e.value.fix and not (tmp_path / "out").exists()
+
+
+def test_one_rank_copied_over_another_is_not_verified(runs, tmp_path):
+    d = _copy(runs, tmp_path)
+    actor = d / "global_step_2" / "actor"
+    shutil.copyfile(actor / "model_world_size_2_rank_0.pt", actor / "model_world_size_2_rank_1.pt")
+    with pytest.raises(CheckpointError, match="rank_1.pt holds exactly the bytes of model_world_size_2_rank_0.pt"):
+        ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    r = ck.merge(runs / "trained" / "global_step_2", tmp_path / "good", progress=False)
+    assert r.verified and any(n.startswith("zip CRC-32 of every entry of the 2 rank files checked") for n in r.notes)
+
+
 class _Evil:
     def __reduce__(self):
         return (Path.touch, (_Evil.marker,))
@@ -180,6 +231,29 @@ def test_cli_lists_and_merges(runs, tmp_path, capfd):
     assert main(["merge", str(runs / "trained" / "global_step_1"), str(tmp_path / "m"), "--json"]) == 0
     m = json.loads(capfd.readouterr().out)
     assert m["layout"] == "verl_fsdp" and m["verified"] is True
+
+
+@pytest.mark.parametrize("config_as", ["dir", "config.json"])
+def test_overwrite_never_deletes_the_base_model_given_as_config(runs, tmp_path, capfd, config_as):
+    """#41 H1: ``merge global_step_N BASE --config BASE --overwrite`` replaced BASE, weights included."""
+    from transformers import AutoModelForCausalLM
+
+    from nbtools.cli import main
+
+    base = tmp_path / "base"
+    AutoModelForCausalLM.from_config(tiny_config()).save_pretrained(str(base))
+    before = {p.name: p.read_bytes() for p in base.iterdir()}
+    cfg = base if config_as == "dir" else base / "config.json"
+    step = runs / "trained" / "global_step_2"
+    rc = main(["merge", str(step), str(base), "--config", str(cfg), "--overwrite"])
+    err = capfd.readouterr().err
+    assert rc != 0 and "pick an output outside" in err
+    assert f"the output directory {base} {'is' if config_as == 'dir' else 'contains'} {cfg}, which the merge" in err
+    assert {p.name: p.read_bytes() for p in base.iterdir()} == before  # not a byte of the base model lost
+    with pytest.raises(ConflictError, match="which the merge of .*global_step_2 reads"):
+        ck.merge_verl(step / "actor", base, config=cfg, overwrite=True, progress=False)
+    r = ck.merge(step, tmp_path / "hf", config=cfg, progress=False)  # reading the base model's config is fine
+    assert r.verified and r.layout == "verl_fsdp"
 
 
 def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):

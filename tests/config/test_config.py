@@ -144,7 +144,7 @@ def test_all_problems_reported_at_once(tmp_path):
         ({"name": "x", "trainer": {"colocated": False}}, r"non-colocated generation needs its resources"),
         ({"name": "x", "trainer": {"overrides": ["grpo.max_num_steps"]}}, r"is not a Hydra override"),
         ({"name": "x", "rehearsal": {"ranks": 0}}, r"rehearsal.ranks: 0 must be >= 1"),
-        ({"name": "x", "rehearsal": {"hidden_size": 66}}, r"not divisible by num_heads"),
+        ({"name": "x", "rehearsal": {"hidden_size": 65}}, r"not divisible by num_heads"),
         ({"name": "x", "grpo": "fast"}, r"grpo: expected a mapping"),
         ({"name": "x", "trainer": {"overrides": "a=b"}}, r"expected a list"),
         ({"name": "x", "trainer": {"vllm_kwargs": [1]}}, r"trainer.vllm_kwargs: expected a mapping"),

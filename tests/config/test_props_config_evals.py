@@ -36,7 +36,8 @@ def _fields(cls: type, prefix: str = "") -> dict[str, typing.Any]:
         if f.name == "source":
             continue
         tp = hints[f.name]
-        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        # a section or an optional one; a list of sections (rehearsal.faults) is one list-valued key
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)] if typing.get_origin(tp) is not list else []
         sub = tp if dataclasses.is_dataclass(tp) else (inner[0] if inner else None)
         if sub is not None:
             out.update(_fields(sub, f"{prefix}{f.name}."))

@@ -6,7 +6,25 @@ What it implements (faithfully enough for nbtools' calls):
 - CRUD on any ``/api/v1/...`` or ``/apis/<group>/<version>/...`` collection, namespaced or cluster-scoped:
   GET (object or list, ``labelSelector`` with ``k=v`` terms, ``fieldSelector=involvedObject.name=X``), POST
   (409 AlreadyExists), PATCH (JSON merge patch, RFC 7386), DELETE (404 when absent), ``dryRun=All`` (validated,
-  not stored), bearer-token auth (401 otherwise).
+  not stored), bearer-token auth (401 otherwise); ``metadata.generation`` set to 1 on create and bumped when a
+  write changes anything but metadata and status (what the API server does for resources with a status subresource).
+- Discovery (``/version``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``) of the kinds in ``resources``, which is
+  what the client's dynamic API resolves a kind's path and scope from.
+- Server-side apply (https://kubernetes.io/docs/reference/using-api/server-side-apply/, Kubernetes 1.22+ GA): PATCH with
+  ``Content-Type: application/apply-patch+yaml`` creates the object when absent (201) or merges the applied
+  configuration into it (200); ``fieldManager`` is required (422 ``fieldManager: Required value``, and ``force`` is
+  refused on other patch types: apimachinery ``ValidatePatchOptions``); every write records field ownership in
+  ``metadata.managedFields`` (``FieldsV1``, operation ``Apply`` for apply, ``Update`` for POST/PATCH, whose manager
+  takes the fields it changed); an apply that changes a field another manager owns fails with 409 Conflict
+  ("Apply failed with N conflict(s): conflict with "M": .spec.x", causes of type ``FieldManagerConflict``) unless
+  ``force=true``, which takes the fields over; fields the manager applied before and now leaves out are removed
+  unless another manager owns them; an apply that changes nothing is not written (same ``resourceVersion``).
+  Simplifications: lists are atomic (the default for a CRD list without ``x-kubernetes-list-type``; built-in types'
+  keyed lists such as ``containers`` are not merged by key), and ``status`` is never applied.
+- Watches (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes): a list GET
+  with ``watch=true`` streams ``{"type": ADDED|MODIFIED|DELETED, "object": ...}`` lines for the objects matching its
+  selectors; without ``resourceVersion`` (or with "0") it starts with a synthetic ADDED per existing object, with one
+  it replays the changes after that version; ``timeoutSeconds`` ends the stream.
 - Optional schema validation per (group, plural) with jsonschema (tests pass KubeRay's CRD openAPIV3Schema),
   answered like the API server: 422 Invalid.
 - ``pods/<name>/exec`` over websocket, subprotocol ``v4.channel.k8s.io``: stdout on channel 1, stderr on 2,
@@ -35,6 +53,90 @@ import yaml
 from aiohttp import WSMsgType, web
 
 TOKEN = "test-double-token"
+# (group, version, plural, kind, namespaced): what discovery serves by default (a GKE cluster with the Ray add-on's
+# KubeRay CRDs and GKE's multi-network CRDs installed)
+DEFAULT_RESOURCES: tuple[tuple[str, str, str, str, bool], ...] = (
+    ("", "v1", "pods", "Pod", True), ("", "v1", "events", "Event", True), ("", "v1", "services", "Service", True),
+    ("", "v1", "namespaces", "Namespace", False), ("", "v1", "serviceaccounts", "ServiceAccount", True),
+    ("", "v1", "secrets", "Secret", True), ("", "v1", "persistentvolumes", "PersistentVolume", False),
+    ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True), ("apps", "v1", "daemonsets", "DaemonSet", True),
+    ("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False), ("ray.io", "v1", "rayclusters", "RayCluster", True),
+    ("networking.gke.io", "v1", "networks", "Network", False),
+    ("networking.gke.io", "v1", "gkenetworkparamsets", "GKENetworkParamSet", False),
+)
+APPLY = "application/apply-patch+yaml"
+_SERVER_SET = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"), ("metadata", "uid"),
+               ("metadata", "resourceVersion"), ("metadata", "generation"), ("metadata", "creationTimestamp"),
+               ("metadata", "managedFields")}
+_MISSING = object()
+
+
+def field_paths(obj: Any, prefix: tuple = ()) -> set[tuple]:
+    """The leaf fields of an object as key paths (maps recursed, lists and scalars are leaves), without the
+    identity and server-set fields and without ``status``: the field set a manager owns."""
+    if isinstance(obj, dict) and obj:
+        out: set[tuple] = set()
+        for k, v in obj.items():
+            p = (*prefix, k)
+            if p in _SERVER_SET or p == ("status",):
+                continue
+            out |= field_paths(v, p)
+        return out
+    return {prefix} if prefix else set()
+
+
+def _at(obj: Any, path: tuple) -> Any:
+    for k in path:
+        if not isinstance(obj, dict) or k not in obj:
+            return _MISSING
+        obj = obj[k]
+    return obj
+
+
+def _set(obj: dict, path: tuple, value: Any) -> None:
+    for k in path[:-1]:
+        if not isinstance(obj.get(k), dict):
+            obj[k] = {}
+        obj = obj[k]
+    obj[path[-1]] = copy.deepcopy(value)
+
+
+def _drop(obj: dict, path: tuple) -> None:
+    """Remove a field and the maps it leaves empty."""
+    chain = [obj]
+    for k in path[:-1]:
+        nxt = chain[-1].get(k)
+        if not isinstance(nxt, dict):
+            return
+        chain.append(nxt)
+    chain[-1].pop(path[-1], None)
+    for depth in range(len(path) - 1, 0, -1):
+        if chain[depth] == {}:
+            chain[depth - 1].pop(path[depth - 1], None)
+
+
+def fields_v1(paths: set[tuple]) -> dict:
+    """Field paths in the API server's ``FieldsV1`` encoding (``{"f:spec": {"f:replicas": {}}}``)."""
+    out: dict = {}
+    for p in sorted(paths):
+        cur = out
+        for k in p:
+            cur = cur.setdefault(f"f:{k}", {})
+    return out
+
+
+def _paths_of(fv1: dict, prefix: tuple = ()) -> set[tuple]:
+    out: set[tuple] = set()
+    for k, v in fv1.items():
+        if not k.startswith("f:"):
+            continue
+        p = (*prefix, k[2:])
+        out |= _paths_of(v, p) if v else {p}
+    return out
+
+
+def _related(a: tuple, b: tuple) -> bool:
+    return a[: len(b)] == b or b[: len(a)] == a
 WIPE_PATH = "/_double/wipe"  # POST: drop every object (what deleting a GKE cluster does to its API server's data)
 
 
@@ -54,9 +156,14 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class KubeDouble:
     """Start with ``with KubeDouble() as kd:``; ``kd.kubeconfig(path)`` writes a kubeconfig pointing at it."""
 
-    def __init__(self, schemas: dict[tuple[str, str], dict] | None = None):
+    def __init__(self, schemas: dict[tuple[str, str], dict] | None = None,
+                 resources: tuple[tuple[str, str, str, str, bool], ...] = DEFAULT_RESOURCES):
         self.store: dict[str, dict[str, dict]] = {}  # collection path -> name -> object
         self.schemas = schemas or {}
+        self.resources = resources
+        self.events: list[tuple[int, str, str, dict]] = []  # (resourceVersion, ADDED|MODIFIED|DELETED, collection, object)
+        self._watchers: set[asyncio.Event] = set()
+        self._closing = False
         self.requests: list[tuple[str, str]] = []  # (method, path?query)
         self.execs: list[dict] = []
         self.exec_result: dict[str, tuple[str, str, int]] = {}  # pod -> (stdout, stderr, rc)
@@ -78,6 +185,9 @@ class KubeDouble:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing = True
+        with self._lock:
+            self._bump()  # open watches end now
         fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
         fut.result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -151,7 +261,7 @@ class KubeDouble:
         with self._lock:
             obj = self.store.get(collection, {}).pop(name, None)
             if obj is not None:
-                self._bump()
+                self._deleted(collection, obj)
             return obj
 
     def collections(self, plural: str) -> list[str]:
@@ -168,6 +278,16 @@ class KubeDouble:
     def _bump(self) -> None:  # caller holds self._lock
         self.generation += 1
         self._changed.notify_all()
+        loop = getattr(self, "_loop", None)
+        if self._watchers and loop is not None and not loop.is_closed():
+            for ev in list(self._watchers):
+                loop.call_soon_threadsafe(ev.set)
+
+    def _deleted(self, collection: str, obj: dict) -> None:  # caller holds self._lock
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = rv = str(next(self._rv))
+        self.events.append((int(rv), "DELETED", collection, gone))
+        self._bump()
 
     def route_port(self, namespace: str, pod: str, port: int, target: tuple[str, int]) -> None:
         self.routes[(namespace, pod, port)] = target
@@ -178,9 +298,90 @@ class KubeDouble:
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
         meta["resourceVersion"] = str(next(self._rv))
-        self.store.setdefault(collection, {})[meta["name"]] = obj
+        items = self.store.setdefault(collection, {})
+        kind = "MODIFIED" if meta["name"] in items else "ADDED"
+        items[meta["name"]] = obj
+        self.events.append((int(meta["resourceVersion"]), kind, collection, copy.deepcopy(obj)))
         self._bump()
         return obj
+
+    # -- field management (server-side apply) ---------------------------------------------------------------
+    @staticmethod
+    def _owners(obj: dict | None) -> list[dict]:
+        return [dict(e) for e in ((obj or {}).get("metadata", {}).get("managedFields") or [])]
+
+    @staticmethod
+    def _set_owners(obj: dict, entries: list[dict], api_version: str) -> None:
+        now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        out = []
+        for e in entries:
+            if e["paths"]:
+                out.append({"manager": e["manager"], "operation": e["operation"], "apiVersion": api_version,
+                            "time": e.get("time") or now, "fieldsType": "FieldsV1", "fieldsV1": fields_v1(e["paths"])})
+        obj["metadata"]["managedFields"] = out
+
+    def _entries(self, obj: dict | None) -> list[dict]:
+        return [{"manager": e["manager"], "operation": e["operation"], "time": e.get("time"),
+                 "paths": _paths_of(e.get("fieldsV1") or {})} for e in self._owners(obj)]
+
+    def _update_owners(self, old: dict | None, new: dict, manager: str) -> None:
+        """A POST/PUT/non-apply PATCH: the manager takes every field it changed (operations other than apply never
+        conflict); fields it removed leave every manager."""
+        after = field_paths(new)
+        changed = {p for p in after if _at(old or {}, p) != _at(new, p)}
+        entries = self._entries(old)
+        for e in entries:
+            e["paths"] = {p for p in e["paths"] if p in after and not any(_related(p, c) for c in changed)}
+        mine = next((e for e in entries if (e["manager"], e["operation"]) == (manager, "Update")), None)
+        if mine is None:
+            mine = {"manager": manager, "operation": "Update", "paths": set()}
+            entries.append(mine)
+        mine["paths"] |= changed
+        mine["time"] = None
+        self._set_owners(new, entries, new.get("apiVersion", ""))
+
+    def _apply(self, live: dict | None, applied: dict, manager: str, force: bool) -> tuple[dict | None, dict | None]:
+        """Server-side apply of ``applied`` by ``manager`` onto ``live``: (the new object, None) or (None, the
+        409 conflict's causes)."""
+        mine_now = field_paths(applied)
+        entries = self._entries(live)
+        me = next((e for e in entries if (e["manager"], e["operation"]) == (manager, "Apply")), None)
+        mine_before = me["paths"] if me else set()
+        changing = {p for p in mine_now if live is not None and _at(live, p) is not _MISSING and _at(live, p) != _at(applied, p)}
+        conflicts = sorted({(e["manager"], q) for e in entries if e is not me for q in e["paths"]
+                            for p in changing if _related(p, q)})
+        if conflicts and not force:
+            return None, {"conflicts": conflicts}
+        new = copy.deepcopy(live) if live is not None else {"apiVersion": applied["apiVersion"], "kind": applied["kind"],
+                                                              "metadata": {}}
+        others = set().union(*(e["paths"] for e in entries if e is not me)) if entries else set()
+        for p in sorted(mine_before - mine_now, key=len, reverse=True):
+            if p not in others:
+                _drop(new, p)
+        for p in sorted(mine_now):
+            _set(new, p, _at(applied, p))
+        for k in ("name", "namespace"):
+            if k in applied.get("metadata", {}):
+                new["metadata"][k] = applied["metadata"][k]
+        for e in entries:
+            if e is not me and force:
+                e["paths"] = {q for q in e["paths"] if not any(_related(p, q) for p in changing)}
+        if me is None:
+            me = {"manager": manager, "operation": "Apply", "paths": set()}
+            entries.append(me)
+        me["paths"], me["time"] = mine_now, (me.get("time") if mine_now == mine_before else None)
+        self._set_owners(new, entries, applied["apiVersion"])
+        return new, None
+
+    @staticmethod
+    def _next_generation(old: dict | None, new: dict) -> None:
+        """metadata.generation: 1 on create, +1 when anything but metadata and status changed."""
+        if old is None:
+            new["metadata"]["generation"] = 1
+            return
+        body = lambda o: {k: v for k, v in o.items() if k not in ("metadata", "status")}  # noqa: E731
+        gen = int(old["metadata"].get("generation") or 1)
+        new["metadata"]["generation"] = gen + 1 if body(old) != body(new) else gen
 
     @staticmethod
     def _split(path: str) -> tuple[str, str, str | None, str | None]:
@@ -217,11 +418,18 @@ class KubeDouble:
             return self._status(401, "Unauthorized", "missing or wrong bearer token")
         if request.path == WIPE_PATH and request.method == "POST":  # not a Kubernetes API: the simulated cluster delete
             with self._lock:
+                for coll, items in list(self.store.items()):
+                    for obj in items.values():
+                        self._deleted(coll, obj)
                 self.store.clear()
-                self._bump()
             return web.json_response({})
+        discovery = self._discovery(request.path)
+        if discovery is not None:
+            return web.json_response(discovery)
         collection, plural, name, sub = self._split(request.path)
         group = "" if request.path.startswith("/api/") else request.path.split("/")[2]
+        if request.method == "GET" and name is None and request.query.get("watch", "").lower() in ("true", "1"):
+            return await self._watch(request, collection)
         if sub == "exec":
             return await self._exec(request, collection, name)
         if sub == "portforward":
@@ -240,30 +448,141 @@ class KubeDouble:
                 if name not in items:
                     return self._status(404, "NotFound", f'{plural} "{name}" not found')
                 gone = items.pop(name)
-                self._bump()
+                self._deleted(collection, gone)
                 return web.json_response(gone)
-        body = await request.json()
+        apply = request.method == "PATCH" and request.content_type == APPLY
+        manager = request.query.get("fieldManager", "")
+        force = request.query.get("force", "").lower() in ("true", "1")
+        if apply and not manager:
+            return self._status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+                                                "is required for apply patch")
+        if "force" in request.query and not apply:
+            return self._status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be '
+                                                "specified for non-apply patch")
+        body = yaml.safe_load(await request.text()) if apply else await request.json()  # JSON is YAML
+        manager = manager or request.headers.get("User-Agent", "unknown").split("/")[0]  # the server's default
+        url_ns = collection.split("/")[-2] if "/namespaces/" in collection else None
+        body_ns = (body.get("metadata") or {}).get("namespace") if isinstance(body, dict) else None
+        if url_ns and body_ns and body_ns != url_ns and request.method in ("POST", "PATCH"):
+            return self._status(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                                                   "sent on the request")
+        if url_ns and isinstance(body, dict) and (request.method == "POST" or apply):  # the server fills it from the URL
+            body.setdefault("metadata", {}).setdefault("namespace", url_ns)
         with self._lock:
             items = self.store.setdefault(collection, {})
+            created = False
             if request.method == "POST":
                 oname = body.get("metadata", {}).get("name")
                 if oname in items:
                     return self._status(409, "AlreadyExists", f'{plural} "{oname}" already exists')
-                new = body
+                old, new, created = None, body, True
+                self._update_owners(None, new, manager)
+            elif apply:
+                if (body.get("metadata") or {}).get("name") != name:
+                    return self._status(400, "BadRequest", f"the name of the object ({(body.get('metadata') or {}).get('name')}) "
+                                                           f"does not match the name on the URL ({name})")
+                old = items.get(name)
+                new, conflict = self._apply(old, body, manager, force)
+                if conflict:
+                    fields = [(m, "." + ".".join(q)) for m, q in conflict["conflicts"]]
+                    n = len(fields)
+                    return web.json_response({
+                        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                        "message": f"Apply failed with {n} conflict{'s' if n > 1 else ''}: " + "\n".join(
+                            f'conflict with "{m}": {f}' for m, f in fields),
+                        "details": {"causes": [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
+                                                "field": f} for m, f in fields]}}, status=409)
+                created = old is None
+                if old is not None and new == old:  # nothing changed: not written, same resourceVersion
+                    return web.json_response(old, status=200)
             elif request.method == "PATCH":
                 if name not in items:
                     return self._status(404, "NotFound", f'{plural} "{name}" not found')
                 if request.content_type != "application/merge-patch+json":
-                    return self._status(415, "UnsupportedMediaType", f"this double only does merge patch, not {request.content_type}")
-                new = merge_patch(items[name], body)
+                    return self._status(415, "UnsupportedMediaType",
+                                        f"this double does merge patch and apply patch, not {request.content_type}")
+                old = items[name]
+                new = merge_patch(old, body)
+                self._update_owners(old, new, manager)
             else:
                 return self._status(405, "MethodNotAllowed", request.method)
+            self._next_generation(old, new)
             problem = self._validate(group, plural, new)
             if problem:
                 return self._status(422, "Invalid", f'{plural} "{new["metadata"].get("name")}" is invalid: {problem}')
             if dry:
-                return web.json_response(new, status=201 if request.method == "POST" else 200)
-            return web.json_response(self._store(collection, copy.deepcopy(new)), status=201 if request.method == "POST" else 200)
+                return web.json_response(new, status=201 if created else 200)
+            return web.json_response(self._store(collection, copy.deepcopy(new)), status=201 if created else 200)
+
+    def _discovery(self, path: str) -> dict | None:
+        """The discovery documents the client's dynamic API reads, from ``self.resources``."""
+        path = path.rstrip("/")
+        if path == "/version":
+            return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-double", "platform": "linux/amd64"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"]}
+        if path == "/apis":
+            groups: dict[str, list[str]] = {}
+            for g, v, *_ in self.resources:
+                if g and v not in groups.setdefault(g, []):
+                    groups[g].append(v)
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                 "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}} for g, vs in groups.items()]}
+        parts = path.strip("/").split("/")
+        if parts[:1] == ["api"] and len(parts) == 2:
+            group, version = "", parts[1]
+        elif parts[:1] == ["apis"] and len(parts) == 3:
+            group, version = parts[1], parts[2]
+        else:
+            return None
+        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}".lstrip("/"),
+                "resources": [{"name": p, "singularName": k.lower(), "namespaced": ns, "kind": k, "verbs": verbs}
+                              for g, v, p, k, ns in self.resources if (g, v) == (group, version)]}
+
+    async def _watch(self, request: web.Request, collection: str) -> web.StreamResponse:
+        """A watch stream of the collection's changes (newline-delimited watch events) until ``timeoutSeconds``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(request.query.get("timeoutSeconds") or 1800)
+        since = request.query.get("resourceVersion") or "0"
+        wake = asyncio.Event()
+        self._watchers.add(wake)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        try:
+            with self._lock:
+                if since == "0":  # "start at most recent": the current objects as ADDED, then what changes
+                    out = [("ADDED", copy.deepcopy(o)) for o in self.store.get(collection, {}).values()]
+                    seen = max((e[0] for e in self.events), default=0)
+                else:
+                    out, seen = [], int(since)
+            while not self._closing:
+                with self._lock:
+                    for rv, kind, coll, obj in self.events:
+                        if rv > seen and coll == collection:
+                            out.append((kind, obj))
+                    seen = max([seen, *(e[0] for e in self.events)])
+                    wake.clear()
+                for kind, obj in out:
+                    if self._match(obj, request.query):
+                        await resp.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+                out = []
+                if request.transport is None or request.transport.is_closing():  # the client stopped watching
+                    return resp
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=left)
+                except asyncio.TimeoutError:
+                    pass
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError: the client stopped watching mid-write
+            return resp
+        finally:
+            self._watchers.discard(wake)
+        await resp.write_eof()
+        return resp
 
     @staticmethod
     def _match(obj: dict, query) -> bool:

@@ -123,6 +123,11 @@ def write_experiment(sim, rehearsal: dict, changes: dict) -> None:
     data["logging"] = {"log_dir": str(exp / "logs"), "tensorboard": True}
     data["ray"] = {"dashboard_port": sim.dashboard_port}
     data["rehearsal"] = {**local["rehearsal"], **rehearsal}
+    if verl:  # the tutorial's mini-batch (256) is above the rehearsal's batch: verl refuses that at start (the lint too)
+        n = data["grpo"]["num_prompts_per_step"]
+        fit = {"actor_rollout_ref.actor.ppo_mini_batch_size": n, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1}
+        data["trainer"]["overrides"] = [f"{k}={fit[k]}" if (k := o.split("=", 1)[0]) in fit else o
+                                        for o in data["trainer"].get("overrides", [])]
     for key, value in changes.items():
         _set(data, key, value)
     sim.experiment_yaml.write_text(

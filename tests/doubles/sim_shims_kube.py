@@ -34,7 +34,7 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
 }
 _ALIASES = {r.split(".")[0]: r for r in RESOURCES} | {v[2].split(".")[0]: r for r, v in RESOURCES.items()}
 _VALUED = {"-n", "-o", "-l", "-f", "--namespace", "--output", "--selector", "--filename", "--context", "--kube-context",
-           "--set", "--repo", "--version", "--kubeconfig"}
+           "--set", "--repo", "--version", "--kubeconfig", "--field-manager"}
 
 
 def _split(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -193,16 +193,27 @@ def kubectl(call: Call) -> int:
                 continue
             name = obj["metadata"]["name"]
             coll = server + _collection(res, obj["metadata"].get("namespace") or ns)
-            status, _ = _http("GET", f"{coll}/{name}", token=token)
-            if status == 404:
-                status, body = _http("POST", coll + "?fieldManager=nbtools", obj, token=token)
-            else:
-                status, body = _http("PATCH", f"{coll}/{name}?fieldManager=nbtools", obj, token=token,
-                                     content_type="application/merge-patch+json")
+            said = "serverside-applied"
+            if flags.get("server-side"):  # one apply PATCH per object creates or updates it; the double keeps the
+                # field ownership (kubectl's default manager is "kubectl"; --force-conflicts takes others' fields)
+                force = "&force=true" if flags.get("force-conflicts") else ""
+                status, body = _http("PATCH", f"{coll}/{name}?fieldManager={flags.get('field-manager') or 'kubectl'}"
+                                              f"{force}", obj, token=token, content_type="application/apply-patch+yaml")
+            else:  # client-side apply: kubectl reads the object, then creates or patches it as manager
+                # "kubectl-client-side-apply" (a merge patch here, where kubectl computes a three-way one)
+                status, _ = _http("GET", f"{coll}/{name}", token=token)
+                query = "?fieldManager=kubectl-client-side-apply"
+                if status == 404:
+                    status, body = _http("POST", coll + query, obj, token=token)
+                    said = "created"
+                else:
+                    said = "configured"
+                    status, body = _http("PATCH", f"{coll}/{name}{query}", obj, token=token,
+                                         content_type="application/merge-patch+json")
             if status >= 400:
                 rc = call.fail(f"Error from server ({body.get('reason')}): {body.get('message')}")
             else:
-                call.print(f"{RESOURCES[res][2]}/{name} serverside-applied")
+                call.print(f"{RESOURCES[res][2]}/{name} {said}")
         return rc
     if verb in ("get", "delete"):
         refs = pos[1:]

@@ -274,3 +274,16 @@ def test_export_neutralises_spreadsheet_formulas(tmp_path):
     assert {"'" + e for e in evil} <= set(texts)
     assert not any(v[:1] in ("=", "+", "@") or v.startswith("-2+") for r in rows for v in r.values())
     assert pd.read_csv(out)["reward"].tolist() == [1.0, 0.0] * 3  # numbers stay numbers (negatives too)
+
+
+def test_jump_returns_the_explorer_whose_snapshot_shows_the_record_it_opened(run):
+    """Issue 45: 05's saved snapshot showed the step the explorer opened at (200) while the cells after it read the
+    step a health finding jumped to (196). A cell now ends on ``explorer.jump(report)``: the snapshot it saves is
+    the jumped-to step."""
+    ex = explorer.explore(run, step=run.steps[-1], rewards=MIX, ground_truth=lambda p: "0")
+    first = run.steps[0]
+    shown = ex.jump([(first, 1)])
+    assert shown is ex and ex.step.value == first
+    html = ex._repr_mimebundle_()
+    html = (html[0] if isinstance(html, tuple) else html)["text/html"]
+    assert f"data-step='{first}'" in html or f'data-step="{first}"' in html, html[:500]

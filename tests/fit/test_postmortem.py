@@ -53,6 +53,8 @@ def _experiment(tmp_path: Path, *, micro: int, seq: int, ac: bool) -> Path:
     data["trainer"]["vllm_cfg"] = {"max_model_len": seq}
     data["trainer"]["overrides"] = [f"policy.train_micro_batch_size={micro}",
                                     f"policy.dtensor_cfg.activation_checkpointing={str(ac).lower()}"]
+    # the calibration rows ran with PyTorch's default allocator: nbtools' expandable-segments default turned off
+    data["trainer"]["env_vars"] = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
     p = tmp_path / "exp.yaml"
     p.write_text(yaml.safe_dump(data))
     return p

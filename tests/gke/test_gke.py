@@ -267,3 +267,20 @@ def test_gke_config_fields_have_defaults_and_feed_the_plan():
     gsa = nbtools.gke.plan(_cfg(**{"gcp.service_account": "ray@p.iam.gserviceaccount.com"}))
     assert "--member=serviceAccount:ray@p.iam.gserviceaccount.com" in gsa["bucket-iam"].command
     assert "--member=serviceAccount:my-gcp-project.svc.id.goog[default/nbtools-ksa]" in gsa["wi-impersonation"].command
+
+
+def test_outcome_says_whether_anything_ran(tmp_path):
+    """Issue 45: notebook 01's check cell says what the apply did: a dry run (its default) changed nothing."""
+    import nbtools
+
+    marker = tmp_path / "made"
+    plan = Plan("provision", [Step("make", "make", ("touch", str(marker)), check=("sh", "-c", f"test -f {marker} && echo y")),
+                              Step("more", "more", ("true",))], tmp_path / "state.json")
+    dry = nbtools.gke.outcome(plan.apply())
+    assert dry.dry_run and not marker.exists()
+    assert str(dry) == ("dry run: nothing was changed; 2 of 2 steps would run — set APPLY = True (CLI: --apply) to run "
+                        "them")
+    real = nbtools.gke.outcome(plan.apply(dry_run=False, progress=False))
+    assert not real.dry_run and marker.exists() and str(real) == "applied: 2 of 2 steps ran, the others were already done"
+    shown = nbtools.gke.outcome(Plan("provision", plan.steps, tmp_path / "s2.json", applicable=False).apply(dry_run=False))
+    assert shown.dry_run and str(shown).startswith("shown only: this backend has nothing to provision")

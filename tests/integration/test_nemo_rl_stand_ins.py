@@ -94,6 +94,16 @@ def test_the_stand_ins_ignore_or_reject_what_the_release_would():
     assert sim_nemo_rl_config.environment(v07, "examples/run_grpo.py", "v0.7.0")[0] == "math"
 
 
+def test_v070_registers_the_environments_v050_lacks():
+    """NeMo-RL v0.7.0's ENV_REGISTRY (nemo_rl/environments/utils.py) adds math_multi_reward, vlm and nemo_gym; the
+    stand-in had v0.5.0's five, so a v0.7.0 recipe naming them failed only here."""
+    for name, fqn in (("math_multi_reward", "MathMultiRewardEnvironment"), ("vlm", "VLMEnvironment"), ("nemo_gym", "NemoGym")):
+        cfg = {"data": {"default": {"env_name": name}}, "env": {name: {}}}
+        assert sim_nemo_rl_config.environment(cfg, "examples/run_grpo.py", "v0.7.0")[1].endswith("." + fqn)
+        with pytest.raises(SystemExit, match=f"Env name {name} is not registered"):
+            sim_nemo_rl_config.environment({"data": {"env_name": name}, "env": {name: {}}}, "examples/run_grpo.py", "v0.5.0")
+
+
 @pytest.mark.parametrize("version", sorted(nemo_rl_releases.RELEASES))
 def test_nbtools_tables_agree_with_the_release_facts(version):
     row = nemo_rl_releases.facts(version)

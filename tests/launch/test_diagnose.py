@@ -288,7 +288,7 @@ def test_causes_are_a_string_enum_whose_words_the_json_keeps():
     from nbtools.launch import Cause
 
     assert [c.value for c in Cause] == ["preempted", "lost-node", "oom", "host-oom", "nccl", "user-error", "stopped",
-                                        "unknown", "succeeded", "running", "unhealthy"]
+                                        "unknown", "succeeded", "running", "unhealthy", "hang", "deadlock"]
     assert {c for c in Cause if c.retryable} == {Cause.PREEMPTED, Cause.LOST_NODE, Cause.NCCL}
     d = diagnose_log(OOM)
     assert d.cause is Cause.OOM and d.cause == "oom" and f"{d.cause}" == "oom" and not d.retry

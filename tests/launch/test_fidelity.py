@@ -55,13 +55,15 @@ def test_grpo_kl_penalty_becomes_verls_kl_loss():
 def test_lint_warns_of_a_kl_coefficient_verl_would_ignore():
     """Issue 42 item 2: tutorial 002's own key is a warning naming the tag and the source path, not a refusal."""
     assert not _findings(_rules(_cfg()), "verl-kl")
-    tutorial = _cfg(**{"grpo.kl_penalty": 0.0, "trainer.overrides": ["algorithm.kl_ctrl.kl_coef=0.001"]})
+    own = list(_cfg().trainer.overrides)  # the experiment's micro-batch keys: without them verl (and the lint) refuse it
+    tutorial = _cfg(**{"grpo.kl_penalty": 0.0, "trainer.overrides": [*own, "algorithm.kl_ctrl.kl_coef=0.001"]})
     report = _rules(tutorial)
     f = _findings(report, "verl-kl")  # tutorial 002's own command line: a silent no-op KL
     assert f and f[0].severity == "warning" and "use_kl_in_reward" in f[0].message and "grpo.kl_penalty: 0.001" in f[0].fix
     assert "no effect in verl v0.7.0" in f[0].message and "verl/trainer/ppo/ray_trainer.py" in f[0].message
     assert report.ok, str(report)
-    in_reward = tutorial.replace(**{"trainer.overrides": ["algorithm.kl_ctrl.kl_coef=0.001", "algorithm.use_kl_in_reward=true"]})
+    in_reward = tutorial.replace(**{"trainer.overrides": [*own, "algorithm.kl_ctrl.kl_coef=0.001",
+                                                          "algorithm.use_kl_in_reward=true"]})
     assert not _findings(_rules(in_reward), "verl-kl")
     switched_off = _cfg(**{"trainer.overrides": ["actor_rollout_ref.actor.use_kl_loss=false"]})
     f = _findings(_rules(switched_off), "verl-kl")
@@ -152,19 +154,24 @@ def test_lint_relates_prompt_generation_total_and_model_len():
 
 def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monkeypatch):
     from nbtools.evals import flow
+    from nbtools.evals import job as eval_job
     from nbtools.evals.parse import ScoreBlock
 
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
     seen = {}
 
-    def jobs(cfg, **kw):  # stops evaluate() before it submits: only the wiring is under test here
-        seen.update(kw)
-        raise KeyboardInterrupt
+    class Stop(Exception):
+        pass
 
-    monkeypatch.setattr(flow, "eval_jobs", jobs)
-    with pytest.raises(KeyboardInterrupt):
+    def build(cfg, model, **kw):  # stops evaluate() before it submits: only the wiring is under test here
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr(eval_job, "build_eval_job", build)
+    with pytest.raises(Stop):
         flow.evaluate(cfg, "baseline", max_model_len=8192)
     assert seen["max_model_len"] == 8192
+    monkeypatch.undo()  # the real builder again
     assert "generation.vllm_cfg.max_model_len=8192" in nbtools.evals.eval_jobs(cfg, max_model_len=8192)[1].entrypoint
 
     def block(name, tokens, score):  # sunbc0120's MATH-500 blocks: 0.4020 and 0.4640 at max_new_tokens=8192

@@ -38,7 +38,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/recipes/llm/grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml "
         "cluster.num_nodes=1 cluster.gpus_per_node=8 grpo.num_prompts_per_step=32 grpo.num_generations_per_prompt=16 "
         "grpo.max_num_steps=30 grpo.val_period=5 grpo.val_at_start=true policy.model_name=google/gemma-3-1b-it "
-        "policy.max_total_sequence_length=2048 +policy.tokenizer.chat_template_kwargs.enable_thinking=true "
+        "policy.max_total_sequence_length=2048 +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True +policy.tokenizer.chat_template_kwargs.enable_thinking=true "
         "policy.generation.max_new_tokens=1024 policy.generation.vllm_cfg.max_model_len=2048 "
         "policy.generation.vllm_cfg.enforce_eager=true +policy.generation.vllm_kwargs.block_size=32 "
         "checkpointing.checkpoint_dir=/data/nemo-rl/gemma3-1b-it-b200/checkpoints checkpointing.model_save_format=torch_save "
@@ -50,7 +50,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo.py --config examples/configs/recipes/llm/grpo-gemma3-27b-it-8n4g-fsdp2tp4-actckpt-long.yaml "
         "cluster.num_nodes=3 cluster.gpus_per_node=8 grpo.num_prompts_per_step=16 grpo.num_generations_per_prompt=64 "
         "grpo.max_num_steps=10 policy.model_name=google/gemma-3-27b-it policy.dtensor_cfg.tensor_parallel_size=8 "
-        "policy.dtensor_cfg._v2=true policy.generation.colocated.enabled=false "
+        "policy.dtensor_cfg._v2=true +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True policy.generation.colocated.enabled=false "
         "policy.generation.colocated.resources.num_nodes=1 policy.generation.colocated.resources.gpus_per_node=8 "
         "policy.generation.vllm_cfg.tensor_parallel_size=8 policy.generation.vllm_cfg.gpu_memory_utilization=0.9 "
         "+policy.generation.vllm_kwargs.block_size=32 data.train.dataset_name=GSM8K "
@@ -68,7 +68,8 @@ EXPECTED = {
         "trainer.n_gpus_per_node=8 trainer.nnodes=2 trainer.save_freq=10 trainer.test_freq=10 "
         "trainer.default_local_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/checkpoints "
         "trainer.rollout_data_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/logs/rollout_data "
-        "trainer.validation_data_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/logs/validation_data data.max_prompt_length=512 "
+        "trainer.validation_data_dir=/data/verl-runs/verl-qwen2-5-32b-gsm8k/logs/validation_data "
+        "trainer.max_actor_ckpt_to_keep=3 data.max_prompt_length=512 "
         "data.max_response_length=512 actor_rollout_ref.actor.ppo_mini_batch_size=256 "
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 "
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
@@ -81,7 +82,7 @@ EXPECTED = {
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml cluster.num_nodes=2 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=64 grpo.num_generations_per_prompt=16 grpo.max_num_steps=200 "
         "policy.model_name=Qwen/Qwen3-1.7B-Base policy.tokenizer.name=Qwen/Qwen3-1.7B-Base policy.max_total_sequence_length=4096 "
-        "data.dataset_name=DeepScaler checkpointing.checkpoint_dir=/nemo-workspace/checkpoints/grpo-math-deepscaler "
+        "+policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True data.dataset_name=DeepScaler checkpointing.checkpoint_dir=/nemo-workspace/checkpoints/grpo-math-deepscaler "
         "checkpointing.keep_top_k=10 checkpointing.model_save_format=torch_save "
         "logger.log_dir=/nemo-workspace/logs/grpo-math-deepscaler logger.tensorboard_enabled=true logger.wandb_enabled=false",
         {"PYTHONUNBUFFERED": "1", "HF_HOME": "/nemo-workspace/huggingface_cache", "RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"},
@@ -89,7 +90,7 @@ EXPECTED = {
     "tutorial-004-llama3.1-8b": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_8B.yaml cluster.num_nodes=4 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=64 grpo.num_generations_per_prompt=32 grpo.max_num_steps=100 "
-        "policy.model_name=meta-llama/Llama-3.1-8B-Instruct checkpointing.checkpoint_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/checkpoints "
+        "policy.model_name=meta-llama/Llama-3.1-8B-Instruct +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True checkpointing.checkpoint_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/checkpoints "
         "logger.log_dir=/data/nemo-rl/llama3-1-8b-grpo-4nodes/logs logger.tensorboard_enabled=true logger.wandb_enabled=true "
         "logger.wandb.name=llama3-1-8b-grpo-4nodes",
         NEMO_GKE_ENV,
@@ -97,7 +98,7 @@ EXPECTED = {
     "tutorial-004-qwen2.5-1.5b": (
         "cd /opt/nemo-rl && python -u examples/run_grpo_math.py --config examples/configs/grpo_math_1B.yaml cluster.num_nodes=1 "
         "cluster.gpus_per_node=8 grpo.num_prompts_per_step=32 grpo.num_generations_per_prompt=16 grpo.max_num_steps=100 "
-        "policy.model_name=Qwen/Qwen2.5-1.5B checkpointing.checkpoint_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/checkpoints "
+        "policy.model_name=Qwen/Qwen2.5-1.5B +policy.dtensor_cfg.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True checkpointing.checkpoint_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/checkpoints "
         "logger.log_dir=/data/nemo-rl/qwen2-5-1-5b-grpo/logs logger.tensorboard_enabled=true logger.wandb_enabled=false",
         NEMO_GKE_ENV,
     ),

@@ -98,6 +98,24 @@ def test_data_job_writes_verls_parquet_once(cfg, tmp_path, monkeypatch):
     assert (tmp_path / "runs").read_text().count("run") == 1
 
 
+@pytest.mark.parametrize("name", ["it's data", "a\\b $HOME `x` \"q\""])
+def test_a_data_dir_with_quotes_runs_and_writes_there(cfg, tmp_path, monkeypatch, name):
+    """#41: a data dir with ``'`` made a job that was a bash syntax error (Hydra-escaped paths pasted unquoted into
+    ``echo '…'``) and the quoted parts named a directory with a literal backslash."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    d = tmp_path / name
+    cfg = cfg.replace(**{"data.data_dir": str(d)})
+    assert vp.data_files(cfg) == [str(d / "train.parquet"), str(d / "test.parquet")]
+    spec = jobs.data_job(cfg)
+    assert subprocess.run(["bash", "-n", "-c", spec.entrypoint]).returncode == 0
+    r = _run(spec, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["test.parquet", "train.parquet"], list(tmp_path.iterdir())
+    assert f"nbtools prepare: wrote {d / 'train.parquet'} and {d / 'test.parquet'}" in r.stdout
+    again = _run(spec, tmp_path)
+    assert again.returncode == 0 and f"{d / 'train.parquet'} and" in again.stdout and "nothing to do" in again.stdout
+
+
 def test_killed_job_leaves_nothing_that_looks_done_and_lint_blocks(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     d = tmp_path / "gsm8k"

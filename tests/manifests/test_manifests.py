@@ -135,6 +135,32 @@ def test_worker_env_image_version_and_mounts_follow_the_config(name, tuner):
     assert "command" not in c, "KubeRay must generate the ray start command (no override)"
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+def test_stall_evidence_can_read_stacks_on_gke(name):
+    """Issue 44: the evidence bundle's py-spy dumps need profiling on at the head and SYS_PTRACE in every Ray pod
+    (Ray docs: profiling "Enabling dashboard profiling"; cluster/kubernetes/k8s-ecosystem/pyspy)."""
+    rc = manifests.raycluster(VARIANTS[name])
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert {"name": "RAY_DASHBOARD_ENABLE_PROFILING", "value": "1"} in head["env"]
+    for g in [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]:
+        for c in g["template"]["spec"]["containers"]:
+            assert "SYS_PTRACE" in c["securityContext"]["capabilities"]["add"], (g.get("groupName", "head"), c["name"])
+    # the committed manifests carry them too (what `kubectl apply -f manifests/` gets)
+    for path in (ROOT / "manifests").glob("*.yaml"):
+        text = path.read_text()
+        assert "RAY_DASHBOARD_ENABLE_PROFILING" in text and "SYS_PTRACE" in text, path.name
+
+
+def test_the_pod_schema_rejects_a_misspelt_capability():
+    """The PodSpec check in the CRD test is strict enough to catch a broken securityContext."""
+    rc = manifests.raycluster(VARIANTS["b200-standard-spot"])
+    spec = rc["spec"]["headGroupSpec"]["template"]["spec"]
+    spec["containers"][0]["securityContext"] = {"capabilities": {"added": ["SYS_PTRACE"]}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": spec},
+                                     K8S_VERSION, strict=True)
+
+
 def test_autopilot_workers_select_gpu_count_and_spot():
     sel = manifests.raycluster(VARIANTS["b200-autopilot"])["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
     assert sel == {"cloud.google.com/gke-accelerator": "nvidia-b200", "cloud.google.com/gke-accelerator-count": "8",

@@ -6,8 +6,10 @@ tests of plans use too), a gcsfuse stand-in and NeMo-RL stand-ins
 (run_grpo.py trains nbtools' miniature GRPO with NeMo-RL's command line and layout; run_eval.py evaluates with
 NeMo-RL's output format). The notebooks run in their order, once each, in one module, each with papermill in its own
 kernel, the way a user runs them, whatever order pytest runs the tests in (a test asks for its notebook and every
-earlier one not yet run); each one's final check cell must hold as it does on the local backend. 09 runs with ``CONFIRM``
-set, so the wipe and the destroy plan run too (the local pass covers the empty-``CONFIRM`` path).
+earlier one not yet run); each one's final check cell must hold as it does on the local backend. The backend and the
+experiment are set once for all nine (the shared settings' environment variables), not per notebook. 01 and 09 run
+with ``APPLY`` (09 also with ``CONFIRM``), so the provisioning, the wipe and the destroy plan run too (the local pass
+covers the dry-run defaults).
 """
 
 from __future__ import annotations
@@ -43,18 +45,23 @@ def _cli_evaluate(sim_gke) -> None:
 
 
 def sim_executor(sim_gke, out: Path):
-    """Executes one notebook with ``BACKEND="gke"`` on ``sim_gke`` (09 confirmed with the cluster's name), into ``out``;
-    after 07, ``nbtools evaluate`` runs on the same cluster (``CLI_AFTER_07``)."""
+    """Executes one notebook on ``sim_gke``, into ``out``. The backend and the experiment are set ONCE, the way a user
+    moves to GKE: ``NBTOOLS_BACKEND`` / ``NBTOOLS_EXPERIMENT`` in the kernels' environment (the notebooks' shared
+    settings), no ``BACKEND`` / ``CONFIG`` parameter. Only the notebooks that change cloud resources get their one
+    flag, ``APPLY`` (01 provisions, 09 tears down, confirmed with the experiment's name); after 07, ``nbtools
+    evaluate`` runs on the same cluster (``CLI_AFTER_07``)."""
 
     def execute(notebook: Path) -> None:
         import papermill as pm
 
         from nbtools.demo import kernel_config
 
-        params = {"BACKEND": "gke", "CONFIG": str(sim_gke.experiment_yaml)}
+        params = {"APPLY": True} if notebook.stem[:2] in ("01", "09") else {}
         if notebook.stem.startswith("09"):
             params["CONFIRM"] = sim_gke.cfg().name
-        with sim_gke.activated():
+        with sim_gke.activated(), pytest.MonkeyPatch.context() as mp:
+            mp.setenv("NBTOOLS_BACKEND", "gke")
+            mp.setenv("NBTOOLS_EXPERIMENT", str(sim_gke.experiment_yaml))
             pm.execute_notebook(str(notebook), str(out / notebook.name), parameters=params,
                                 cwd=str(notebook.parent), kernel_name="python3", progress_bar=False,
                                 execution_timeout=1500, config=kernel_config())

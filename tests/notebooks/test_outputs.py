@@ -192,6 +192,8 @@ def test_empty_results_read_as_one_line_verdicts(tmp_path):
         "no job of 'exp-' can be running: no Ray cluster answers"
     assert repr(StoppedJobs(prefix="exp-")) == "no job of 'exp-' was running: nothing to stop"
     assert repr(StoppedJobs({"exp-1": "STOPPED"}, prefix="exp-")) == "stopped 1 job(s): exp-1 (STOPPED)"
+    assert repr(StoppedJobs({"exp-1": "RUNNING"}, prefix="exp-", dry_run=True)) == \
+        "dry run: would stop 1 running job(s): exp-1 (RUNNING); nothing was stopped"
     cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", overrides={"local.runs_dir": str(tmp_path)})
     nowhere = cfg.replace(**{"ray.dashboard_port": free_port()})  # the experiment's jobs: its cluster, '<name>-'
     assert repr(nbtools.jobs.stop_jobs(nowhere)) == "no job of 'local-rehearsal-' can be running: no Ray cluster answers"

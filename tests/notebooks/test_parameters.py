@@ -15,9 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
-COMMON = {"BACKEND": ("str", '"local"'), "CONFIG": ("str", '"../experiments/local.yaml"')}
+COMMON = {"BACKEND": ("str", '""'), "CONFIG": ("str", '""')}  # "": the shared settings (notebooks/settings.yaml)
 KNOBS = {
-    "01_provision_gke": {"APPLY": ("bool", "True")},
+    "01_provision_gke": {"APPLY": ("bool", "False")},  # safe by default: a dry run until APPLY
     "02_ray_cluster": {"TIMEOUT": ("float", "0.0")},
     "03_launch_grpo": {"STOP": ("bool", "False")},
     "04_monitor": {"REFRESH_SECONDS": ("float", "30.0")},
@@ -25,7 +25,7 @@ KNOBS = {
     "06_merge_checkpoint": {"OVERWRITE": ("bool", "False")},
     "07_evaluate_compare": {"SAMPLES": ("int", "8")},
     "08_rewards": {"NEW_WEIGHT": ("float", "0.3")},
-    "09_cleanup": {"CONFIRM": ("str", '""'), "DELETE_BUCKET": ("str", '""')},
+    "09_cleanup": {"APPLY": ("bool", "False"), "CONFIRM": ("str", '""'), "DELETE_BUCKET": ("str", '""')},
 }
 
 

@@ -681,3 +681,17 @@ def test_a_verl_gsm8k_run_rescores_with_verls_rule_and_the_answers_its_dumps_car
     df = trajectories.open_run(tmp_path / "rollout_data").read()
     result = rewards.rescore(df, rewards.combine(rewards.trained_with(cfg)), cfg=cfg)
     assert result.samples["new_reward"].tolist() == scores and result.summary()["changed_rewards"] == 0
+
+
+def test_rescore_summary_reads_as_a_sentence_not_a_series_repr():
+    """Issue 45: 08's summary showed as a pandas Series repr (``Name: rescore, dtype: object``, 16-digit floats)."""
+    from nbtools.rewards._rescore import RescoreSummary
+
+    s = RescoreSummary({"samples": 12, "groups": 3, "steps": 2, "old_mean_reward": 0.8888888888888888,
+                        "new_mean_reward": 0.5, "changed_rewards": 4, "old_signal_groups": 1, "new_signal_groups": 2,
+                        "flipped_to_signal": 1, "flipped_to_no_signal": 0, "new_accuracy": 0.5,
+                        "stored_advantage_max_diff": 1.2e-7})
+    text = repr(s)
+    assert text.startswith("re-scored 12 samples in 3 groups over 2 steps: mean reward 0.889 → 0.5, 4 rewards changed")
+    assert "within 1.2e-07" in text and "dtype" not in text and "0.8888" not in text
+    assert "<td>old mean reward</td><td>0.889</td>" in s._repr_html_() and s["changed_rewards"] == 4

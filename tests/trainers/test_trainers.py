@@ -117,11 +117,13 @@ def test_the_citations_are_the_projects_own():
 
 def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
     """Each name nbtools reads from a verl run (curves, health, card) is one verl v0.7.0 emits (tests/assets/verl/
-    v0.7.0/metric_tags.json, with the line of the tag that logs it): a name verl never writes would leave a curve or
+    v0.7.0/metric_tags.json, with the line of the tag that logs it; v0.9.1/metric_tags.json for a later release's): a name verl never writes would leave a curve or
     a health check silently empty. ``critic/kl`` was one (v0.7.0 logs the in-reward KL as actor/reward_kl_penalty)."""
     import json
 
     facts = json.loads((ROOT / "tests" / "assets" / "verl" / "v0.7.0" / "metric_tags.json").read_text())
+    # names only a later release logs (0.9.x's V1 trainer: actor/perf/max_memory_allocated_gb)
+    facts["tags"].update(json.loads((ROOT / "tests" / "assets" / "verl" / "v0.9.1" / "metric_tags.json").read_text())["tags"])
     timers = {f"timing_s/{name}" for name in facts["timers"]}
     unknown = []
     for role, names in trainers.METRIC_NAMES["verl"].items():

@@ -247,3 +247,40 @@ def test_a_same_size_rewrite_with_restored_mtime_is_read_again(tmp_path):
     assert T.open_run(exp).read()["reward"].tolist() == [0.75, 0.5]  # the on-disk cache of another reader
     assert run.read()["reward"].tolist() == [0.75, 0.5]  # this reader's memory
     assert run.record(1, 0)["reward"] == 0.75
+
+
+def test_a_run_dir_deleted_while_it_is_read_stays_deleted(tmp_path):
+    """#41: the line index and the column cache were written with ``parents=True``, so a run dir deleted while it was
+    read came back as ``exp_001/.nbtools/index/*.idx`` (6 of 40 trials) and later readers took it for the latest run."""
+    import shutil
+
+    import pyarrow as pa
+
+    from nbtools.trajectories._cache import save_cache
+    from nbtools.trajectories._index import build_index, save_index
+
+    exp = tmp_path / "logs" / "exp_001"
+    f = _write(exp, 1, [{}, {}])
+    idx = build_index(f)
+    shutil.rmtree(exp)  # the run dir goes away between the read and the cache write
+    assert save_index(exp / ".nbtools", idx) is False
+    assert save_cache(exp / ".nbtools", "train", "k", {}, pa.table({"a": [1]})) is False
+    assert not exp.exists() and list((tmp_path / "logs").iterdir()) == []
+    with pytest.raises(NotFoundError):
+        T.open_run(tmp_path / "logs")
+
+
+@pytest.mark.parametrize("first", [1, 640])
+def test_a_foreign_dumps_idx_column_opens_its_record(tmp_path, first):
+    """#41: the explorer's idx column is the record's idx field while ``Run.record(step, idx)`` counted lines, so a
+    dump with 1-based or global idx opened no page (or the wrong record)."""
+    exp = tmp_path / "exp_001"
+    _write(exp, 3, [{"idx": first + k, "rewards": [float(k)]} for k in range(4)])
+    run = T.open_run(exp, cache=False)
+    table = run.read(3)
+    assert table["idx"].tolist() == [first + k for k in range(4)]
+    for idx, reward in zip(table["idx"], table["reward"], strict=True):
+        rec = run.record(3, int(idx))
+        assert rec["idx"] == idx and rec["reward"] == reward and len(rec["token_ids"]) == 4
+    nemo = _write(tmp_path / "exp_002", 1, [{}, {}, {}])  # NeMo-RL's own: idx counts lines, one pread as before
+    assert [T.open_run(nemo.parent, cache=False).record(1, k)["idx"] for k in range(3)] == [0, 1, 2]

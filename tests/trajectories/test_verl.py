@@ -86,7 +86,7 @@ def test_validation_record_and_search(run_dirs):
     assert len(run.search(r"answer>0<", regex=True)) == 9  # i % 3 == 0 for i in 0..7, three steps
     with pytest.raises(ConfigError, match="regex"):
         run.search("(", regex=True)
-    with pytest.raises(NotFoundError, match="found steps \\[1, 2, 3\\]"):
+    with pytest.raises(NotFoundError, match="the run has steps 1..3"):
         run.read(9)
     with pytest.raises(NotFoundError, match="idx 99"):
         run.record(1, 99)

@@ -15,6 +15,10 @@ from typing import Any
 __all__ = ["RELEASES", "MATH_ENV_FQN", "facts", "script_facts"]
 
 MATH_ENV_FQN = "nemo_rl.environments.math_environment.MathEnvironment"
+_V05_ENVS = {"math_default": MATH_ENV_FQN, "math": MATH_ENV_FQN,
+             "code": "nemo_rl.environments.code_environment.CodeEnvironment",
+             "reward_model": "nemo_rl.environments.reward_model_environment.RewardModelEnvironment",
+             "code_jaccard": "nemo_rl.environments.code_jaccard_environment.CodeJaccardEnvironment"}
 
 RELEASES: dict[str, dict[str, Any]] = {
     "v0.5.0": {
@@ -31,8 +35,8 @@ RELEASES: dict[str, dict[str, Any]] = {
                 "source": ("v0.5.0", "examples/run_grpo.py"),
             },
         },
-        # ENV_REGISTRY's names before any register_env (nemo_rl/environments/utils.py)
-        "registered_envs": {"math_default", "math", "code", "reward_model", "code_jaccard"},
+        # ENV_REGISTRY before any register_env: name -> actor_class_fqn (nemo_rl/environments/utils.py)
+        "registered_envs": {**_V05_ENVS},
         "registry_source": ("v0.5.0", "nemo_rl/environments/utils.py"),
         # the data config is flat (dataset_name, prompt_file, env_name ...): no data.validation / data.train sections
         "data_sections": False,
@@ -52,7 +56,11 @@ RELEASES: dict[str, dict[str, Any]] = {
                 "source": ("v0.7.0", "examples/run_grpo.py + nemo_rl/data/utils.py"),
             },
         },
-        "registered_envs": {"math_default", "math", "code", "reward_model", "code_jaccard"},
+        # v0.7.0 adds math_multi_reward, vlm and nemo_gym (nemo_rl/environments/utils.py at commit 81aa43dd)
+        "registered_envs": {**_V05_ENVS,
+                            "math_multi_reward": "nemo_rl.environments.math_environment.MathMultiRewardEnvironment",
+                            "vlm": "nemo_rl.environments.vlm_environment.VLMEnvironment",
+                            "nemo_gym": "nemo_rl.environments.nemo_gym.NemoGym"},
         "registry_source": ("v0.7.0", "nemo_rl/environments/utils.py"),
         "data_sections": True,
         "data_source": ("v0.7.0", "examples/configs/grpo_math_1B.yaml"),

@@ -183,8 +183,7 @@ def environment(cfg: dict, script: str, version: str | None = None) -> tuple[str
         from nemo_rl.environments.utils import ENV_REGISTRY  # the registry double, when on the job's path
         registry = {k: v["actor_class_fqn"] for k, v in ENV_REGISTRY.items()}
     except ImportError:
-        registry = {k: MATH_ENV_FQN if k.startswith("math") else f"nemo_rl.environments.{k}"
-                    for k in facts(version)["registered_envs"]}
+        registry = dict(facts(version)["registered_envs"])
     if name not in registry:
         sys.exit(f"AssertionError: Env name {name} is not registered in ENV_REGISTRY. "
                  "Please call register_env() to register the environment.")

@@ -1,0 +1,74 @@
+"""Every script in ``benchmarks/`` runs in its tiny mode, so an import or API change breaks a test, not a figure we
+publish (issue 43: ``bench_rehearsal.py`` and ``bench_ray_head.py`` had failed on import since ``_free_ports`` moved
+to ``nbtools/_ports.py``, unseen, because nothing ran them).
+
+Each script runs as ``python benchmarks/<script> --tiny`` in a fresh process, in a temp dir, as a user would run it:
+the same code paths on a workload of seconds. No figure is asserted (a tiny workload measures nothing); the exit
+status and, where a script drives another, the sign that it ran, are. A new script without an entry in ``TINY`` fails
+``test_every_benchmark_has_a_tiny_mode``. The ones taking more than a few seconds are marked slow (``make test`` runs
+them, ``make test-fast`` does not).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+
+# script -> (arguments after the script, text its output must contain, slow?). "{tmp}" is the test's temp dir.
+TINY: dict[str, tuple[list[str], str, bool]] = {
+    "bench_diagnose.py": (["--tiny"], "cause lost-node", False),
+    "bench_rewards.py": (["--tiny"], "score() vs per-sample loop", False),
+    "gen_nemo_rl_run.py": (["{tmp}/run", "--tiny"], "2 files, 8 records", False),
+    "bench_health.py": (["--tiny"], "health:", True),
+    "bench_storage.py": (["--tiny"], "nbtools, copy evicted", True),
+    "bench_storage_local.py": (["--tiny"], "checkpoints.best", True),
+    "bench_trajectories.py": (["--tiny"], "checksums identical across Python methods: True", True),
+    # bench_merge --tiny writes its checkpoint with bench_merge_make_ckpt.py --tiny under torch.distributed.run
+    "bench_merge.py": (["--tiny"], "generated ", True),
+    "bench_ray_head.py": (["--tiny"], "re-attach (second up)", True),
+    "bench_rehearsal.py": (["--tiny"], "learning targets met on", True),
+    # helper scripts that a benchmark above runs in its tiny mode
+    "bench_merge_make_ckpt.py": ([], "", False),
+    # its functions run in tests/health/test_corpus.py (which also lists any known false alarm): not run twice here
+    "bench_health_corpus.py": ([], "", False),
+    # GPU calibration (one real training step per model on CUDA): its CPU/dry mode is being added with the fit work;
+    # until then only its imports and argument parser run here
+    "fit_calibrate.py": (["--help"], "--cases", False),
+}
+RUN_BY = {"bench_merge_make_ckpt.py": BENCH / "bench_merge.py",
+          "bench_health_corpus.py": ROOT / "tests" / "health" / "test_corpus.py"}
+
+
+def test_every_benchmark_has_a_tiny_mode():
+    scripts = {p.name for p in BENCH.glob("*.py")}
+    assert scripts == set(TINY), (f"benchmarks without an entry in TINY: {sorted(scripts - set(TINY))}; entries "
+                                  f"without a script: {sorted(set(TINY) - scripts)} (give a new script a --tiny mode "
+                                  "and list it here)")
+    for helper, runner in RUN_BY.items():
+        assert helper in runner.read_text(), f"{runner.name} no longer runs {helper}: give {helper} its own entry"
+
+
+def _cases():
+    for script, (args, expect, slow) in sorted(TINY.items()):
+        if script in RUN_BY:
+            continue
+        yield pytest.param(script, args, expect, id=script.removesuffix(".py"),
+                           marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize(("script", "args", "expect"), list(_cases()))
+def test_tiny_mode_runs(script, args, expect, tmp_path):
+    env = {**os.environ, "NBTOOLS_RUNS_DIR": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    argv = [sys.executable, str(BENCH / script), *(a.format(tmp=tmp_path) for a in args)]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    tail = f"\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, f"{' '.join(argv[1:])} exited {r.returncode}{tail}"
+    assert expect in r.stdout, f"{script}: expected {expect!r} in its output{tail}"
