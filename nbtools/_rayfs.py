@@ -133,11 +133,10 @@ class RayJobsFileSystem(AbstractFileSystem):
     def _run(self, ops: list[dict]) -> list[Any]:
         """Run ``ops`` in one Ray job on the cluster; each result, or its error raised as its kind."""
         from nbtools.errors import NotReadyError
-        from nbtools.jobs import client_for
 
         payload = base64.b64encode(zlib.compress(json.dumps(ops).encode())).decode()
         entrypoint = f'PY=$(command -v python3 || command -v python) && "$PY" -c {shlex.quote(_SCRIPT)} {payload}'
-        client = client_for(self.address)
+        client = self._client()
         sid = f"nbtools-read-{uuid.uuid4().hex[:12]}"
         client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata={"nbtools": "read"})
         self.jobs_run += 1
@@ -174,6 +173,21 @@ class RayJobsFileSystem(AbstractFileSystem):
                 raise _ERRORS.get(r["err"], OSError)(f"{r['err']}: {r['msg']} (on the Ray cluster at {self.address})")
             out.append(r["ok"])
         return out
+
+    def _client(self):
+        """Ray's Jobs SDK client for the address (made once; a dashboard that does not answer is NotReadyError)."""
+        if getattr(self, "_jobs", None) is None:
+            from ray.job_submission import JobSubmissionClient
+
+            from nbtools.errors import NotReadyError
+
+            try:
+                self._jobs = JobSubmissionClient(self.address)
+            except (ConnectionError, RuntimeError, OSError) as e:
+                raise NotReadyError(f"no Ray Jobs API answers at {self.address}", reason=str(e).splitlines()[0] if str(e)
+                                    else type(e).__name__, fix="check `ray.address` (the dashboard URL, usually port "
+                                    "8265) and that this machine can reach it") from None
+        return self._jobs
 
     def _one(self, op: str, path: str, **kw: Any) -> Any:
         return self._run([{"op": op, "path": self._strip_protocol(path), **kw}])[0]
