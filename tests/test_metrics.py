@@ -131,7 +131,7 @@ def test_metrics_json_lists_the_damage_and_keeps_infinity(tmp_path, capfd):
     ev.write_bytes(bytes(data))
     with pytest.warns(UserWarning, match="damaged"):
         code, doc, err = _cli(capfd, "metrics", exp, "--json")
-    assert code == 0 and doc["problems"] and {"file", "offset", "kind", "message"} <= set(doc["problems"][0])
+    assert code == 0 and doc["problems"] and {"file", "offset", "kind", "message"} <= set(doc["problems"][0]), (doc, err)
     assert "damaged stretch" in err
     rows = {(r["tag"], r["step"]): r["value"] for r in doc["rows"]}
     assert rows.get(("train/reward", 7)) == "Infinity" and rows.get(("train/kl_penalty", 7)) == "-Infinity"
@@ -143,8 +143,9 @@ def test_metrics_of_a_file_that_holds_none_is_an_error(tmp_path, capfd):
     code, doc, _ = _cli(capfd, "metrics", garbage, "--json")
     assert code == 1 and "holds no metrics" in doc["error"] and "verl console log" in doc["fix"]
     log = tmp_path / "verl.log"
-    log.write_text("starting up…\n")  # a verl log before its first step: empty, not an error
-    assert _cli(capfd, "metrics", log, "--json")[0] == 0
+    log.write_text("starting up…\n")  # a verl log before its first step holds no metric line yet: said, exit 1
+    code, doc, _ = _cli(capfd, "metrics", log, "--json")
+    assert code == 1 and "no verl metric line" in doc["error"] and "once its job finished step 1" in doc["fix"]
 
 
 def test_metrics_json_into_a_closed_pipe_prints_no_traceback(tmp_path):

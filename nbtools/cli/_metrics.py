@@ -43,6 +43,8 @@ def number(v) -> str:
     if v is None or v != v:
         return "—"
     v = float(v)
+    if v in (float("inf"), float("-inf")):  # a diverged run logs them: shown, never an OverflowError
+        return "inf" if v > 0 else "-inf"
     if v == int(v) and abs(v) < 1e15:
         return f"{int(v):,}"
     if 1e-3 <= abs(v) < 1e6:

@@ -56,3 +56,9 @@ def test_a_verl_console_log_has_no_wall_time_and_still_reads(tmp_path, capfd):
     out = capfd.readouterr().out
     assert "now: reward 0.5 (step 2) · generation_length 512.5 (step 1)" in out and "last written" not in out
     assert re.search(r"critic/score/mean +2 +0\.5 +—", out), out
+
+
+def test_an_infinite_latest_value_is_shown_not_an_overflow():
+    from nbtools.cli._metrics import number
+
+    assert (number(float("inf")), number(float("-inf")), number(float("nan"))) == ("inf", "-inf", "—")
