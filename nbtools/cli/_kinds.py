@@ -72,7 +72,11 @@ def _is_experiment(entry: storage.Entry) -> bool:
 
 
 def _is_text(entry: storage.Entry) -> bool:
-    head = storage.read_bytes(entry.url, 0, min(entry.size, 1 << 16)) if entry.size else b""
+    return looks_like_text(storage.read_bytes(entry.url, 0, min(entry.size, 1 << 16)) if entry.size else b"")
+
+
+def looks_like_text(head: bytes) -> bool:
+    """A file's first bytes hold no NUL byte and decode as UTF-8 (a cut multi-byte character at the end allowed)."""
     if b"\0" in head:
         return False
     try:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from nbtools._escape import csv_frame
+from nbtools.cli._kinds import looks_like_text
 from nbtools.cli._out import Out, _records
 
 __all__ = ["add_metrics", "cmd_metrics", "number", "when"]
@@ -148,13 +149,6 @@ def cmd_metrics(a) -> Out:
 
 
 def _is_text(p: Path) -> bool:
-    """The first 64 KB hold no NUL byte and decode as UTF-8 (a cut multi-byte character at the end allowed)."""
+    """The first 64 KB look like text (:func:`nbtools.cli._kinds.looks_like_text`)."""
     with open(p, "rb") as f:
-        head = f.read(1 << 16)
-    if b"\0" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start >= len(head) - 3
-    return True
+        return looks_like_text(f.read(1 << 16))
