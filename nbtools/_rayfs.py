@@ -19,13 +19,14 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shlex
 import time
 import uuid
 import zlib
 from typing import Any
 
 from fsspec import AbstractFileSystem
+
+from nbtools._escape import sh
 
 __all__ = ["RayJobsFileSystem", "PROTOCOLS", "root_url"]
 
@@ -132,10 +133,10 @@ class RayJobsFileSystem(AbstractFileSystem):
     # -- the one round trip ----------------------------------------------------------------------------------
     def _run(self, ops: list[dict]) -> list[Any]:
         """Run ``ops`` in one Ray job on the cluster; each result, or its error raised as its kind."""
-        from nbtools.errors import NotReadyError
+        from nbtools.errors import Fix, NotReadyError
 
         payload = base64.b64encode(zlib.compress(json.dumps(ops).encode())).decode()
-        entrypoint = f'PY=$(command -v python3 || command -v python) && "$PY" -c {shlex.quote(_SCRIPT)} {payload}'
+        entrypoint = f'PY=$(command -v python3 || command -v python) && "$PY" -c {sh(_SCRIPT)} {payload}'
         client = self._client()
         sid = f"nbtools-read-{uuid.uuid4().hex[:12]}"
         client.submit_job(entrypoint=entrypoint, submission_id=sid, metadata={"nbtools": "read"})
@@ -150,8 +151,11 @@ class RayJobsFileSystem(AbstractFileSystem):
                     client.stop_job(sid)
                     raise NotReadyError(f"reading through the Ray cluster at {self.address} took over {self.timeout:g} s "
                                         f"(job {sid} is {status.value})",
-                                        fix="check the cluster has a free CPU for a short job (`nbtools.backends.get(cfg)"
-                                            ".resources()`), or set storage.url to where this machine reads the run")
+                                        fix=Fix("check the cluster has a free CPU for a short job (`nbtools.backends.get(cfg)"
+                                                ".resources()`), or set storage.url to where this machine reads the run",
+                                                cli="check the cluster has a free CPU for a short job (the Ray dashboard's "
+                                                    "Cluster page, or `ray status` on the head), or set storage.url to "
+                                                    "where this machine reads the run"))
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.5)
             text = client.get_job_logs(sid)

@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="merge by a Ray job on this experiment's cluster, next to the checkpoint (notebook 06's way)")
     p.add_argument("--config", metavar="PATH", help="base model dir or config.json (default: the checkpoint's own)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.set_defaults(usage_check=lambda a: None if a.out_dir or a.in_cluster else
+                   "OUT_DIR is missing: a merge on this machine writes a HuggingFace directory there "
+                   "(pass OUT_DIR, or --in-cluster EXPERIMENT.yaml to merge where the checkpoint lives)")
     p = add("eval-parse", cmd_eval_parse, "every NeMo-RL run_eval.py score block in a log file")
     p.add_argument("logfile", metavar="LOGFILE")
     p = add("compare", cmd_compare, "compare two evaluations (per-problem results or score blocks) with statistics")
@@ -237,9 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parse(parser, argv)
         bad = [o for o in getattr(args, "overrides", []) if "=" not in o or o.startswith("=")]
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.get(args.command)
         if bad:
-            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
             sub.error(f"overrides must be KEY=VALUE (e.g. grpo.max_num_steps=20); got {bad}")
+        # a combination argparse cannot express (an argument required unless a flag is given) is bad usage too
+        problem = getattr(args, "usage_check", lambda _: None)(args)
+        if problem:
+            sub.error(problem)
     except UsageError as e:
         return _usage(e, argv, json_out)
     json_out = bool(getattr(args, "json", False))

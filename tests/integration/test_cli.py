@@ -29,7 +29,7 @@ LOCAL = ROOT / "experiments" / "local.yaml"
 GKE = ROOT / "experiments" / "gke-b200-gemma3-1b.yaml"
 TINY = list(REHEARSAL_OVERRIDES)  # what the session's shared rehearsal run ran with (tests/conftest.py)
 ROW_KEYS = {"step", "idx", "prompt", "response", "reward", "generation_length"}
-MERGE_KEYS = {"out", "tensors", "bytes", "seconds", "layout", "verified"}
+MERGE_KEYS = {"out", "tensors", "bytes", "seconds", "layout", "verified", "step", "in_cluster"}
 BLOCK = """(EvalActor pid=77) ============================================================
 (EvalActor pid=77) model_name='{model}' dataset_name='math500'
 (EvalActor pid=77) max_new_tokens=2048 temperature=0.0 top_p=1.0 top_k=-1 seed=42
