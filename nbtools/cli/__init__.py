@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_fit(sub)
     register_evaluate(sub)
     register_diagnose(sub)
-    register_stall(sub)
+    register_stall(add)
     register_card(sub)
     register_health(sub)
     return ap

@@ -17,16 +17,12 @@ from nbtools.cli._out import Out, _jsonable
 __all__ = ["register_stall", "cmd_stall"]
 
 
-def register_stall(sub) -> None:
-    """Add the ``stall`` subcommand to the ``nbtools`` parser."""
+def register_stall(add) -> None:
+    """Add the ``stall`` subcommand through the parser's own ``add`` (its --json, EXPERIMENT, overrides, --backend)."""
     what = ("is a running job stuck: each rank's phase from its stack, the stragglers, the cause (hang | deadlock | "
             "diagnose's causes) and the fix; writes the evidence bundle to the run's storage")
-    p = sub.add_parser("stall", help=what, description=what + ". Exit 1 when stalled (or ended in failure), 0 otherwise.")
-    p.set_defaults(func=cmd_stall)
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout and nothing else there")
-    p.add_argument("experiment", metavar="EXPERIMENT.yaml")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. stall.floor_s=600")
-    p.add_argument("--backend", choices=["local", "gke", "ray"], help="override the file's backend")
+    p = add("stall", cmd_stall, what, experiment=True)
+    p.description = what + ". Exit 1 when stalled (or ended in failure), 0 otherwise."
     p.add_argument("--id", help="submission id (default: the latest attempt, else the experiment's own)")
     p.add_argument("--no-bundle", action="store_true", help="judge only; write no evidence bundle")
     p.add_argument("--samples", type=int, default=3, help="stack samples a straggler must appear in (default 3)")
