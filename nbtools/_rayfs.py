@@ -42,6 +42,14 @@ def st(p, name=None):
     s = os.stat(p); l = os.lstat(p)
     return {"name": name or p, "size": s.st_size, "type": "directory" if stat.S_ISDIR(s.st_mode) else "file",
             "mtime": s.st_mtime, "ino": s.st_ino, "islink": stat.S_ISLNK(l.st_mode)}
+def sts(paths):
+    out = []
+    for q in paths:
+        try:
+            out.append(st(q))
+        except FileNotFoundError:
+            pass
+    return out
 def run(op):
     k, p = op["op"], op["path"]
     if k == "info":
@@ -49,24 +57,14 @@ def run(op):
     if k == "ls":
         if not os.path.isdir(p):
             return [st(p)]
-        out = []
-        for n in sorted(os.listdir(p)):
-            try:
-                out.append(st(os.path.join(p, n)))
-            except FileNotFoundError:
-                pass
-        return out
+        return sts(os.path.join(p, n) for n in sorted(os.listdir(p)))
     if k == "find":
         if not os.path.isdir(p):
             return [st(p)] if os.path.exists(p) else []
         out = [st(p)] if op.get("withdirs") else []
         for d, dirs, files in os.walk(p):
             dirs.sort()
-            for n in (dirs if op.get("withdirs") else []) + sorted(files):
-                try:
-                    out.append(st(os.path.join(d, n)))
-                except FileNotFoundError:
-                    pass
+            out += sts(os.path.join(d, n) for n in (dirs if op.get("withdirs") else []) + sorted(files))
         return out
     if k == "cat":
         with open(p, "rb") as f:
