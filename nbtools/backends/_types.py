@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
 
 from nbtools import _paths, _table
 from nbtools._escape import html as _h
+from nbtools.errors import ConflictError
 
 # the experiment's sections only a local run reads: the local Ray head's settings and the CPU rehearsal's (the config
 # section named `rehearsal`, not a trainer's name)
@@ -206,10 +207,6 @@ def wipe_targets(name: str, paths: list[str]) -> list[str]:
     Raises:
         ConflictError: a path fails that, with where to put the results instead.
     """
-    from pathlib import PurePosixPath
-
-    from nbtools.errors import ConflictError
-
     for p in paths:
         pp = PurePosixPath(p)
         if not pp.is_absolute() or len(pp.parts) < 3 or name not in pp.parts or ".." in pp.parts:
