@@ -81,7 +81,7 @@ def test_07_on_the_simulated_gke_evaluates_with_real_vllm_on_the_worker_pods_cop
     print(f"07's fine-tuned evaluation with real vLLM {loaded['vllm']}: {wall:.1f} s wall (engine start {loaded['load_s']:.1f} s, "
           f"generation {generated['generate_s']:.2f} s), CPU here {c1.user + c1.system - c0.user - c0.system:.1f} s")
     # vLLM itself ran, on the worker pod's local-disk copy (EvalJob.prepare), not the shared mount
-    assert loaded["vllm"] == "0.32.0" and "vllm" in log.lower() and spec.local_copy, log[-4000:]
+    assert loaded["vllm"] == "0.32.0" and "Initializing a V1 LLM engine (v0.32.0)" in log and spec.local_copy, log[-4000:]
     assert loaded["model"] == spec.overrides[spec.overrides.index("--model") + 1] != spec.model_name
     assert loaded["model"].startswith(nbtools.evals.job.LOCAL_MODELS)
 
