@@ -250,9 +250,8 @@ CASES_4GPU_ES: list[tuple] = [
     (L32, 4, 8192, True, ES), (Q15, 4, 6144, True, ES), (L8, 2, 4096, True, ES), (L32, 4, 4096, False, ES),
     (G1, 1, 16384, True, ES), (Q4, 2, 8192, True, ES), (L8, 2, 4096, False, ES), (L32, 4, 8192, False, ES),
 ]
-# Ninth run, out of sample, NOT RUN YET (the four-GPU kinds were withdrawn before it could be): four GPUs again; commit
-# nbtools.fit's verdicts for these first (fit_predictions_h100x4.json: 11 fits, 5 tight, 8 does-not-fit with the
-# four-GPU margin and stranded band), then run them.
+# Ninth run, out of sample: four GPUs again, verdicts predicted by nbtools.fit with the four-GPU margin and stranded
+# band and committed first (benchmarks/results/fit_predictions_h100x4.json: 11 fits, 5 tight, 8 does-not-fit).
 CASES_4GPU_OOS: list[tuple] = [
     (L8, 1, 3072, False), (Q4, 1, 6144, False), (Q15, 1, 12288, False), (G1, 2, 6144, True), (G1, 3, 4096, True),
     (L8, 1, 12288, True), (L8, 3, 4096, True), (Q17, 4, 6144, True), (Q17, 2, 12288, True), (Q15, 4, 7168, True),
