@@ -260,6 +260,10 @@ CASES_4GPU_OOS: list[tuple] = [
     (Q4, 4, 6144, True, ES), (L32, 4, 10240, True, ES), (Q15, 4, 7168, True, ES), (L8, 1, 6144, False, ES),
     (Q4, 2, 12288, True, ES),
 ]
+# The four-GPU out-of-sample run's one out-of-memory case predicted ``tight`` (Qwen2.5-1.5B 4 x 7168, checkpointing,
+# PyTorch's default allocator) twice more, and once with expandable segments: is it the same failure each time, and
+# does the same step fit once the allocator strands nothing?
+CASES_4GPU_TIGHT: list[tuple] = [(Q15, 4, 7168, True), (Q15, 4, 7168, True), (Q15, 4, 7168, True, ES)]
 # The two-GPU miss again (issue 46), under --emulate-gpu h100 on larger cards: twice with the default allocator,
 # once with expandable segments, and the two fitting cases that dominate it.
 CASES_2GPU_MISS_EMU: list[tuple] = [
@@ -837,6 +841,8 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_4GPU]
     if spec == "4gpu-oos":
         return [_case_dict(t) for t in CASES_4GPU_OOS]
+    if spec == "4gpu-tight":
+        return [_case_dict(t) for t in CASES_4GPU_TIGHT]
     if spec == "4gpu-es":
         return [_case_dict(t) for t in CASES_4GPU_ES]
     return json.loads(Path(spec).read_text())
@@ -846,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
     ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | 2gpu-oos | 2gpu-miss | 2gpu-miss-emu | 4gpu | "
-                    "4gpu-es | 4gpu-oos | smoke | a JSON file "
+                    "4gpu-es | 4gpu-oos | 4gpu-tight | smoke | a JSON file "
                     "of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")
