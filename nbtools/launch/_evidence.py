@@ -354,8 +354,12 @@ def stall(cfg: Experiment, submission_id: str | None = None, *, bundle: bool = T
         v = _lost(cfg, submission_id)
         if v is None:
             raise
-        files = {"attempts.json": json.dumps([a.to_dict() for a in read_attempts(cfg)], indent=1)}
-        files.update(_context(cfg, cfg.dashboard_url, _NoInfo(), v))
+        recorded = read_attempts(cfg)
+        files = {"attempts.json": json.dumps([a.to_dict() for a in recorded], indent=1)}
+        info = _NoInfo()
+        started = [a.started for a in recorded if a.submission_id == v.submission_id and a.started]
+        info.start_time = started[-1] * 1000 if started else None  # a head restarted before the attempt is not its cause
+        files.update(_context(cfg, cfg.dashboard_url, info, v))
     if bundle:
         write_bundle(cfg, v, files)
     return v
