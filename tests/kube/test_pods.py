@@ -18,18 +18,25 @@ NS, RC = "default", "nbtools-b200"
 LABELS = {"ray.io/cluster": RC}
 
 
+@pytest.fixture(scope="module")
+def double():
+    with KubeDouble() as kd:
+        yield kd
+
+
 @pytest.fixture
-def api(tmp_path):
+def api(double, tmp_path):
     from kubernetes import config
 
-    with KubeDouble() as kd:
-        kd.add_pod(NS, f"{RC}-head-x", {**LABELS, "ray.io/node-type": "head"}, phase="Running", ready=True)
-        for i in range(2):
-            kd.add_pod(NS, f"{RC}-worker-{i}", {**LABELS, "ray.io/node-type": "worker"}, phase="Running", ready=True)
-        kd.add_pod(NS, "other-pod", {"ray.io/cluster": "other"}, phase="Running", ready=True)
-        kr = KubeRayController.__new__(KubeRayController)  # its pod verbs only (no reconcile loop)
-        kr.kube, kr._hold = kd, {}
-        yield config.new_client_from_config(str(kd.kubeconfig(tmp_path / "kubeconfig"))), kr
+    kd = double
+    kd.store.clear()  # the pods KubeRay made for one RayCluster (a head, two workers) beside another cluster's
+    kd.add_pod(NS, f"{RC}-head-x", {**LABELS, "ray.io/node-type": "head"}, phase="Running", ready=True)
+    for i in range(2):
+        kd.add_pod(NS, f"{RC}-worker-{i}", {**LABELS, "ray.io/node-type": "worker"}, phase="Running", ready=True)
+    kd.add_pod(NS, "other-pod", {"ray.io/cluster": "other"}, phase="Running", ready=True)
+    kr = KubeRayController.__new__(KubeRayController)  # its pod verbs only (no reconcile loop)
+    kr.kube, kr._hold = kd, {}
+    return config.new_client_from_config(str(kd.kubeconfig(tmp_path / "kubeconfig"))), kr
 
 
 def _verdict(started: float):
