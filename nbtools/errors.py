@@ -151,8 +151,38 @@ class JobFailedError(NbtoolsError, RuntimeError):
                                                   "fix the cause and re-run"))
 
 
+DISTRIBUTION = "nbtools-grpo"  # pyproject's project name (PyPI's `nbtools` is another project)
+
+# The optional extras of pyproject.toml, by the import name each package is imported as: a missing one is named with
+# the pip command that brings it (tests/test_extras.py checks this table against pyproject).
+EXTRAS = {
+    "kubernetes": "gke", "gcsfs": "gke",
+    "torch": "merge", "transformers": "merge", "tokenizers": "merge", "safetensors": "merge", "huggingface_hub": "merge",
+    "jupyterlab": "notebooks", "ipywidgets": "notebooks", "papermill": "notebooks", "nbclient": "notebooks",
+    "nbformat": "notebooks", "matplotlib": "notebooks", "plotly": "notebooks", "tensorboard": "notebooks",
+}
+
+
 class DependencyError(NbtoolsError, ImportError):
     """An optional dependency or external tool is missing."""
+
+    @classmethod
+    def extra(cls, module: str, what: str = "") -> DependencyError:
+        """The error for an optional package ``module`` (an import name in :data:`EXTRAS`), naming the extra.
+
+        Example:
+            >>> str(DependencyError.extra("kubernetes", "the gke backend"))
+            "the gke backend needs kubernetes, in the optional extra [gke]\n  fix: pip install 'nbtools-grpo[gke]'"
+        """
+        extra = EXTRAS[module]
+        return cls(f"{what or 'this'} needs {module}, in the optional extra [{extra}]",
+                   fix=f"pip install '{DISTRIBUTION}[{extra}]' (in a clone: pip install -e '.[{extra}]')")
+
+    @classmethod
+    def from_import(cls, e: ImportError, what: str = "") -> DependencyError | None:
+        """A missing optional package's import error as the error naming its extra; None for any other."""
+        name = (getattr(e, "name", None) or "").split(".")[0]
+        return cls.extra(name, what) if name in EXTRAS else None
 
 
 class LintError(NbtoolsError, ValueError):

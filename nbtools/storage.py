@@ -208,7 +208,7 @@ def filesystem(url: str | os.PathLike):
             try:
                 from gcsfs.core import GCSFileSystem
             except ImportError:
-                raise DependencyError("reading gs:// needs gcsfs", fix="pip install gcsfs") from None
+                raise DependencyError.extra("gcsfs", "reading gs://") from None
             try:
                 fs = _FS[emulator] = GCSFileSystem(token="anon" if emulator else "google_default",
                                                    skip_instance_cache=True)

@@ -74,8 +74,10 @@ def _problems(e) -> tuple[str, str]:
 
 def describe(e: BaseException, *, fallback_fix: str) -> Failure:
     """Any exception as a Failure, with the CLI form of its fix; an unknown type is reported as a bug, not a traceback."""
-    from nbtools.errors import ConfigError, NbtoolsError
+    from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
+    if isinstance(e, ImportError) and not isinstance(e, NbtoolsError):  # an optional extra: name it
+        e = DependencyError.from_import(e) or e
     kind = type(e).__name__
     if isinstance(e, ConfigError):
         error, fix = _problems(e)
