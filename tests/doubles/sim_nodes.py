@@ -22,7 +22,7 @@ from pathlib import Path
 from ports import free_port
 from sim_files import pods_launcher
 
-__all__ = ["WorkerNodes", "PATIENT_RAY", "PATIENT_GET_NODE"]
+__all__ = ["WorkerNodes", "PATIENT_RAY", "PATIENT_GET_NODE", "OWN_SOCKETS"]
 
 # ``ray start`` for a worker node, waiting up to 5 min (not Ray's fixed 30 s: ray/_private/node.py, Node.__init__'s
 # ``raylet_start_wait_time_s``) for its raylet to register with the head's GCS, which on a loaded 2-core machine takes
@@ -56,7 +56,22 @@ def get_node(*args, **kwargs):
             time.sleep(1)
 services.get_node = get_node
 """
-PATIENT_RAY = PATIENT_GET_NODE + """
+# Each node's own raylet and object store socket names (from the environment ``_spawn`` gives it): left to Ray, two
+# nodes starting at once on this one machine take the same free name in the head's session dir
+# (ray/_private/node.py, _prepare_socket_file -> _make_inc_temp) and the second raylet dies on "bind: Address already
+# in use" (seen on CI: the verl experiment's two worker nodes). This Ray's `ray start` has no option for them
+# (its RayParams has the fields), so they are set on the RayParams it builds.
+OWN_SOCKETS = """
+import os
+import ray._private.parameter as parameter
+_init = parameter.RayParams.__init__
+def _init_own_sockets(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.raylet_socket_name = os.environ["SIM_NODE_RAYLET_SOCKET"]
+    self.plasma_store_socket_name = os.environ["SIM_NODE_PLASMA_SOCKET"]
+parameter.RayParams.__init__ = _init_own_sockets
+"""
+PATIENT_RAY = PATIENT_GET_NODE + OWN_SOCKETS + """
 import sys
 from ray.scripts.scripts import main
 sys.exit(main())
@@ -92,21 +107,17 @@ class WorkerNodes:
         log = self.root / f"worker-{i}" / "ray-start.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         ports = [str(free_port()) for _ in range(6)]
-        # Each node's own socket names: left to Ray, two nodes starting at once on this one machine pick the same free
-        # name in the head's session dir (ray/_private/node.py, _prepare_socket_file -> _make_inc_temp) and the
-        # second raylet dies on "bind: Address already in use" (seen on CI: the verl experiment's two worker nodes)
-        sockets = {"--raylet-socket-name": self.sockets / f"raylet.{i}", "--plasma-store-socket-name": self.sockets / f"plasma.{i}"}
-        for path in sockets.values():  # a failed try's, before the node is started again
+        sockets = {"SIM_NODE_RAYLET_SOCKET": self.sockets / f"raylet.{i}", "SIM_NODE_PLASMA_SOCKET": self.sockets / f"plasma.{i}"}
+        for path in sockets.values():  # a failed try's, before the node is started again (OWN_SOCKETS)
             path.unlink(missing_ok=True)
         cmd = [*pods_launcher(self.backing, self.mount, self.disk(i)), *self.ray_cli, "-c", PATIENT_RAY, "start", "--block",
                "--address", self.gcs_address, "--num-gpus", str(self.gpus), "--num-cpus", "2",
                "--object-store-memory", str(100 << 20), "--node-manager-port", ports[0], "--object-manager-port", ports[1],
                "--dashboard-agent-listen-port", ports[2], "--dashboard-agent-grpc-port", ports[3],
-               "--runtime-env-agent-port", ports[4], "--metrics-export-port", ports[5], "--disable-usage-stats",
-               *(str(a) for kv in sockets.items() for a in kv)]
+               "--runtime-env-agent-port", ports[4], "--metrics-export-port", ports[5], "--disable-usage-stats"]
         env = {**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "120000",
-               "RAY_raylet_start_wait_time_s": "120"}
+               "RAY_raylet_start_wait_time_s": "120", **{k: str(v) for k, v in sockets.items()}}
         env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as out:
             return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -6,6 +6,7 @@ with a GCS that never knows the node and a stand-in raylet process (``sleep`` un
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -45,7 +46,8 @@ def test_worker_ray_start_waits_for_a_live_raylet_and_gives_up_once_it_exited(tm
 
 def test_two_worker_nodes_starting_at_once_never_share_a_socket_name(tmp_path, monkeypatch):
     """Left to Ray, two nodes starting at once on one machine take the same free socket name in the head's session dir
-    and one raylet dies on "bind: Address already in use" (test_gke_verl's two worker nodes did, on CI)."""
+    and one raylet dies on "bind: Address already in use" (test_gke_verl's two worker nodes did, on CI). Each node's
+    ``ray start`` is given its own names, and Ray's own RayParams, as ``ray start`` builds it, carries them."""
     import sim_nodes
 
     started = []
@@ -54,7 +56,7 @@ def test_two_worker_nodes_starting_at_once_never_share_a_socket_name(tmp_path, m
         pid = 0
 
         def __init__(self, cmd, **kwargs):
-            started.append(cmd)
+            started.append(kwargs["env"])
 
     fake = types.SimpleNamespace(**{k: getattr(subprocess, k) for k in ("STDOUT", "DEVNULL", "TimeoutExpired")}, Popen=Recorded)
     monkeypatch.setattr(sim_nodes, "subprocess", fake)  # only the nodes' `ray start`: pods_launcher runs its own
@@ -65,11 +67,15 @@ def test_two_worker_nodes_starting_at_once_never_share_a_socket_name(tmp_path, m
                                   dashboard_url="http://127.0.0.1:2", count=2, gpus=8, env={}, python=sys.executable)
     nodes.start()
     try:
-        names = [{flag: cmd[cmd.index(flag) + 1] for flag in ("--raylet-socket-name", "--plasma-store-socket-name")}
-                 for cmd in started]
-        every = [n for node in names for n in node.values()]
+        names = [(env["SIM_NODE_RAYLET_SOCKET"], env["SIM_NODE_PLASMA_SOCKET"]) for env in started]
+        every = [n for node in names for n in node]
         assert len(set(every)) == 4, names
         assert all(len(n.encode()) < 108 for n in every), every  # a Unix socket path's limit
+        probe = "import ray._private.parameter as p\nr = p.RayParams()\nprint(r.raylet_socket_name, r.plasma_store_socket_name)"
+        r = subprocess.run([sys.executable, "-c", sim_nodes.OWN_SOCKETS + probe], capture_output=True, text=True,
+                           env={**os.environ, **started[1]}, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == list(names[1]), r.stdout
     finally:
         nodes.procs = []
         nodes.stop()
