@@ -1,7 +1,7 @@
 """``make test``'s two pytest-xdist workers (``--dist loadfile``) get the longest modules first (tests/conftest.py,
 ``LONGEST_FIRST``), whatever their number of tests: pytest-xdist's own order (``--loadscope-reorder``, its default)
 hands out the modules with the most tests first, so the notebook modules (the longest, ten tests or fewer each) went
-last and one worker ran the last of them alone. Checked on pytest-xdist's own scheduler, with two stand-in workers."""
+out in the second half. Checked on pytest-xdist's own scheduler, with two stand-in workers."""
 
 from __future__ import annotations
 
