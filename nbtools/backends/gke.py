@@ -265,7 +265,7 @@ class GkeBackend:
         return kube.cluster_events(self.api(), self.cfg.cluster.namespace, self.cfg.cluster.name, limit, since=since,
                                    until=until)
 
-    def pods(self) -> list[kube.PodState]:
+    def pod_states(self) -> list[kube.PodState]:
         """The RayCluster's pods (``ray.io/cluster``) as their status describes them."""
         return kube.pod_states(self.api(), self.cfg.cluster.namespace, self._selector())
 

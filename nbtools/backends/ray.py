@@ -119,7 +119,7 @@ class RayBackend:
         """None to ask: a plain Ray address has no infrastructure API here (Ray's own errors are in the log)."""
         return []
 
-    def pods(self) -> list:
+    def pod_states(self) -> list:
         """None to ask: a plain Ray address has no infrastructure API here."""
         return []
 
