@@ -536,3 +536,16 @@ def test_one_distcp_file_copied_over_another_is_not_verified(base, tmp_path, key
     good = _merge(base / key / "step_1", tmp_path / "good")
     assert good.verified and any(n.startswith("zip CRC-32 of every record of the 2 shard files checked; the records "
                                               "tile each file") for n in good.notes)
+
+
+def test_the_crc_check_reads_the_same_with_and_without_the_short_path(base, monkeypatch):
+    """zip64 records, long directories and comments go through zipfile instead of the two-pread short path."""
+    from nbtools.checkpoints import _crc
+
+    w = base / "v1" / "step_1" / WEIGHTS["v1"]
+    fast = _crc.check_dcp_files(w, fix="f")
+    monkeypatch.setattr(_crc, "_zip_entries", lambda *a: None)
+    from transformers import LlamaForCausalLM
+
+    weights = sum(t.numel() * 2 for t in LlamaForCausalLM(tiny_config()).state_dict().values())  # bf16 bytes
+    assert _crc.check_dcp_files(w, fix="f") == fast and fast[0] > weights
