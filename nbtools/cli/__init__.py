@@ -105,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
     p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a logs dir (its latest exp_NNN); a run dir or an "
                    "experiment file: their logs dir")
-    p.add_argument("--step", type=int, help="also print this step's rows")
+    p.add_argument("--step", type=int, help="also print this step's rows (with --browse: the step to open)")
+    p.add_argument("--browse", action="store_true",
+                   help="page through the records in the terminal (SSH-friendly): search, filters, a record view")
+    p.set_defaults(usage_check=lambda a: "--browse is interactive: it cannot print JSON (leave out --json)"
+                   if a.browse and a.json else None)
     from nbtools.cli._metrics import add_metrics
 
     add_metrics(add)
