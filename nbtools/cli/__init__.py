@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     from nbtools.cli._card import register_card
     from nbtools.cli._evaluate import register_evaluate
+    from nbtools.cli._explore import register_explore
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
     from nbtools.cli._stall import register_stall
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_stall(add)
     register_card(sub)
     register_health(sub)
+    register_explore(sub)
     return ap
 
 

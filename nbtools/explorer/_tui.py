@@ -18,7 +18,7 @@ from nbtools.errors import DependencyError
 from nbtools.explorer._query import FILTERS, SORTS, ExplorerData, Page, Query
 from nbtools.explorer._record import record_view
 
-__all__ = ["browse", "BrowseState", "build_app"]
+__all__ = ["browse", "BrowseState", "build_app", "record_text"]
 
 
 class BrowseState:
@@ -74,18 +74,28 @@ class BrowseState:
         return out
 
     def record_text(self, row: int) -> str:
-        """The record view of the page's ``row``: header, prompt, response, the parsed answer, the observation."""
+        """The record view of the page's ``row`` (``record_text``)."""
         r = self.page.rows.iloc[row]
-        v = record_view(self.data.record(int(r["step"]), int(r["idx"])), group=int(r["group"]),
-                        baseline=float(r["baseline"]))
-        return "\n".join([
+        return record_text(self.data, int(r["step"]), int(r["idx"]))
+
+
+def record_text(data: ExplorerData, step: int, idx: int) -> str:
+    """One record as text: header (group and its mean reward), prompt, response, the parsed answer, the observation.
+
+    Example:
+        >>> print(record_text(ExplorerData(run), 12, 3))
+    """
+    light = data.table(step)
+    r = light[light["idx"] == idx].iloc[0]
+    v = record_view(data.record(step, idx), group=int(r["group"]), baseline=float(r["baseline"]))
+    return "\n".join([
             f"step {v.step} · idx {v.idx} · group {v.group} (mean reward {v.baseline:.3g}) · reward {v.reward:.3g} · "
             f"advantage {v.advantage:+.3g} · {v.generation_length:.0f} tokens",
             "", "── prompt " + "─" * 40, v.prompt or "(none)",
             "", "── response " + "─" * 38, v.response or "(none)",
             "", f"── answer: {v.answer if v.answer is not None else '(no answer tag)'}",
             f"── observation: {v.env_observation or '(none)'}",
-            "", "Esc: back to the table"])
+            ""])
 
 
 COLUMNS = ("step", "idx", "group", "reward", "adv", "len", "correct", "response")
