@@ -56,6 +56,13 @@ class WorkerLogs(pd.DataFrame):
     def _constructor(self):
         return WorkerLogs
 
+    def __repr__(self) -> str:
+        head = f"Ray worker logs at {self.dashboard_url}: {len(self)} actor(s)"
+        if getattr(self, "driver", None):
+            head += f"; the job driver's log: {self.driver}"
+        return head + "".join(f"\n  {r.kind} pid {r.pid} ({'alive' if r.alive else 'exited'}): {r.out}"
+                              for r in self.head(20).itertuples())
+
     def _repr_html_(self) -> str:
         head = f"<b>Ray worker logs</b> at {_h(self.dashboard_url)}"
         if getattr(self, "driver", None):
