@@ -9,7 +9,7 @@ logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key
 path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
 The experiment is named one way: ``EXPERIMENT.yaml`` first where it is what the command acts on (plan, manifests,
 up, down, launch, jobs, prepare, fit), ``--experiment EXPERIMENT.yaml`` where the command acts on something else
-(health, diagnose, card; health's old ``--config`` still works and says it is deprecated). Commands that change
+(health, diagnose, card, rescore; health's old ``--config`` still works and says it is deprecated). Commands that change
 something are dry runs unless ``--apply`` (the notebooks' ``APPLY``). A path argument of the wrong kind (a run dir
 for a logs dir, an experiment file for a log) is followed to the right thing with a note, or refused with the fix
 (``nbtools.cli._kinds``), never answered.
