@@ -77,7 +77,8 @@ def read(sources: object | Sequence[object], *, metrics: Iterable[str] = ("rewar
     """
     if not 0 <= smoothing < 1:
         raise ConfigError(f"expected smoothing in [0, 1), got {smoothing}",
-                          fix="pass smoothing=0.6 (TensorBoard's default) or 0 for the raw values")
+                          fix=Fix("pass smoothing=0.6 (TensorBoard's default) or 0 for the raw values",
+                                  cli="use a smoothing of 0.6 (TensorBoard's default) or 0 for the raw values"))
     items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
     parts, seen = [], {}
     for source in items:

@@ -470,7 +470,8 @@ def look_at_01_on_gke(workspace, ui: Lab) -> None:
     assert "gke" in cells[1][4] or "gke" in ui.page.inner_text(".jp-Notebook"), "01 did not take the settings' backend"
     assert "dry run: nothing was changed;" in verdict and "set APPLY = True" in verdict, verdict
     assert not list(workspace["runs"].rglob("provision-state.json")), "a dry run records no progress"
-    ui.shot("01_gke_dry_run", _output_of(ui.page, "gke.outcome(result)"))
+    ui.shot("01_gke_dry_run", _output_of(ui.page, "plan.apply(dry_run=not APPLY)"))  # the steps that would run
+    ui.shot("01_gke_verdict", _output_of(ui.page, "gke.outcome(result)"))
     assert not ui.widget_errors(), ui.widget_errors()
     print(f"01 on gke (settings.yaml): {time.monotonic() - t0:.0f} s")
 
