@@ -15,12 +15,20 @@ from nbtools.cli import main
 from nbtools.explorer import ExplorerData, Query
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "tests" / "assets" / "health-corpus" / "healthy-seed0" / "logs"
+CORPUS_RUN = ROOT / "tests" / "assets" / "health-corpus" / "healthy-seed0" / "logs"
 EXPERIMENT = ROOT / "experiments" / "local.yaml"  # what the corpus was made with (SOURCE.md: the local rehearsal)
 
 
 @pytest.fixture(scope="module")
-def data():
+def RUN(tmp_path_factory):
+    """A copy of the corpus run: the readers write their index and column cache beside the logs."""
+    import shutil
+
+    return shutil.copytree(CORPUS_RUN, tmp_path_factory.mktemp("explore") / "healthy-seed0" / "logs")
+
+
+@pytest.fixture(scope="module")
+def data(RUN):
     return ExplorerData(nbtools.trajectories.open_run(RUN))
 
 
@@ -30,7 +38,7 @@ def _json(capfd, argv, code=0):
     return json.loads(out), err
 
 
-def test_explore_pages_filters_and_searches_as_the_explorer_does(data, capfd):
+def test_explore_pages_filters_and_searches_as_the_explorer_does(RUN, data, capfd):
     doc, _ = _json(capfd, ["explore", str(RUN), "--page-size", "5"])
     last = data.steps[-1]
     assert doc["query"]["step"] == last and doc["total"] == len(data.table(last)) and doc["pages"] == -(-doc["total"] // 5)
@@ -46,7 +54,7 @@ def test_explore_pages_filters_and_searches_as_the_explorer_does(data, capfd):
     assert text.startswith("step 3 · page 1/") and "filter: incorrect" in text and " yes " not in text
 
 
-def test_explore_record_shows_the_whole_record(data, capfd):
+def test_explore_record_shows_the_whole_record(RUN, data, capfd):
     assert main(["explore", str(RUN), "--step", "3", "--record", "2"]) == 0
     out = capfd.readouterr().out
     rec = data.record(3, 2)
@@ -61,13 +69,13 @@ def test_explore_record_shows_the_whole_record(data, capfd):
     (["--show", "bogus"], 2, "invalid choice: 'bogus'"),
     (["--page-size", "0"], 1, "--page-size: expected a positive number"),
 ])
-def test_explore_refuses_what_does_not_exist(argv, code, said, capfd):
+def test_explore_refuses_what_does_not_exist(RUN, argv, code, said, capfd):
     assert main(["explore", str(RUN), *argv]) == code
     err = capfd.readouterr().err
     assert said in err and ("fix:" in err or code == 2), err
 
 
-def test_rescore_reproduces_the_run_then_scores_a_new_mix(capfd):
+def test_rescore_reproduces_the_run_then_scores_a_new_mix(RUN, capfd):
     doc, _ = _json(capfd, ["rescore", str(RUN), "--experiment", str(EXPERIMENT), "--step", "11", "--step", "12"])
     assert doc["summary"]["changed_rewards"] == 0 and doc["summary"]["steps"] == 2 and [r["step"] for r in doc["steps"]] == [11, 12]
     assert doc["summary"]["stored_advantage_max_diff"] < 1e-4
@@ -90,7 +98,7 @@ def test_rescore_reproduces_the_run_then_scores_a_new_mix(capfd):
     (["--experiment", str(EXPERIMENT), "--reward-module", "nothing.py"], "--reward-module nothing.py: expected a .py"),
     (["--experiment", str(EXPERIMENT), "--step", "99"], "step 99 has no records"),
 ])
-def test_rescore_refuses_with_the_fix(argv, said, capfd):
+def test_rescore_refuses_with_the_fix(RUN, argv, said, capfd):
     assert main(["rescore", str(RUN), *argv]) == 1
     err = capfd.readouterr().err
     assert said in err and err.count("fix:") == 1, err

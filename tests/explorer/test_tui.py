@@ -17,7 +17,7 @@ from nbtools.explorer import BrowseState, ExplorerData, Query
 
 pytest.importorskip("textual", reason="the tui extra: pip install 'nbtools-grpo[tui]'")  # in the test extra, CI has it
 
-RUN = Path(__file__).parents[1] / "assets" / "health-corpus" / "healthy-seed0" / "logs"
+CORPUS_RUN = Path(__file__).parents[1] / "assets" / "health-corpus" / "healthy-seed0" / "logs"
 SHOTS = os.environ.get("NBTOOLS_TUI_SVG")  # where to write the viewer's SVG screenshot (the README's), if set
 
 
@@ -45,7 +45,15 @@ def _distinctive(data, step):
     raise AssertionError(f"no word of step {step} tells its records apart")
 
 
-def test_pilot_pages_searches_filters_and_opens_a_record():
+@pytest.fixture(scope="module")
+def RUN(tmp_path_factory):
+    """A copy of the corpus run: the readers write their index and column cache beside the logs."""
+    import shutil
+
+    return shutil.copytree(CORPUS_RUN, tmp_path_factory.mktemp("tui") / "healthy-seed0" / "logs")
+
+
+def test_pilot_pages_searches_filters_and_opens_a_record(RUN):
     from nbtools.explorer._tui import build_app
 
     run = nbtools.trajectories.open_run(RUN)
@@ -92,7 +100,7 @@ def test_pilot_pages_searches_filters_and_opens_a_record():
     asyncio.run(drive())
 
 
-def test_cli_browse_refuses_json_and_a_pipe():
+def test_cli_browse_refuses_json_and_a_pipe(RUN):
     from nbtools.cli import main
 
     assert main(["trajectories", str(RUN), "--browse", "--json"]) == 2
