@@ -60,6 +60,8 @@ class WorkerLogs(pd.DataFrame):
         head = f"Ray worker logs at {self.dashboard_url}: {len(self)} actor(s)"
         if getattr(self, "driver", None):
             head += f"; the job driver's log: {self.driver}"
+        if self.empty:
+            return f"{head}\n  {_none(self)}"
         return head + "".join(f"\n  {r.kind} pid {r.pid} ({'alive' if r.alive else 'exited'}): {r.out}"
                               for r in self.head(20).itertuples())
 
@@ -68,8 +70,7 @@ class WorkerLogs(pd.DataFrame):
         if getattr(self, "driver", None):
             head += f" — <a href='{_h(self.driver)}' target='_blank'>the job driver's log</a>"
         if self.empty:
-            return head + ("<div>no actors yet: a job's workers appear here once it runs "
-                           "(notebook 03 submits it)</div>")
+            return head + f"<div>{_h(_none(self))}</div>"
         rows = "".join(
             f"<tr><td>{_h(r.kind)}</td><td>{_h(r.name or '')}</td><td><code>{_h(str(r.node_id)[:12])}</code></td>"
             f"<td>{r.pid}</td><td>{'alive' if r.alive else 'exited'}</td><td>{_h(r.job_id or '')}</td>"
@@ -77,6 +78,12 @@ class WorkerLogs(pd.DataFrame):
             for r in self.itertuples())
         return (f"{head}<table><thead><tr><th>actor</th><th>name</th><th>node</th><th>pid</th><th>state</th>"
                 f"<th>job</th><th>logs</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def _none(logs: WorkerLogs) -> str:
+    if getattr(logs, "driver", None):  # the local rehearsal trains in its driver process
+        return "this job started no Ray actors: everything it printed is in the driver's log"
+    return "no actors yet: a job's workers appear here once it runs (notebook 03 submits it)"
 
 
 def links(dashboard_url: str, *, submission_id: str | None = None, include_dead: bool = True, limit: int = 200,

@@ -57,6 +57,18 @@ def test_links_open_each_workers_stdout_and_stderr(ray_head, tmp_path):
     assert f"href='{row.out.iloc[0].replace('&', '&amp;')}'" in html and "the job driver's log" in html
 
 
+def test_an_empty_table_says_why():
+    import pandas as pd
+
+    from nbtools.worker_logs import COLUMNS, WorkerLogs
+
+    empty = WorkerLogs(pd.DataFrame(columns=COLUMNS))
+    empty.dashboard_url, empty.driver = "http://h:1", None
+    assert "no actors yet" in repr(empty) and "no actors yet" in empty._repr_html_()
+    empty.driver = log_url("http://h:1", submission_id="s")
+    assert "started no Ray actors" in repr(empty) and "http://h:1/api/jobs/s/logs" in empty._repr_html_()
+
+
 def test_a_dashboard_that_does_not_answer_names_the_fix():
     from ports import free_port
 
