@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import textual  # noqa: F401 - the tui extra, also in the test extra: a missing Textual fails here, never skips
 
 import nbtools
 from nbtools.explorer import BrowseState, ExplorerData, Query
 
-pytest.importorskip("textual", reason="the tui extra: pip install 'nbtools-grpo[tui]'")  # in the test extra, CI has it
 
 CORPUS_RUN = Path(__file__).parents[1] / "assets" / "health-corpus" / "healthy-seed0" / "logs"
 SHOTS = os.environ.get("NBTOOLS_TUI_SVG")  # where to write the viewer's SVG screenshot (the README's), if set
