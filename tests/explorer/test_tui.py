@@ -16,7 +16,6 @@ import textual  # noqa: F401 - the tui extra, also in the test extra: a missing 
 import nbtools
 from nbtools.explorer import BrowseState, ExplorerData, Query
 
-
 CORPUS_RUN = Path(__file__).parents[1] / "assets" / "health-corpus" / "healthy-seed0" / "logs"
 SHOTS = os.environ.get("NBTOOLS_TUI_SVG")  # where to write the viewer's SVG screenshot (the README's), if set
 
