@@ -113,9 +113,8 @@ def build_app(state: BrowseState):
         from textual.containers import VerticalScroll
         from textual.screen import Screen
         from textual.widgets import DataTable, Footer, Input, Static
-    except ImportError:
-        raise DependencyError("the terminal viewer needs Textual, which is not installed",
-                              fix="pip install 'nbtools-grpo[tui]' (or leave out --browse for the plain listing)") from None
+    except ImportError as e:
+        raise (DependencyError.from_import(e, "the terminal viewer (--browse)") or e) from None
 
     class RecordScreen(Screen):
         BINDINGS = [Binding("escape,q", "app.pop_screen", "back")]

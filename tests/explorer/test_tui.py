@@ -106,3 +106,17 @@ def test_cli_browse_refuses_json_and_a_pipe(RUN):
     r = subprocess.run([sys.executable, "-m", "nbtools.cli", "trajectories", str(RUN), "--browse"], capture_output=True,
                        text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert r.returncode == 1 and "--browse needs a terminal" in r.stderr and "ssh -t" in r.stderr, r.stderr
+
+
+def test_without_textual_the_viewer_names_its_extra(RUN, monkeypatch):
+    import builtins
+
+    from nbtools.errors import DependencyError
+    from nbtools.explorer._tui import build_app
+
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", lambda name, *a, **k: (_ for _ in ()).throw(
+        ModuleNotFoundError(f"No module named {name!r}", name=name)) if name.startswith("textual") else real(name, *a, **k))
+    with pytest.raises(DependencyError, match=r"needs textual, in the optional extra \[tui\]") as e:
+        build_app(BrowseState(ExplorerData(nbtools.trajectories.open_run(RUN))))
+    assert "pip install 'nbtools-grpo[tui]'" in str(e.value)
