@@ -25,8 +25,6 @@ _RUN_HELP = "the run's logs dir or an exp_NNN dir (a run dir or an experiment fi
 
 def register_explore(sub) -> None:
     """Add ``explore`` and ``rescore`` to the ``nbtools`` parser."""
-    from nbtools.explorer import FILTERS, SORTS
-
     what = "one page of a run's records, filtered, searched and sorted as notebook 05's explorer does (or one record)"
     p = sub.add_parser("explore", help=what, description=what + ". Exit 0, 1 when the step or record does not exist.")
     p.set_defaults(func=cmd_explore)
@@ -35,13 +33,16 @@ def register_explore(sub) -> None:
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--step", type=int, help="the step to show (default: the latest)")
     scope.add_argument("--all-steps", action="store_true", help="every step of the run at once")
-    p.add_argument("--show", choices=FILTERS, default="all", help="filter (default all)")
+    p.add_argument("--show", default="all", help="filter: all, correct, incorrect, 'groups with signal', 'groups with no "
+                   "signal' or 'no answer tag' (default all)")
     p.add_argument("--search", default="", help="text in the prompt or response (case-insensitive)")
     p.add_argument("--regex", action="store_true", help="--search is a regular expression")
-    p.add_argument("--sort", choices=list(SORTS), default="file order", help="order of the rows")
+    p.add_argument("--sort", default="file order", help="order of the rows: 'file order', or 'reward ↓' / 'reward ↑' "
+                   "and the same for advantage, length, 'group mean' (default 'file order')")
     p.add_argument("--page", type=int, default=1, help="1-based page (default 1; -1 the last)")
     p.add_argument("--page-size", type=int, default=20, help="records per page (default 20)")
     p.add_argument("--record", type=int, metavar="IDX", help="show one record of the step in full instead of a page")
+    p.set_defaults(usage_check=_check_choices)
 
     what = "re-score a run's stored trajectories with a reward mix and compare GRPO's learning signal, old vs new"
     p = sub.add_parser("rescore", help=what, description=what + " (notebook 08). Without --reward, the run's own mix: "
@@ -58,6 +59,17 @@ def register_explore(sub) -> None:
     p.add_argument("--reward-module", metavar="FILE.py", action="append", default=[],
                    help="a module that registers rewards (@nbtools.rewards.register), e.g. experiments/my_rewards.py")
     p.add_argument("--step", type=int, action="append", metavar="N", help="only these steps (repeatable)")
+
+
+def _check_choices(a) -> str | None:
+    """--show and --sort against the explorer's own lists, checked after parsing so that building the parser (every
+    command, ``--help``) does not import the explorer and pandas."""
+    from nbtools.explorer import FILTERS, SORTS
+
+    for flag, value, allowed in (("--show", a.show, FILTERS), ("--sort", a.sort, list(SORTS))):
+        if value not in allowed:
+            return f"argument {flag}: invalid choice: {value!r} (choose from {', '.join(map(repr, allowed))})"
+    return None
 
 
 def _open(a, command: str):

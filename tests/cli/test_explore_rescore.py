@@ -54,6 +54,16 @@ def test_explore_pages_filters_and_searches_as_the_explorer_does(RUN, data, capf
     assert text.startswith("step 3 · page 1/") and "filter: incorrect" in text and " yes " not in text
 
 
+def test_building_the_parser_imports_neither_the_explorer_nor_pandas():
+    """Every command builds the whole parser (``--help`` too): the explorer's lists are checked after parsing."""
+    import subprocess
+    import sys
+
+    code = "import sys, nbtools.cli; nbtools.cli.build_parser(); print(sorted(m for m in ('pandas', 'nbtools.explorer') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
 def test_explore_record_shows_the_whole_record(RUN, data, capfd):
     assert main(["explore", str(RUN), "--step", "3", "--record", "2"]) == 0
     out = capfd.readouterr().out
@@ -66,7 +76,8 @@ def test_explore_record_shows_the_whole_record(RUN, data, capfd):
     (["--step", "3", "--record", "999"], 1, "step 3 has no record idx 999"),
     (["--page", "99"], 1, "--page 99: the selection has"),
     (["--all-steps", "--record", "1"], 1, "--record needs one step"),
-    (["--show", "bogus"], 2, "invalid choice: 'bogus'"),
+    (["--show", "bogus"], 2, "invalid choice: 'bogus' (choose from 'all', 'correct'"),
+    (["--sort", "size"], 2, "argument --sort: invalid choice: 'size'"),
     (["--page-size", "0"], 1, "--page-size: expected a positive number"),
 ])
 def test_explore_refuses_what_does_not_exist(RUN, argv, code, said, capfd):
