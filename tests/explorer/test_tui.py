@@ -1,6 +1,7 @@
 """The terminal trajectory viewer (``nbtools trajectories RUN --browse``, issue 45 item 6) driven by Textual's Pilot
 with real key presses over a real rehearsal run (tests/assets/health-corpus/healthy-seed0, SOURCE.md there): paging,
-a step change, a search and a filter each change what the table shows; Enter opens the record view."""
+a step change, a search and a filter each change what the table shows; Enter opens the record view. Then the CLI
+itself in a pseudo-terminal, as over ``ssh -t``."""
 
 from __future__ import annotations
 
@@ -120,3 +121,41 @@ def test_without_textual_the_viewer_names_its_extra(RUN, monkeypatch):
     with pytest.raises(DependencyError, match=r"needs textual, in the optional extra \[tui\]") as e:
         build_app(BrowseState(ExplorerData(nbtools.trajectories.open_run(RUN))))
     assert "pip install 'nbtools-grpo[tui]'" in str(e.value)
+
+
+def test_cli_browse_in_a_real_terminal(RUN):
+    """`nbtools trajectories RUN --browse` in a pseudo-terminal, as over `ssh -t`: it draws the page, a key changes the
+    filter, `q` quits with exit 0 (the CLI's stdout-to-stderr redirection must not break the terminal)."""
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI as a user starts it
+        os.environ.update(TERM="xterm-256color", COLUMNS="120", LINES="30")
+        os.execv(sys.executable, [sys.executable, "-m", "nbtools.cli", "trajectories", str(RUN), "--browse"])
+    seen = b""
+
+    def until(text: bytes, timeout: float = 90) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while text not in seen:
+            assert time.monotonic() < deadline, f"{text!r} never shown: {seen[-800:]!r}"
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+    try:
+        until(b"page 1/")
+        os.write(fd, b"f")
+        until(b"filter: correct")
+        os.write(fd, b"q")
+        until(b"closed the viewer on")
+    except BaseException:
+        os.kill(pid, 9)  # the viewer this test started, by its pid
+        raise
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, seen[-800:]
