@@ -22,7 +22,7 @@ KNOBS = {
     "01_provision_gke": {"APPLY": ("bool", "False")},  # safe by default: a dry run until APPLY
     "02_ray_cluster": {"TIMEOUT": ("float", "0.0")},
     "03_launch_grpo": {"STOP": ("bool", "False")},
-    "04_monitor": {"REFRESH_SECONDS": ("float", "30.0")},
+    "04_monitor": {"REFRESH_SECONDS": ("float", "30.0"), "COMPARE": ("list", "[]")},
     "05_trajectories": {"STEP": ("int", "-1")},
     "06_merge_checkpoint": {"OVERWRITE": ("bool", "False"), "STEP": ("int", "-1")},  # -1: the best step
     "07_evaluate_compare": {"SAMPLES": ("int", "8")},
