@@ -21,7 +21,7 @@ from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
 from nbtools.evals.job import LOCAL_MODELS, EvalJob, EvalJobs, _slug
-from nbtools.trainers.verl_prepare import targets
+from nbtools.trainers.verl.prepare import targets
 
 __all__ = ["build_generate_job", "generate_jobs", "response_length"]
 

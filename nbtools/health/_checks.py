@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbtools import _trainer_folders
 from nbtools.health._data import RunData, per_step
 from nbtools.health._evidence import judge, nonfinite
 from nbtools.health._report import CheckResult, Example, Status
@@ -352,9 +353,7 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
 def _accuracy_tags() -> tuple[str, ...]:
     """The validation-accuracy tags every trainer logs (its registry's names: NeMo-RL's ``validation/accuracy``,
     verl's ``val-core/<data source>/acc/mean@<n>``), so the check runs on whichever trainer wrote the run."""
-    from nbtools.trainers import METRIC_NAMES
-
-    return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
+    return tuple(t for lay in _trainer_folders.layouts().values() for t in lay.metric_names.get("accuracy", ()))
 
 
 def _val_samples(d: RunData, step: int) -> int | None:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "OutputDirs", "AdvantageRule"]
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "RunLayout", "OutputDirs", "AdvantageRule"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
@@ -19,9 +19,35 @@ CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's sourc
 # (nbtools.evals.vllm_generate), or not at all (the message names the fix).
 EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
 
-# Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find):
-# NeMo-RL's exp_NNN / step_N, or verl's global_step_N / {step}.jsonl dumps / console lines.
-Layout = Literal["nemo_rl", "verl"]
+# Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find): the
+# name of a registered :class:`RunLayout` (NeMo-RL's exp_NNN / step_N, verl's global_step_N / {step}.jsonl dumps).
+Layout = str
+
+
+@runtime_checkable
+class RunLayout(Protocol):
+    """What a trainer's runs leave and how nbtools reads it: the object the readers (metrics, checkpoints, health,
+    the card) ask instead of testing a trainer's name. One per trainer folder (``LAYOUT``).
+
+    Attributes:
+        name: the layout's name (``Trainer.layout``, ``OutputDirs.layout``).
+        metric_names: friendly name (``reward``, ``accuracy``, ``kl`` ...) -> candidate scalar tags, first present
+            wins (``*`` globs).
+        metric_prefixes: the first path components of the tags only this trainer logs (``metrics.framework_of``).
+        console_log: whether its scalars are printed as console lines (``metrics.read_verl_log`` reads those).
+        rehearsal_writer: ``module:Class`` of the writer the CPU rehearsal leaves these files with
+            (``nbtools.rehearsal.writers.Writer``), imported when a rehearsal imitates this trainer.
+    """
+
+    name: str
+    metric_names: dict[str, tuple[str, ...]]
+    metric_prefixes: tuple[str, ...]
+    console_log: bool
+    rehearsal_writer: str
+
+    def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
+        """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and
+        ``latest_checkpoint`` read it); False leaves it to ``nbtools.checkpoints``' own ``step_N`` reader."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +104,9 @@ class Trainer(Protocol):
         miniature: True for the CPU stand-in on this machine (no GPUs, images, pods or fit estimate).
         eval_plan: how its runs are evaluated (:data:`EvalPlan`).
         code_on_storage: its source runs from the shared storage (copied there by the provisioning plan).
-        metric_family: the key of its scalar names in ``trainers.METRIC_NAMES``.
-        layout: which trainer's files its runs leave (:data:`Layout`).
+        metric_family: the key of its scalar names in ``trainers.METRIC_NAMES`` (its layout's name).
+        layout: which trainer's files its runs leave: a :class:`RunLayout`'s name (``trainers.layout(name)``).
+        citation: ``(name, BibTeX)`` a model card cites.
     """
 
     name: str
