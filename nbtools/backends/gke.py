@@ -278,6 +278,11 @@ class GkeBackend:
     def job_secrets(self) -> dict:
         return {}  # the pods read them from the Kubernetes Secret
 
+    def slow_mount(self, path: str) -> bool:
+        s = self.cfg.storage
+        mount = str(s.mount_path or "").rstrip("/")
+        return s.kind == "gcsfuse" and bool(mount) and str(path).startswith(mount + "/")
+
     def exec_on(self, command: list[str], *, node_type: str | None = "head", timeout: float = 300) -> list[kube.CompletedExec]:
         """Run ``command`` on the pods selected by ``ray.io/cluster`` (+ ``ray.io/node-type`` unless None).
 

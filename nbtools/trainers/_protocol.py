@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "RunLayout", "OutputDirs", "AdvantageRule"]
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "RunLayout", "OutputDirs", "AdvantageRule",
+           "cluster_metadata", "cluster_env"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
@@ -137,10 +138,10 @@ class Trainer(Protocol):
         """The command of a data-preparation job run before training, or None where the trainer needs none."""
 
     def job_env(self, cfg: Experiment) -> dict[str, str]:
-        """Environment variables the trainer's job needs (never secrets)."""
+        """Environment variables the trainer's job needs (never secrets; a cluster trainer: the shared HF_HOME too)."""
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        """Job metadata besides name/hash/backend/role (image, release, where it writes)."""
+        """Job metadata besides name/hash/backend/role (a cluster trainer: image, release, where it writes)."""
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: CodePresent = None) -> None:
         """Add the trainer's own findings (its keys, versions, source) to ``report``."""
@@ -167,3 +168,14 @@ class Trainer(Protocol):
 
     def hub_tag(self) -> str:
         """The model card's tag for the trainer."""
+
+
+def cluster_metadata(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:
+    """A cluster trainer's job metadata: the image, the trainer's own entries, then where the run writes."""
+    return {"nbtools.image": cfg.images.resolved_image, **own, "nbtools.log_dir": cfg.log_dir,
+            "nbtools.checkpoint_dir": cfg.checkpoint_dir}
+
+
+def cluster_env(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:
+    """A cluster trainer's job environment: the shared HF cache (``storage.hf_home``), then the trainer's own."""
+    return {**({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {}), **own}

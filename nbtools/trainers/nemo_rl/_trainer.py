@@ -9,7 +9,7 @@ from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers.nemo_rl._lint import check_nemo_rl
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
 
@@ -64,10 +64,10 @@ class NemoRl:
 
     def job_env(self, cfg: Experiment) -> dict[str, str]:
         # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
-        return {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+        return cluster_env(cfg, {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return {"nbtools.nemo_rl_version": self.release}
+        return cluster_metadata(cfg, {"nbtools.nemo_rl_version": self.release})
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
         check_nemo_rl(cfg, report)

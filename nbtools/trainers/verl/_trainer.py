@@ -10,7 +10,7 @@ from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
 from nbtools.trainers.verl._lint import check_verl
 from nbtools.trainers.verl._releases import VERL, VerlRelease
 
@@ -79,10 +79,10 @@ class Verl:
         env = {"PYTHONPATH": verl.code_dir(cfg)}
         if cfg.logging.tensorboard:
             env["TENSORBOARD_DIR"] = verl.tensorboard_dir(cfg)
-        return env
+        return cluster_env(cfg, env)
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return {}
+        return cluster_metadata(cfg, {})
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
         check_verl(cfg, report, code_present)
