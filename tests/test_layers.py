@@ -258,6 +258,8 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # inside it (87 import sites, 46 of them inside functions, after the day's merges). It may only shrink: a new edge
 # inside a cycle (or a new cycle) fails, and an edge that left the cycle must leave this list. The
 # one-folder-per-trainer move (issue 43) empties it.
+# 2026-11-28, one folder per trainer: health -> metrics, health -> trainers, metrics -> trainers and rehearsal -> trainers
+# left the cycle (they ask the layouts through nbtools._trainer_folders); trainers -> checkpoints joined it (below).
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     # the verl layout reads its global_step_N dirs with nbtools.checkpoints' verl reader; it closes a cycle only through
     # checkpoints -> backends/jobs (the merge-job submission in checkpoints._remote, a jobs-layer concern) -> trainers
@@ -271,7 +273,7 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     ("nbtools.launch", "nbtools.rehearsal"), ("nbtools.launch", "nbtools.rewards"),
     ("nbtools.launch", "nbtools.trainers"), ("nbtools.launch", "nbtools.trajectories"),
     ("nbtools.rehearsal", "nbtools.rewards"),
-    ("nbtools.rehearsal", "nbtools.trainers"), ("nbtools.rewards", "nbtools.explorer"),
+    ("nbtools.rewards", "nbtools.explorer"),
     ("nbtools.rewards", "nbtools.rehearsal"), ("nbtools.rewards", "nbtools.trainers"),
     ("nbtools.trainers", "nbtools.backends"), ("nbtools.trainers", "nbtools.rehearsal"),
     ("nbtools.trainers", "nbtools.rewards"), ("nbtools.trajectories", "nbtools.rewards"),

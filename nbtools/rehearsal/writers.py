@@ -180,10 +180,9 @@ class VerlWriter:
     validate_at_end = True  # ray_trainer.fit validates on the last step too
 
     def __init__(self, cfg: Experiment, rank: int, world: int, say):
-        from nbtools import trainers
-
         self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
-        self.dirs = trainers.get(cfg).output_dirs(cfg)
+        # the imitated trainer's directories (its folder, through the registry's table: the rehearsal sits below it)
+        self.dirs = _trainer_folders.folder(cfg.trainer.kind).TRAINER(cfg).output_dirs(cfg)
         self.data_source = cfg.data.dataset
         self.saved: list[int] = []  # this process's saves (verl's previous_saved_paths)
         self.writer = None
