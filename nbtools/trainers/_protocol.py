@@ -36,6 +36,8 @@ class RunLayout(Protocol):
             wins (``*`` globs).
         metric_prefixes: the first path components of the tags only this trainer logs (``metrics.framework_of``).
         console_log: whether its scalars are printed as console lines (``metrics.read_verl_log`` reads those).
+        pod_local_roots: pod directories its runs write relative results/logs under (a gke ``wipe`` clears
+            ``<root>/<experiment>`` there).
         rehearsal_writer: ``module:Class`` of the writer the CPU rehearsal leaves these files with
             (``nbtools.rehearsal.writers.Writer``), imported when a rehearsal imitates this trainer.
     """
@@ -45,6 +47,7 @@ class RunLayout(Protocol):
     metric_prefixes: tuple[str, ...]
     console_log: bool
     rehearsal_writer: str
+    pod_local_roots: tuple[str, ...]
 
     def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
         """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and

@@ -41,6 +41,8 @@ class VerlLayout:
     })
     metric_prefixes: tuple[str, ...] = ("critic", "actor", "timing_s", "response_length", "perf")
     rehearsal_writer: str = "nbtools.rehearsal.writers:VerlWriter"  # what the CPU rehearsal writes these files with
+    # where a run's relative results/ and logs/ land on the pods (``wipe`` removes <root>/<experiment> there)
+    pod_local_roots: tuple[str, ...] = ()
     console_log: bool = True  # it prints its scalars as console lines (``metrics.read_verl_log``)
 
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:

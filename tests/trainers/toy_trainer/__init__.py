@@ -26,6 +26,7 @@ class ToyLayout:
         "toy_signal": ("train/reward",), "accuracy": ("validation/toy_accuracy",)})
     metric_prefixes: tuple[str, ...] = ("toy",)
     console_log: bool = False
+    pod_local_roots: tuple[str, ...] = ()
     rehearsal_writer: str = "tests.trainers.toy_trainer:ToyWriter"
 
     def owns_checkpoints(self, checkpoint_dir) -> bool:
