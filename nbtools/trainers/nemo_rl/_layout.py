@@ -23,6 +23,7 @@ class NemoRlLayout:
         "loss": ("train/loss",),
         "grad_norm": ("train/grad_norm",),
         "entropy": ("train/approx_entropy",),
+        "truncation": ("train/truncation_rate",),
         "val_length": ("validation/avg_length",),
         "step_time": ("timing/train/total_step_time",),
         "generation_time": ("timing/train/generation",),

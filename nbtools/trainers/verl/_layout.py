@@ -27,6 +27,8 @@ class VerlLayout:
         "loss": ("actor/pg_loss",),
         "grad_norm": ("actor/grad_norm",),
         "entropy": ("actor/entropy",),
+        # share of responses at the generation limit (verl/trainer/ppo/metric_utils.py compute_data_metrics)
+        "truncation": ("response_length/clip_ratio",),
         "val_length": ("val-aux/*/response_length/mean@*",),
         "step_time": ("timing_s/step",),
         "generation_time": ("timing_s/gen",),
