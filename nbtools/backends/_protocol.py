@@ -98,6 +98,10 @@ class Backend(Protocol):
     def job_secrets(self) -> dict[str, Secret]:
         """Secrets a job must receive from this machine (empty where the cluster holds them itself)."""
 
+    def slow_mount(self, path: str) -> bool:
+        """Whether ``path`` (as the pods see it) is on a mounted object store (GKE's gcsfuse), where loading a model
+        straight from it is slow: the eval jobs copy such a model to the node's local disk first."""
+
     def wipe(self, *, confirm: str) -> Teardown:
         """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name (empty:
         nothing is deleted, and the Teardown says so)."""

@@ -143,6 +143,9 @@ class LocalBackend:
     def job_env(self) -> dict[str, str]:
         return {}
 
+    def slow_mount(self, path: str) -> bool:
+        return False  # the run's storage is a filesystem the jobs read directly
+
     def job_secrets(self) -> dict:
         return {}
 

@@ -129,6 +129,9 @@ class RayBackend:
     def job_env(self) -> dict[str, str]:
         return {}
 
+    def slow_mount(self, path: str) -> bool:
+        return False  # the run's storage is a filesystem the jobs read directly
+
     def job_secrets(self) -> dict:
         """Secrets from this machine's environment, delivered in the job's working_dir (never in env_vars)."""
         from nbtools.launch.runtime_env import secrets_from_env

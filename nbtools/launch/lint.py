@@ -89,6 +89,8 @@ def lint(
     ignore_fit: bool = False,
     code_present: CodePresent = None,
     reward_contract: str = "blocking",
+    trainer: trainers.Trainer | None = None,
+    backend: backends.Backend | None = None,
 ) -> LintReport:
     """Check ``cfg`` for the known launch traps; never raises for a finding (``launch.submit`` does).
 
@@ -104,21 +106,30 @@ def lint(
             default: look when the dir is visible here, else the provisioning state of this machine.
         reward_contract: the reward functions must score what the prompt asks for (``nbtools.health``):
             "blocking" (default), "warning" or "off".
+        trainer / backend: ``trainers.get(cfg)`` / ``backends.get(cfg)`` where the caller has them already.
 
     Example:
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
         'existing-checkpoints'
     """
+    return lint_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg), cluster_gpus=cluster_gpus,
+                    existing_steps=existing_steps, resume=resume, client_ray_version=client_ray_version,
+                    ignore_fit=ignore_fit, code_present=code_present, reward_contract=reward_contract)
+
+
+def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend, *, cluster_gpus: int | None = None,
+             existing_steps: StepsSource = None, resume: bool | None = None, client_ray_version: str | None = None,
+             ignore_fit: bool = False, code_present: CodePresent = None, reward_contract: str = "blocking") -> LintReport:
+    """:func:`lint` with the trainer and backend the caller resolved once."""
     r = LintReport()
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
-    _secrets(cfg, r)
+    _secrets(cfg, r, backend)
     check_reward_contract(cfg, r, severity=reward_contract)
-    trainer = trainers.get(cfg)
     if trainer.miniature:  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
         return r
     _dirs(cfg, r)
-    _gpus(cfg, r, cluster_gpus)
+    _gpus(cfg, r, cluster_gpus, backend)
     _nccl_net(cfg, r)
     r.checked.append("ray-version")
     if client_ray_version is None:
@@ -199,7 +210,7 @@ def _dirs(cfg: Experiment, r: LintReport) -> None:
             ))
 
 
-def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
+def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None, backend: backends.Backend) -> None:
     r.checked.append("gpus")
     nodes, per = cfg.cluster.worker_replicas, cfg.cluster.gpus_per_node
     t = cfg.trainer
@@ -226,7 +237,7 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
                     f"use at most {per - 1}",
                 ))
     if cluster_gpus is None:
-        cluster_gpus = backends.get(cfg).gpus()
+        cluster_gpus = backend.gpus()
     if cluster_gpus is None:
         r.findings.append(Finding(
             "warning", "gpus", "cluster.worker_replicas",
@@ -249,7 +260,7 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
         ))
 
 
-def _secrets(cfg: Experiment, r: LintReport) -> None:
+def _secrets(cfg: Experiment, r: LintReport, backend: backends.Backend) -> None:
     """Secrets are named, never stored: warn (or block, when the run needs it) where a named env var is unset.
 
     On gke the env var only matters when the Kubernetes Secret is created (``cluster.up`` refuses then, naming it);
@@ -260,7 +271,7 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
         ref = getattr(cfg.secrets, name)
         env_name = ref.env if ref is not None and ref.env else ("HF_TOKEN" if name == "hf_token" else "WANDB_API_KEY")
         unset = ref is not None and bool(ref.env) and ref.value() is None
-        delivery = backends.get(cfg).secrets_from
+        delivery = backend.secrets_from
         if delivery == "kubernetes":
             if (ref is None or not ref.k8s_secret) and (needed or name == "hf_token"):
                 r.findings.append(Finding(

@@ -98,6 +98,7 @@ def test_rescore_reproduces_the_run_then_scores_a_new_mix(RUN, capfd):
     assert doc["mix"] == mix and doc["summary"] == pytest.approx(dict(want), nan_ok=True)
     assert doc["summary"]["flipped_to_signal"] > 0
     assert main(["rescore", str(RUN), "--experiment", str(EXPERIMENT)]) == 0
+    nbtools.rewards.unregister("closeness")  # the CLI ran in this process: later tests see the built-ins only
     out = capfd.readouterr().out
     assert out.startswith("mix: format 0.2, exact_alnum 0.8\nre-scored 384 samples") and "0 rewards changed" in out
 

@@ -348,3 +348,28 @@ def test_secrets_never_enter_the_spec(monkeypatch):
 def test_secret_names_are_refused_as_plain_env_vars():
     with pytest.raises(ConfigError, match="fix: remove it and set `secrets.hf_token"):  # now at config validation
         build(_cfg("tutorial-004-qwen2.5-1.5b", **{"trainer.env_vars": {"HF_TOKEN": "x"}}))
+
+
+# ---------------------------------------------------------------- each registry asked once (issue 43)
+def test_submit_resolves_the_trainer_and_the_backend_once(monkeypatch):
+    """The launch path asks each registry once and passes the objects down: building the job once asked
+    ``trainers.get`` three times (the command, the env, the metadata) and ``backends.get`` twice. (The
+    config's derived paths, ``cfg.log_dir`` and the like, ask the backend for themselves; only launch's calls count.)"""
+    import sys
+    calls = {"trainers": 0, "backends": 0}
+    real_t, real_b = nbtools.trainers.get, nbtools.backends.get
+
+    def count(name, real):
+        def wrapped(cfg, **kw):
+            calls[name] += sys._getframe(1).f_globals["__name__"].startswith("nbtools.launch")
+            return real(cfg, **kw)
+        return wrapped
+
+    monkeypatch.setattr(nbtools.trainers, "get", count("trainers", real_t))
+    monkeypatch.setattr(nbtools.backends, "get", count("backends", real_b))
+    cfg = _cfg("tutorial-000-gemma3-1b-it")
+    calls.update(trainers=0, backends=0)
+    spec = build(cfg)
+    assert calls == {"trainers": 1, "backends": 1}
+    assert spec.metadata["nbtools.image"] == cfg.images.resolved_image  # the trainer's metadata, not a branch
+    assert spec.runtime_env["env_vars"]["HF_HOME"] == cfg.storage.hf_home
