@@ -470,9 +470,13 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                 else:
                     raise CheckpointError(f"{path}: {key} has placement {kind}, which verl's merger does not merge "
                                           f"either", fix="save the checkpoint again with FSDP (placements sharded on dim 0)")
-                if dim != 0 and not replicate:
-                    raise CheckpointError(f"{path}: {key} is sharded on dim {dim}; this merge streams dim-0 shards",
-                                          fix="merge with verl's own model_merger")
+                # verl's FSDP2 shards each parameter on its first dim that the FSDP size divides (fsdp_utils.py
+                # get_shard_placement_fn, v0.7.0 and v0.9.x): a vocabulary that 2 ranks do not divide is Shard(1)
+                dim = dim + len(full) if dim < 0 else dim
+                if not replicate and (not 0 <= dim < len(full) or len(size) != len(full)
+                                      or any(a != b for i, (a, b) in enumerate(zip(size, full, strict=True)) if i != dim)):
+                    raise CheckpointError(f"{path}: {key}'s local shard {list(size)} is not a Shard({dim}) piece of "
+                                          f"{list(full)}", fix=_RESYNC)
             st = out.get(key)
             if st is None:
                 shape = full if full is not None else size
@@ -495,9 +499,9 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                                       fix="report this layout; verl's FSDP shards are contiguous")
             off = offsets[key]
             if n:
-                chunk_off = (off, *([0] * (len(size) - 1))) if size else ()
+                chunk_off = tuple(off if i == dim else 0 for i in range(len(size)))
                 st.chunks.append(Chunk(chunk_off, size, path, start + first, n))
-            offsets[key] = off + (size[0] if size else 1)
+            offsets[key] = off + (size[dim] if size else 1)
     for st in out.values():
         covered = sum(math.prod(c.sizes) for c in st.chunks)
         if covered != math.prod(st.shape):

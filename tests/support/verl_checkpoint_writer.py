@@ -28,8 +28,20 @@ from checkpoint_writer import tiny_tokenizer
 from nbtools.rehearsal import verl_layout
 
 
+def verl_shard_placement(world: int):
+    """verl's FSDP2 placement rule (v0.7.0 and v0.9.x ``verl/utils/fsdp_utils.py`` ``get_shard_placement_fn``, passed
+    as ``shard_placement_fn`` by ``fsdp_workers.py`` and the FSDP engine): the first dim the FSDP size divides, else
+    dim 0. A vocabulary of 103 over 2 ranks is therefore sharded on dim 1 (the hidden size)."""
+    from torch.distributed.tensor import Shard
+
+    def placement(param):
+        return Shard(next((i for i, n in enumerate(param.shape) if n % world == 0), 0))
+
+    return placement
+
+
 def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list[int], config, state_dict,
-               train: bool) -> None:
+               train: bool, verl_placement: bool = False) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
@@ -41,9 +53,10 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
         model = AutoModelForCausalLM.from_config(config)
         model.load_state_dict(state_dict)
+        kw = {"shard_placement_fn": verl_shard_placement(world)} if verl_placement else {}
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
         optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
         for step in steps:
             if train:
@@ -62,13 +75,14 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
 
 
 def write_verl_run(run_dir: Path, config, state_dict: dict[str, torch.Tensor], steps: list[int],
-                   world_size: int = 2, train: bool = True) -> None:
-    """Save a verl checkpoint at each of ``steps`` (forked gloo ranks), after one AdamW step each when ``train``."""
+                   world_size: int = 2, train: bool = True, verl_placement: bool = False) -> None:
+    """Save a verl checkpoint at each of ``steps`` (forked gloo ranks), after one AdamW step each when ``train``;
+    ``verl_placement``: shard as verl's workers do (:func:`verl_shard_placement`), else every parameter on dim 0."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank_main, args=(world_size, os.path.join(tmp, "store"), str(run_dir), steps, config,
-                                             state_dict, train), nprocs=world_size, join=True, start_method="fork")
+                                             state_dict, train, verl_placement), nprocs=world_size, join=True, start_method="fork")
 
 
 def tiny_config(tied: bool = False):
