@@ -85,6 +85,8 @@ def main() -> None:
     import torch.multiprocessing as mp
 
     job = json.load(sys.stdin)
+    summary = os.fdopen(os.dup(1), "w")  # the ranks' prints go to stderr, the summary here
+    os.dup2(2, 1)
     out, step = job["out"], job["step"]
     base = os.path.join(out, "base")
     base_model(base)
@@ -97,7 +99,8 @@ def main() -> None:
         files[fmt] = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
     from importlib.metadata import version
 
-    json.dump({"nemo_automodel": version("nemo-automodel"), "files": files}, sys.stdout)
+    with summary:
+        json.dump({"nemo_automodel": version("nemo-automodel"), "files": files}, summary)
 
 
 if __name__ == "__main__":

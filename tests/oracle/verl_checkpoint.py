@@ -40,7 +40,6 @@ What this environment supplies, because verl at these releases does not run on C
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -97,7 +96,7 @@ def _cpu(strategies: list[str]) -> None:
             return True
 
         def current_device(self):
-            return 0
+            return "cpu"  # what torch.cpu.current_device() returns; verl moves modules to get_device_id()
 
         def device_count(self):
             return 1
@@ -225,6 +224,8 @@ def main() -> None:
     import verl
 
     job = json.load(sys.stdin)
+    summary = os.fdopen(os.dup(1), "w")  # verl and its ranks print to stdout: that goes to stderr, the summary here
+    os.dup2(2, 1)
     out, steps = job["out"], job["steps"]
     base = os.path.join(out, "base")
     base_model(base)
@@ -238,10 +239,10 @@ def main() -> None:
         # `python -m verl.model_merger merge ...`, in this process (one interpreter start less)
         sys.argv = ["verl.model_merger", "merge", "--backend", "fsdp", "--local_dir",
                     os.path.join(run, f"global_step_{steps[-1]}", "actor"), "--target_dir", merged]
-        with contextlib.redirect_stdout(sys.stderr):
-            runpy.run_module("verl.model_merger", run_name="__main__", alter_sys=True)
+        runpy.run_module("verl.model_merger", run_name="__main__", alter_sys=True)
         result["strategies"][strategy] = {"run": run, "verl_merged": merged}
-    json.dump(result, sys.stdout)
+    with summary:
+        json.dump(result, summary)
 
 
 if __name__ == "__main__":
