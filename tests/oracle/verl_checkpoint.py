@@ -69,6 +69,15 @@ def base_model(path: str) -> None:
                             unk_token="<unk>").save_pretrained(path)
 
 
+class _CpuId(str):
+    """0.9.x uses ``get_device_id()`` both as a device (``module.to(device=...)``, ``fsdp2_load_full_state_dict``) and
+    as an index (``torch.device(f"{get_device_name()}:{device_id}")``, ``load_fsdp_model_to_gpu``): on CPU it is
+    ``"cpu"`` as a device and formats as ``0`` (``0`` itself would mean cuda:0, ``"cpu"`` gives ``"cpu:cpu"``)."""
+
+    def __format__(self, spec: str) -> str:
+        return format(0, spec)
+
+
 def _cpu(strategies: list[str]) -> None:
     """What verl lacks to run on CPU (see the module docstring); nothing here changes what verl writes."""
     import verl
@@ -86,17 +95,26 @@ def _cpu(strategies: list[str]) -> None:
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
+    # torch.cpu plus the memory queries verl's workers make of the device module (memory_utils.py), all zero on CPU
+    device = types.ModuleType("torch_cpu_for_verl")
+    device.__dict__.update({n: getattr(torch.cpu, n) for n in dir(torch.cpu) if not n.startswith("_")})
+    zero = lambda *args, **kwargs: 0  # noqa: E731
+    device.__dict__.update(is_available=lambda: True, current_device=lambda: "cpu", empty_cache=lambda: None,
+                           memory_reserved=zero, memory_allocated=zero, max_memory_allocated=zero,
+                           max_memory_reserved=zero, reset_peak_memory_stats=lambda *a, **k: None,
+                           mem_get_info=lambda *a, **k: (0, 0))
+
     @PlatformRegistry.register(platform="cpu")
     class PlatformCPU(PlatformBase):
         device_name = "cpu"
         vendor_name = "cpu"
-        device_module = torch.cpu
+        device_module = device
 
         def is_available(self):
             return True
 
         def current_device(self):
-            return "cpu"  # what torch.cpu.current_device() returns; verl moves modules to get_device_id()
+            return _CpuId("cpu")
 
         def device_count(self):
             return 1
