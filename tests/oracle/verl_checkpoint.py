@@ -27,7 +27,10 @@ What this environment supplies, because verl at these releases does not run on C
   verl's own ``PlatformRegistry.register`` and chosen with ``VERL_PLATFORM=cpu``, the extension point that module
   documents; its FSDP engine is registered for devices cuda and npu only (``ValueError: No engine registered for
   device='cpu', vendor='cpu', model_type='language_model', backend='fsdp2'``): ``VERL_ENGINE_DEVICE=cuda``, verl's
-  own override (``verl/workers/engine/base.py`` ``EngineRegistry.get_engine_cls``), picks that same engine class;
+  own override (``verl/workers/engine/base.py`` ``EngineRegistry.get_engine_cls``), picks that same engine class; the
+  platform's device module is ``torch.cpu`` plus zero answers to the memory queries ``verl/utils/memory_utils.py``
+  makes (``AttributeError: module 'torch.cpu' has no attribute 'memory_reserved'``), and its device id is
+  :class:`_CpuId`;
 - 0.7.x: ``verl/utils/fsdp_utils.py`` ``init_fn`` calls ``get_torch_device().empty_cache()``, and ``torch.cpu`` has
   none (``AttributeError: module 'torch.cpu' has no attribute 'empty_cache'``): a no-op is set;
 - strategy ``fsdp`` (FSDP1, verl's default): ``fsdp_workers.py`` wraps with ``sync_module_states=True``, which torch
