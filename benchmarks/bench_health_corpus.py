@@ -25,8 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "assets" / "health-corpus"
 
 
+def checks_of(spec: dict) -> list[str]:
+    """The checks a broken run must trip (``check``: one name or a list)."""
+    c = spec.get("check") or []
+    return [c] if isinstance(c, str) else list(c)
+
+
 def evaluate(corpus: Path = CORPUS) -> dict:
-    """{"runs": {name: {check: (status, first_step)}}, "false_alarms": {check: [run]}, "detected": {run: step|None}}."""
+    """{"runs": {name: {check: (status, first_step)}}, "false_alarms": {check: [run]},
+    "detected": {run: {check: step|None}}}."""
     from nbtools import health
     from nbtools.rehearsal.trainer import load_config
 
@@ -43,8 +50,10 @@ def evaluate(corpus: Path = CORPUS) -> dict:
                 if c.status in ("warning", "unhealthy"):
                     alarms[c.check].append(name)
         else:
-            status, step = runs[name][spec["check"]]
-            detected[name] = step if status in ("warning", "unhealthy") else None
+            detected[name] = {}
+            for check in checks_of(spec):
+                status, step = runs[name][check]
+                detected[name][check] = step if status in ("warning", "unhealthy") else None
     return {"labels": labels, "runs": runs, "false_alarms": alarms, "detected": detected}
 
 
@@ -54,8 +63,8 @@ def table(result: dict) -> str:
     lines = [f"{'check':<18} {'false alarms':>14}  detection (broken run: step)"]
     for check, bad in result["false_alarms"].items():
         det = result["detected"]
-        found = [f"{n}: " + ("MISSED" if det[n] is None else f"step {det[n]}")
-                 for n, s in labels.items() if s.get("check") == check]
+        found = [f"{n}: " + ("MISSED" if det[n][check] is None else f"step {det[n][check]}")
+                 for n, s in labels.items() if check in checks_of(s)]
         lines.append(f"{check:<18} {len(bad):>6} of {len(healthy):<5}  {', '.join(found) or '-'}"
                      + (f"  (alarms: {', '.join(bad)})" if bad else ""))
     return "\n".join(lines)
@@ -69,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     result = evaluate(a.corpus)
     print(json.dumps(result, default=str) if a.json else table(result))
-    bad = any(result["false_alarms"].values()) or any(v is None for v in result["detected"].values())
+    bad = any(result["false_alarms"].values()) or any(v is None for d in result["detected"].values() for v in d.values())
     return 1 if bad and a.tiny else 0
 
 

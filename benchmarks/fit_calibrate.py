@@ -250,9 +250,8 @@ CASES_4GPU_ES: list[tuple] = [
     (L32, 4, 8192, True, ES), (Q15, 4, 6144, True, ES), (L8, 2, 4096, True, ES), (L32, 4, 4096, False, ES),
     (G1, 1, 16384, True, ES), (Q4, 2, 8192, True, ES), (L8, 2, 4096, False, ES), (L32, 4, 8192, False, ES),
 ]
-# Ninth run, out of sample, NOT RUN YET (the four-GPU kinds were withdrawn before it could be): four GPUs again; commit
-# nbtools.fit's verdicts for these first (fit_predictions_h100x4.json: 11 fits, 5 tight, 8 does-not-fit with the
-# four-GPU margin and stranded band), then run them.
+# Ninth run, out of sample: four GPUs again, verdicts predicted by nbtools.fit with the four-GPU margin and stranded
+# band and committed first (benchmarks/results/fit_predictions_h100x4.json: 11 fits, 5 tight, 8 does-not-fit).
 CASES_4GPU_OOS: list[tuple] = [
     (L8, 1, 3072, False), (Q4, 1, 6144, False), (Q15, 1, 12288, False), (G1, 2, 6144, True), (G1, 3, 4096, True),
     (L8, 1, 12288, True), (L8, 3, 4096, True), (Q17, 4, 6144, True), (Q17, 2, 12288, True), (Q15, 4, 7168, True),
@@ -261,6 +260,10 @@ CASES_4GPU_OOS: list[tuple] = [
     (Q4, 4, 6144, True, ES), (L32, 4, 10240, True, ES), (Q15, 4, 7168, True, ES), (L8, 1, 6144, False, ES),
     (Q4, 2, 12288, True, ES),
 ]
+# The four-GPU out-of-sample run's one out-of-memory case predicted ``tight`` (Qwen2.5-1.5B 4 x 7168, checkpointing,
+# PyTorch's default allocator) twice more, and once with expandable segments: is it the same failure each time, and
+# does the same step fit once the allocator strands nothing?
+CASES_4GPU_TIGHT: list[tuple] = [(Q15, 4, 7168, True), (Q15, 4, 7168, True), (Q15, 4, 7168, True, ES)]
 # The two-GPU miss again (issue 46), under --emulate-gpu h100 on larger cards: twice with the default allocator,
 # once with expandable segments, and the two fitting cases that dominate it.
 CASES_2GPU_MISS_EMU: list[tuple] = [
@@ -838,6 +841,8 @@ def _cases(spec: str) -> list[dict]:
         return [_case_dict(t) for t in CASES_4GPU]
     if spec == "4gpu-oos":
         return [_case_dict(t) for t in CASES_4GPU_OOS]
+    if spec == "4gpu-tight":
+        return [_case_dict(t) for t in CASES_4GPU_TIGHT]
     if spec == "4gpu-es":
         return [_case_dict(t) for t in CASES_4GPU_ES]
     return json.loads(Path(spec).read_text())
@@ -847,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS, help="directory of <org>--<name>.json configs")
     ap.add_argument("--cases", default="default", help="default | boundary | h100 | 2gpu | 2gpu-boundary | 2gpu-oos | 2gpu-miss | 2gpu-miss-emu | 4gpu | "
-                    "4gpu-es | 4gpu-oos | smoke | a JSON file "
+                    "4gpu-es | 4gpu-oos | 4gpu-tight | smoke | a JSON file "
                     "of cases")
     ap.add_argument("--only", nargs="*", help="run only cases whose model contains one of these strings")
     ap.add_argument("--nproc", type=int, default=1, help="processes (= GPUs) per case, FSDP2 over all of them")

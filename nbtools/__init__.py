@@ -10,6 +10,7 @@ import importlib
 import pkgutil
 
 from nbtools.config import contribute
+from nbtools.errors import DependencyError
 
 __version__ = "0.1.0"
 
@@ -34,5 +35,11 @@ contribute("gpus", rules=_registry("fit", "gpu_type_rules"))  # the GPU a cluste
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f"nbtools.{name}")
+        try:
+            return importlib.import_module(f"nbtools.{name}")
+        except ImportError as e:  # an optional extra not installed: say which (`pip install 'nbtools-grpo[merge]'`)
+            missing = DependencyError.from_import(e, f"nbtools.{name}")
+            if missing is None:
+                raise
+            raise missing from e
     raise AttributeError(f"module 'nbtools' has no attribute {name!r}; available: {', '.join(sorted(_SUBMODULES))}")

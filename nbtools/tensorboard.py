@@ -121,7 +121,7 @@ def start(cfg: Experiment, *, port: int = 6006, timeout: float = 90) -> TensorBo
     stop(cfg)  # a server of ours on another logdir (the config changed): replace it
     exe = Path(sys.executable).parent / "tensorboard"
     if not exe.is_file():
-        raise DependencyError("TensorBoard is not installed in this environment", fix=f"{sys.executable} -m pip install tensorboard")
+        raise DependencyError.extra("tensorboard", "the TensorBoard server")
     if _pids.port_answers(port):
         port = 0
     served = _servable(logdir)

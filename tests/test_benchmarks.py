@@ -29,6 +29,7 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     "bench_health.py": (["--tiny"], "health:", True),
     "bench_storage.py": (["--tiny"], "nbtools, copy evicted", True),
     "bench_storage_local.py": (["--tiny"], "checkpoints.best", True),
+    "bench_storage_cache.py": (["--tiny"], "fsspec filecache (check_files) / nbtools, rewritten", True),
     "bench_trajectories.py": (["--tiny"], "checksums identical across Python methods: True", True),
     # bench_merge --tiny writes its checkpoint with bench_merge_make_ckpt.py --tiny under torch.distributed.run
     "bench_merge.py": (["--tiny"], "generated ", True),

@@ -14,7 +14,7 @@ set -uo pipefail
 prefix=$1; shift
 torch_pin=$(grep -E '^torch==' constraints.txt)
 tests=(tests/checkpoints/test_checkpoints.py tests/checkpoints/test_safety.py tests/checkpoints/test_unpickle.py)
-deps=(transformers safetensors tokenizers pytest pytest-timeout pandas pyyaml fsspec xxhash msgspec)
+deps=(transformers safetensors tokenizers pytest pytest-timeout pandas pyyaml fsspec xxhash msgspec pydantic)
 declare -a summary
 failed=0
 for py in "$@"; do

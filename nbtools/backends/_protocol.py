@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from nbtools.backends._types import ClusterHandle, ClusterResources, ClusterStatus, Preview, Teardown
@@ -83,6 +83,11 @@ class Backend(Protocol):
         run): Kubernetes events of its pods, deleted ones included, and of the nodes (spot preemption, node
         shutdown, OOM kills), oldest first; empty where the backend has none to ask (what ``launch.diagnose``
         weighs besides the job's log)."""
+
+    def pods(self) -> list[Any]:
+        """The cluster's pods as their status describes them (``nbtools.kube.PodState``: phase, eviction,
+        restarts, conditions; a stall verdict names an evicted worker or a restarted head from them); empty where
+        the backend has no pods."""
 
     def describe(self) -> list[tuple[str, str]]:
         """Rows that say where this experiment runs (shown with the config)."""

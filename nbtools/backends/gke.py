@@ -264,6 +264,10 @@ class GkeBackend:
         return kube.cluster_events(self.api(), self.cfg.cluster.namespace, self.cfg.cluster.name, limit, since=since,
                                    until=until)
 
+    def pods(self) -> list[kube.PodState]:
+        """The RayCluster's pods (``ray.io/cluster``) as their status describes them."""
+        return kube.pod_states(self.api(), self.cfg.cluster.namespace, self._selector())
+
     def describe(self) -> list[tuple[str, str]]:
         c, g = self.cfg.cluster, self.cfg.gcp
         return [("GCP", f"{g.project} / {g.zone}"),

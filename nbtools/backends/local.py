@@ -133,6 +133,10 @@ class LocalBackend:
         """None to ask: the rehearsal's processes run on this machine (a dead rank shows in the job's log)."""
         return []
 
+    def pods(self) -> list:
+        """None: the rehearsal's ranks are processes of this machine."""
+        return []
+
     def describe(self) -> list[tuple[str, str]]:
         return [("cluster", f"local Ray head on 127.0.0.1:{self.cfg.ray.dashboard_port}"), ("runs", str(self.cfg.run_dir))]
 

@@ -118,6 +118,10 @@ class RayBackend:
         """None to ask: a plain Ray address has no infrastructure API here (Ray's own errors are in the log)."""
         return []
 
+    def pods(self) -> list:
+        """None to ask: a plain Ray address has no infrastructure API here."""
+        return []
+
     def describe(self) -> list[tuple[str, str]]:
         return [("address", self.dashboard_url), ("storage", self.storage.root)]
 

@@ -58,37 +58,30 @@ _OS_WHAT = {
 }
 
 
-def _label(problem: str, i: int) -> str:
-    """What a problem is about: its config key or flag (``grpo.seed``, ``--alpha 2``), else its number."""
-    head = problem.partition(": ")[0]
-    return head if head != problem and len(head) <= 60 and head.count(" ") <= 1 else f"problem {i}"
-
-
 def _problems(e) -> tuple[str, str]:
     """A ConfigError as the CLI prints it: the problems without their fixes, then every fix once on one ``fix:``
     line (keyed by what each is about when they differ), so "fix:" never appears twice or as "see above"."""
-    parts = [p.partition("; fix: ") for p in e.problems]
-    header = e.what.split("\n", 1)[0]
-    where = header.partition("problem(s)")[2].rstrip(":") if "problem(s)" in header else ""
-    if len(parts) == 1:
-        text, _, fix = parts[0]
-        return text + (f" ({where.strip()})" if where else ""), fix
-    n = len(parts)
-    error = f"{n} problems{where}:\n" + "\n".join(f"  - {text}" for text, _, _ in parts)
-    fixes = [(i, text, fix) for i, (text, _, fix) in enumerate(parts, 1) if fix]
-    if len({fix for _, _, fix in fixes}) == 1 and len(fixes) == n:
-        return error, fixes[0][2]
-    return error, "; ".join(f"{_label(text, i)}: {fix}" for i, text, fix in fixes)
+    where = f" (in {e.source})" if e.source else ""
+    if len(e.problems) == 1:
+        return e.problems[0].text + where, e.problems[0].fix
+    n = len(e.problems)
+    error = f"{n} problems{where}:\n" + "\n".join(f"  - {p.text}" for p in e.problems)
+    fixes = [(p.key or f"problem {i}", p.fix) for i, p in enumerate(e.problems, 1) if p.fix]
+    if len({fix for _, fix in fixes}) == 1 and len(fixes) == n:
+        return error, fixes[0][1]
+    return error, "; ".join(f"{label}: {fix}" for label, fix in fixes)
 
 
 def describe(e: BaseException, *, fallback_fix: str) -> Failure:
     """Any exception as a Failure, with the CLI form of its fix; an unknown type is reported as a bug, not a traceback."""
-    from nbtools.errors import ConfigError, NbtoolsError
+    from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
+    if isinstance(e, ImportError) and not isinstance(e, NbtoolsError):  # an optional extra: name it
+        e = DependencyError.from_import(e) or e
     kind = type(e).__name__
     if isinstance(e, ConfigError):
         error, fix = _problems(e)
-        return Failure(error, e.cli_fix or fix or fallback_fix, kind, problems=list(e.problems))
+        return Failure(error, e.cli_fix or fix or fallback_fix, kind, problems=[str(p) for p in e.problems])
     if isinstance(e, NbtoolsError):
         return Failure(e.what, e.cli_fix or fallback_fix, kind)
     if isinstance(e, OSError) and kind in _OS_WHAT:

@@ -10,7 +10,7 @@ def load_cfg(a):
     from nbtools import config
     from nbtools.cli._kinds import EXPERIMENT, MISSING, kind_of
     from nbtools.config import load_yaml
-    from nbtools.errors import ConfigError, NotFoundError
+    from nbtools.errors import ConfigError, NotFoundError, Problem
 
     kind = kind_of(a.experiment)  # a run dir, a logs dir or a job log where the experiment file belongs
     if kind not in (EXPERIMENT, MISSING) and not str(a.experiment).endswith((".yaml", ".yml")):
@@ -25,8 +25,10 @@ def load_cfg(a):
         try:
             overrides[key.strip()] = load_yaml(value, what="the value")
         except ConfigError as e:  # the value is never echoed: it may be a secret
-            fix = "" if e.problem_fixes else f"; fix: write a plain value, or quote it as a string: {key.strip()}='…'"
-            problems.append(f"{key.strip()}=…: {e.problems[0]}{fix}")
+            first = e.problems[0]
+            problems.append(Problem(f"{key.strip()}=…", None, None,
+                                    first.fix or f"write a plain value, or quote it as a string: {key.strip()}='…'",
+                                    what=first.text))
     if problems:
         raise ConfigError(problems)
     return config.load(a.experiment, backend=a.backend, overrides=overrides)

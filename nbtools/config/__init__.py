@@ -51,7 +51,7 @@ from nbtools.config._settings import ENV_BACKEND, ENV_EXPERIMENT, SETTINGS_FILE,
 from nbtools.config._tokens import redact, scrub_secrets, secret_leaks, secret_values, token_kind
 from nbtools.config._validate import Problems, _build
 from nbtools.config._yaml import load_yaml, size_problem
-from nbtools.errors import ConfigError
+from nbtools.errors import ConfigError, Problem
 
 __all__ = [
     "Experiment",
@@ -81,6 +81,7 @@ __all__ = [
     "to_dict",
     "dump",
     "ConfigError",
+    "Problem",
     "SECRET_ENV_VARS",
     "contribute",
     "token_kind",
@@ -187,13 +188,19 @@ def from_dict(data: dict[str, Any], *, source: str | None = None) -> Experiment:
     problems = Problems()
     data = dict(data)
     data.pop("source", None)
-    obj = _build(Experiment, data, "", problems)
+    obj = _build(Experiment, data, problems)
     if obj is not None:
         obj = dataclasses.replace(obj, source=source)
         problems.extend(_semantic_checks(obj, problems))
     if problems:
-        raise ConfigError([scrub_secrets(p, secrets) for p in problems], source=source)
+        raise ConfigError([_scrub(p, secrets) for p in problems], source=source)
     return obj
+
+
+def _scrub(p: Problem, secrets: list[str]) -> Problem:
+    """The problem with every secret value the config holds masked, in each of its texts."""
+    return dataclasses.replace(p, **{f: scrub_secrets(getattr(p, f), secrets) for f in ("key", "value", "allowed", "fix", "what")
+                                     if getattr(p, f)})
 
 
 CONTRIBUTIONS.validate = from_dict  # Experiment.replace validates again with the loader

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ConfigDict, StrictBool, StrictFloat, StrictInt, with_config
+
 import nbtools._paths as _paths
 from nbtools._escape import html as _h
 from nbtools.config._contrib import CONTRIBUTIONS
@@ -26,6 +28,10 @@ from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.con
 from nbtools.errors import NbtoolsError
 
 Backend = Literal["local", "gke", "ray"]
+
+# How config.load validates each section (pydantic, nbtools.config._validate): an unknown key is a problem, a string
+# field takes a number (`head_cpu: 8`); the Strict* field types refuse `"5"` or `true` for a number and `yes` for a bool
+_STRICTNESS = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -61,6 +67,7 @@ class Secret:
 # ----------------------------------------------------------------------------------------------------------
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class GcpConfig:
     project: str = ""  # GCP project id (required for backend gke)
@@ -70,6 +77,7 @@ class GcpConfig:
     service_account: str | None = None  # optional GSA email the KSA impersonates (else direct WI principal binding)
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class ClusterConfig:
     name: str = "nbtools-ray"  # GKE cluster and RayCluster name
@@ -79,8 +87,8 @@ class ClusterConfig:
     # make (backend ray or local): any NVIDIA GPU the fit check knows the memory of (a100-80, a100-40, h100, l4, ...,
     # or its memory, e.g. 96gib): nbtools.fit.GPUS
     gpu_type: str = "nvidia-b200"
-    worker_replicas: int = 1
-    gpus_per_node: int = 8
+    worker_replicas: StrictInt = 1
+    gpus_per_node: StrictInt = 8
     provisioning: Literal["spot", "reservation", "on-demand"] = "spot"
     reservation: str | None = None  # required when provisioning == "reservation"
     kuberay: Literal["addon", "helm"] = "addon"  # GKE Ray operator add-on, or KubeRay via Helm
@@ -96,7 +104,7 @@ class ClusterConfig:
     node_pool: str = "gpu-pool"  # the GPU node pool (Standard)
     ksa: str = "nbtools-ksa"  # Kubernetes ServiceAccount of the Ray pods (Workload Identity to the bucket)
     gpu_driver_version: Literal["latest", "default", "disabled"] = "latest"  # GKE-installed NVIDIA driver (Standard)
-    gvnic_mtu: int = 8896  # MTU of the gVNIC VPC (gcloud's default is 1460; A4/A3 Ultra guidance: 8896)
+    gvnic_mtu: StrictInt = 8896  # MTU of the gVNIC VPC (gcloud's default is 1460; A4/A3 Ultra guidance: 8896)
     nccl_installer_ref: str = NCCL_INSTALLER_REF  # container-engine-accelerators commit/tag of the gIB installer
 
     @property
@@ -117,6 +125,7 @@ class ClusterConfig:
         return self.network_prefix or self.name
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class LustreConfig:
     instance: str = ""  # Managed Lustre instance name
@@ -125,6 +134,7 @@ class LustreConfig:
     capacity: str = "18000Gi"
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class StorageConfig:
     kind: Literal["gcsfuse", "lustre", "none"] = "gcsfuse"
@@ -140,6 +150,7 @@ class StorageConfig:
         return None if self.kind == "none" else f"{self.mount_path.rstrip('/')}/huggingface_cache"
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class ImagesConfig:
     nemo_rl_version: Literal["v0.5.0", "v0.7.0"] = "v0.7.0"
@@ -155,17 +166,18 @@ class ImagesConfig:
         return self.ray_version or NEMO_RL_VERSIONS[self.nemo_rl_version]["ray"]
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class TrainerConfig:
     kind: str = DEFAULT_TRAINER  # a trainer nbtools.trainers registers (config.load names the allowed ones)
     recipe: str | None = None  # NeMo-RL config yaml relative to /opt/nemo-rl (or verl: unused)
-    colocated: bool = True  # generation shares the training GPUs
-    generation_nodes: int | None = None  # non-colocated: nodes given to vLLM
-    generation_gpus_per_node: int | None = None
+    colocated: StrictBool = True  # generation shares the training GPUs
+    generation_nodes: StrictInt | None = None  # non-colocated: nodes given to vLLM
+    generation_gpus_per_node: StrictInt | None = None
     vllm_cfg: dict[str, Any] = field(default_factory=dict)
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)  # extra Hydra overrides, NeMo-RL's own key=value form
-    resume: bool = False  # allow launching into a checkpoint_dir that already has step_N
+    resume: StrictBool = False  # allow launching into a checkpoint_dir that already has step_N
     code_dir: str | None = None  # trainer checkout on the pods: NeMo-RL /opt/nemo-rl (image), verl <mount>/verl
     python: str | None = None  # interpreter on the pods: NeMo-RL `python` (image venv on PATH), verl `python3`
     env_vars: dict[str, str] = field(default_factory=dict)  # extra job env vars (never secrets: use `secrets:`)
@@ -175,14 +187,16 @@ class TrainerConfig:
     reward_module: str | None = None  # NeMo-RL: .py file / package registering custom rewards (shipped in py_modules)
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class ModelConfig:
     name: str = "Qwen/Qwen2.5-1.5B"
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_total_sequence_length: int = 1024
-    tensor_parallel_size: int = 1
+    max_total_sequence_length: StrictInt = 1024
+    tensor_parallel_size: StrictInt = 1
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class DataConfig:
     dataset: str = "OpenMathInstruct-2"
@@ -191,45 +205,49 @@ class DataConfig:
     data_dir: str | None = None  # verl: parquet dir on the shared mount (default <mount>/<dataset>, e.g. /data/gsm8k)
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class GrpoConfig:
-    num_prompts_per_step: int = 32
-    num_generations_per_prompt: int = 16
-    max_num_steps: int = 100
-    val_period: int = 10
-    val_at_start: bool = False
-    max_val_samples: int = 256
-    seed: int = 42
-    use_leave_one_out_baseline: bool = True
-    normalize_rewards: bool = True
-    kl_penalty: float = 0.01
-    learning_rate: float = 5.0e-6
-    temperature: float = 1.0
-    max_new_tokens: int | None = None
+    num_prompts_per_step: StrictInt = 32
+    num_generations_per_prompt: StrictInt = 16
+    max_num_steps: StrictInt = 100
+    val_period: StrictInt = 10
+    val_at_start: StrictBool = False
+    max_val_samples: StrictInt = 256
+    seed: StrictInt = 42
+    use_leave_one_out_baseline: StrictBool = True
+    normalize_rewards: StrictBool = True
+    kl_penalty: StrictFloat = 0.01
+    learning_rate: StrictFloat = 5.0e-6
+    temperature: StrictFloat = 1.0
+    max_new_tokens: StrictInt | None = None
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class CheckpointingConfig:
-    enabled: bool = True
+    enabled: StrictBool = True
     checkpoint_dir: str = ""  # absolute on the shared mount for gke/ray; defaults under runs_dir for local
-    save_period: int = 10
-    keep_top_k: int = 3
+    save_period: StrictInt = 10
+    keep_top_k: StrictInt = 3
     metric_name: str | None = "val:accuracy"
-    higher_is_better: bool = True
-    dtensor_v2: bool = True  # False = DTensor v1 layout (policy/weights/.metadata, keys prefixed "model.")
+    higher_is_better: StrictBool = True
+    dtensor_v2: StrictBool = True  # False = DTensor v1 layout (policy/weights/.metadata, keys prefixed "model.")
     model_save_format: Literal["safetensors", "torch_save"] | None = "safetensors"
-    save_consolidated: bool = False
-    save_optimizer: bool = True
+    save_consolidated: StrictBool = False
+    save_optimizer: StrictBool = True
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class LoggingConfig:
     log_dir: str = ""  # absolute on the shared mount for gke/ray; defaults under runs_dir for local
-    tensorboard: bool = True
-    wandb: bool = False
+    tensorboard: StrictBool = True
+    wandb: StrictBool = False
     wandb_project: str | None = None
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class SecretRef:
     """Where a secret comes from: an env var in the caller, and/or a Kubernetes Secret on the pods."""
@@ -245,25 +263,29 @@ class SecretRef:
         return None
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class SecretsConfig:
     hf_token: SecretRef | None = None
     wandb_api_key: SecretRef | None = None
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class RayConfig:
     address: str | None = None  # backend "ray": dashboard URL, e.g. http://ray-head.example:8265
-    dashboard_port: int = 8265  # local head dashboard / gke port-forward local port
-    port: int = 6379  # local head GCS port
-    num_cpus: int | None = None  # local head CPUs (default: all)
+    dashboard_port: StrictInt = 8265  # local head dashboard / gke port-forward local port
+    port: StrictInt = 6379  # local head GCS port
+    num_cpus: StrictInt | None = None  # local head CPUs (default: all)
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class LocalConfig:
     runs_dir: str = "../runs"  # relative to this file; NBTOOLS_RUNS_DIR overrides it
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class FaultConfig:
     """A fault the rehearsal injects, so stall detection and the verdict are tested on real processes and stacks.
@@ -275,44 +297,46 @@ class FaultConfig:
     """
 
     kind: Literal["hang", "exit", "oom", "slow"]
-    rank: int = 0
-    step: int = 1
+    rank: StrictInt = 0
+    step: StrictInt = 1
     phase: Literal["generation", "train", "refit", "checkpoint"] = "train"
-    seconds: float = 20.0  # slow: the delay per step
+    seconds: StrictFloat = 20.0  # slow: the delay per step
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class StallConfig:
     """When a running job counts as stalled: no new step for ``k`` x its median step time, and at least ``floor_s``."""
 
-    k: float = 5.0
-    floor_s: float = 300.0  # a minimum, so a job whose first steps were fast is not called stalled at a slow one
-    startup_s: float = 1800.0  # before the first step: model loading, engine start-up and warm-up may take this long
+    k: StrictFloat = 5.0
+    floor_s: StrictFloat = 300.0  # a minimum, so a job whose first steps were fast is not called stalled at a slow one
+    startup_s: StrictFloat = 1800.0  # before the first step: model loading, engine start-up and warm-up may take this long
 
 
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class RehearsalConfig:
     """The miniature GRPO run of the local backend (see nbtools.rehearsal)."""
 
     task: Literal["max3"] = "max3"
-    num_train: int = 800
-    num_test: int = 200
-    ranks: int = 2
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 2  # head size 32: the smallest vLLM's CPU attention takes (a merged model must load in vLLM)
-    intermediate_size: int = 256
-    warmup_steps: int = 150
-    warmup_lr: float = 3.0e-3
-    max_new_tokens: int = 12
-    ratio_clip: float = 0.2
-    lr_warmup_steps: int = 100  # NeMo-RL-style LinearLR warmup over this many GRPO steps
-    lr_warmup_start_factor: float = 0.1  # LinearLR's start_factor (NeMo-RL's configs: 0.1); torch needs 0 < f <= 1
+    num_train: StrictInt = 800
+    num_test: StrictInt = 200
+    ranks: StrictInt = 2
+    hidden_size: StrictInt = 64
+    num_layers: StrictInt = 2
+    num_heads: StrictInt = 2  # head size 32: the smallest vLLM's CPU attention takes (a merged model must load in vLLM)
+    intermediate_size: StrictInt = 256
+    warmup_steps: StrictInt = 150
+    warmup_lr: StrictFloat = 3.0e-3
+    max_new_tokens: StrictInt = 12
+    ratio_clip: StrictFloat = 0.2
+    lr_warmup_steps: StrictInt = 100  # NeMo-RL-style LinearLR warmup over this many GRPO steps
+    lr_warmup_start_factor: StrictFloat = 0.1  # LinearLR's start_factor (NeMo-RL's configs: 0.1); torch needs 0 < f <= 1
     lr_decay: Literal["constant", "cosine"] = "constant"  # after warmup: ConstantLR, or cosine to lr_min_ratio·lr at max_num_steps
-    lr_min_ratio: float = 0.1  # the cosine's floor, as a fraction of grpo.learning_rate
-    tie_word_embeddings: bool = True  # tiny Llama: share the input embedding and lm_head
+    lr_min_ratio: StrictFloat = 0.1  # the cosine's floor, as a fraction of grpo.learning_rate
+    tie_word_embeddings: StrictBool = True  # tiny Llama: share the input embedding and lm_head
     warmup_think: Literal["copy", "running_max"] = "running_max"  # warm-start scratchpad (answers stay random)
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    adam_betas: list[StrictFloat] = field(default_factory=lambda: [0.9, 0.99])
     # how a response writes its answer: "<answer> X </answer>" (NeMo-RL's math env), or GSM8K's "#### X" (the same
     # tokens; the form verl's gsm8k rule reads, for a stand-in scoring as verl does)
     answer_format: Literal["tags", "gsm8k"] = "tags"
@@ -323,6 +347,7 @@ class RehearsalConfig:
 
 
 @_paths.tidy_reprs
+@with_config(_STRICTNESS)
 @dataclass(frozen=True)
 class Experiment:
     """The whole experiment: cluster + trainer + run. Load with :func:`load`."""

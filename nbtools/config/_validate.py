@@ -1,9 +1,14 @@
-"""Plain data → typed sections, collecting every problem (type errors, unknown keys); cross-field rules in _rules.
+"""Plain data → the typed sections through pydantic, every problem at once with its key; cross-field rules in _rules.
 
-Why: a user fixing a config wants the whole list at once. Type problems are collected while building the
-dataclass tree; a bad field then takes its default, and the cross-field rules run on that tree, skipping each rule
-that reads a bad field (its verdict would be about the default, not about what the user wrote). Values under
-``secrets`` and anything shaped like a token are never shown in a problem text.
+Why pydantic: its validator walks the dataclass tree, refuses unknown keys and reports every error with its path in
+one pass (msgspec, already a dependency, stops at the first). The field types in ``_sections`` say how strict each
+value is (``StrictInt``: ``"5"`` and ``true`` are no integer; a string field takes a number, ``head_cpu: 8``). What
+stays here is the wording a user reads: each pydantic error becomes a :class:`~nbtools.errors.Problem` naming the
+key, the value as shown, what is allowed and the fix.
+
+After type problems, each bad key is dropped (it takes its default) and the tree is built again, so the cross-field
+rules still run, skipping each rule that reads a bad key: its verdict would be about the default, not about what the
+user wrote. Values under ``secrets`` and anything shaped like a token are never shown in a problem.
 """
 
 from __future__ import annotations
@@ -16,18 +21,19 @@ import typing
 from typing import Any, Literal
 
 from nbtools.config._tokens import redact, token_kind
+from nbtools.errors import Problem
 
 
 class Problems(list):
-    """Problem texts, plus the dotted keys whose values were unusable (cross-field rules skip those)."""
+    """The :class:`Problem` list, plus the dotted keys whose values were unusable (cross-field rules skip those)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bad: set[str] = set()
 
-    def add(self, key: str, text: str) -> None:
-        self.append(text)
-        self.bad.add(key)
+    def add(self, problem: Problem, bad: str | None = None) -> None:
+        self.append(problem)
+        self.bad.add(bad or problem.key)
 
     def touches(self, deps: tuple[str, ...]) -> bool:
         """True when a rule reading ``deps`` would see a bad (defaulted) value."""
@@ -65,145 +71,164 @@ def _part(k: Any) -> str:
     return redact(k) if token_kind(k) else str(k)
 
 
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    if dataclasses.is_dataclass(tp):
-        return f"a mapping ({tp.__name__})"
-    return getattr(tp, "__name__", str(tp))
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # the plain types (Strict* read as int, bool, float)
 
 
 @functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)  # resolving string annotations is most of the time a load takes
+def _adapter(cls: type):
+    from pydantic import TypeAdapter  # _sections imports pydantic's types already; the adapter is built once
+
+    return TypeAdapter(cls)
 
 
-def _placeholder(tp: Any) -> Any:
-    """A stand-in for a missing required field, so the rest of the tree can still be built and checked."""
-    return {str: "", int: 0, float: 0.0, bool: False}.get(tp)
-
-
-def _build(cls: type, data: Any, prefix: str, problems: Problems) -> Any:
-    """Recursively convert plain data to dataclass ``cls``, recording every problem found."""
-    where = prefix.rstrip(".") or "<top level>"
-    if not isinstance(data, dict):
-        problems.add(where, f"{where}: expected a mapping, got {_show(where, data)}; fix: write it as `key: value` lines")
-        return None
-    hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in fields:
-            name = f"{prefix}{_part(key)}"
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"did you mean `{prefix}{close[0]}`?" if close else f"allowed keys: {', '.join(fields)}"
-            problems.add(name, f"{name}: unknown key (value {_show(name, value)}); fix: {hint}")
-            continue
-        kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
-    for name, f in fields.items():
-        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            section = "the top level of the file" if not prefix else f"the {where} section"
-            problems.add(f"{prefix}{name}", f"{prefix}{name}: required key is missing; fix: add `{name}: ...` to {section}")
-    for name, f in fields.items():  # required fields that are missing or bad: a placeholder, marked bad above
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and kwargs.get(name, _BAD) is _BAD:
-            kwargs[name] = _placeholder(hints[name])
-    try:
-        return cls(**{k: v for k, v in kwargs.items() if v is not _BAD})
-    except TypeError:
-        return None
-
-
-_BAD = object()
-
-
-def _convert(tp: Any, value: Any, key: str, problems: Problems) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:
-            return _convert(non_none[0], value, key, problems)
-        for a in non_none:
-            sub = Problems()
-            out = _convert(a, value, key, sub)
-            if not sub:
-                return out
-        problems.add(key, f"{key}: {_show(key, value)} is not one of {_type_name(tp)}; fix: use one of those")
-        return _BAD
-    if origin is Literal:
-        try:
-            if value in args:
-                return value
-        except TypeError:  # unhashable or incomparable: not one of the literals either
-            pass
-        close = difflib.get_close_matches(str(value), [str(a) for a in args], n=1) if isinstance(value, str) else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        problems.add(key, f"{key}: {_show(key, value)} is not allowed; allowed: {', '.join(repr(a) for a in args)}{hint}; "
-                     f"fix: set `{key}` to one of them")
-        return _BAD
+def _section(tp: Any) -> type | None:
+    """The dataclass behind ``tp`` (an optional section unwrapped), or None."""
     if dataclasses.is_dataclass(tp):
-        if value is None:
-            return tp()
-        built = _build(tp, value, key + ".", problems)
-        return built if built is not None else _BAD
-    if origin is list:
-        if not isinstance(value, list):
-            problems.add(key, f"{key}: expected a list, got {_show(key, value)}; fix: write it as a YAML list (`- item`)")
-            return _BAD
-        if not args:
-            return list(value)
-        items = [_convert(args[0], v, f"{key}[{i}]", problems) for i, v in enumerate(value)]
-        return _BAD if any(v is _BAD for v in items) else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            problems.add(key, f"{key}: expected a mapping, got {_show(key, value)}; fix: write it as `key: value` lines")
-            return _BAD
-        out: dict[Any, Any] = {}
-        kt, vt = args if len(args) == 2 else (Any, Any)
-        for k, v in value.items():
-            name = f"{key}.{_part(k)}"
-            if kt is str and not isinstance(k, str):
-                if isinstance(k, (int, float)) and not isinstance(k, bool):
-                    k = str(k)
-                else:
-                    problems.add(name, f"{name}: the key {_show(name, k)} is not a string; fix: quote it")
-                    continue
-            out[k] = _convert(vt, v, name, problems)
-        return _BAD if any(v is _BAD for v in out.values()) else out
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        problems.add(key, f"{key}: expected true or false, got {_show(key, value)}; fix: write `{key.rsplit('.', 1)[-1]}: true` or `false` (no quotes)")
-        return _BAD
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        problems.add(key, f"{key}: expected an integer, got {_show(key, value)}; fix: write a whole number")
-        return _BAD
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        problems.add(key, f"{key}: expected a number, got {_show(key, value)}; fix: write a number such as 0.01 or 1e-6")
-        return _BAD
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        problems.add(key, f"{key}: expected a string, got {_show(key, value)}; fix: quote the value")
-        return _BAD
-    return value
+        return tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        return inner[0] if inner else None
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    """``X | None`` → ``X``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else tp
+    return tp
+
+
+@dataclasses.dataclass
+class _Where:
+    """Where a pydantic error's ``loc`` points: the dotted key, the field's type, its section, what to drop."""
+
+    key: str = ""
+    tp: Any = None
+    section: type | None = None  # the dataclass holding the last field (for unknown or missing keys)
+    prefix: str = ""  # the section's dotted prefix (``grpo.``)
+    drop: tuple = ()  # the deepest field on the path: dropped so the rebuild takes its default
+    drop_key: str = ""
+    drop_fill: Any = None  # what a required field takes instead (None: it has a default)
+    dict_key: bool = False  # the error is about a mapping's key, not its value
+
+
+def _locate(cls: type, loc: tuple) -> _Where:
+    w = _Where(tp=cls)
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            w.dict_key = True
+            break
+        section = _section(w.tp)
+        if section is not None:
+            w.section, w.prefix = section, (w.key + "." if w.key else "")
+            w.key = f"{w.prefix}{_part(part)}"
+            w.tp = _hints(section).get(part) if isinstance(part, str) else None
+            w.drop, w.drop_key, w.drop_fill = loc[: i + 1], w.key, _fill(section, part, w.tp)
+            continue
+        origin, args = typing.get_origin(_unwrap(w.tp)), typing.get_args(_unwrap(w.tp))
+        if origin is list:
+            w.key, w.tp = f"{w.key}[{part}]", (args[0] if args else Any)
+        else:  # a mapping's entry
+            w.key, w.tp = f"{w.key}.{_part(part)}", (args[1] if len(args) == 2 else Any)
+    return w
+
+
+def _fill(section: type, name: Any, tp: Any) -> Any:
+    """A required field's stand-in for the rebuild (its first allowed value, or an empty one); None with a default."""
+    field = next((f for f in dataclasses.fields(section) if f.name == name), None)
+    if field is None or field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING:
+        return None
+    tp = _unwrap(tp)
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is Literal else _PLACEHOLDER.get(tp)
+
+
+_PLACEHOLDER = {str: "", int: 0, float: 0.0, bool: False}  # a required field's stand-in for the rebuild
+_INTEGER = ("int_type", "int_parsing", "int_from_float")
+_NUMBER = ("float_type", "float_parsing")
+_MAPPING = ("dict_type", "dataclass_type", "dataclass_exact_type", "model_type")
+
+
+def _problem(cls: type, err: dict) -> tuple[Problem, _Where]:
+    """One pydantic error as a Problem in nbtools' words: key, value as shown, what is allowed, the fix."""
+    w = _locate(cls, tuple(err["loc"]))
+    kind, key, value = err["type"], w.key or "<top level>", err.get("input")
+    shown = _show(key, value)
+    name = key.rsplit(".", 1)[-1]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        fields = [f.name for f in dataclasses.fields(w.section) if f.name != "source"] if w.section else []
+        close = difflib.get_close_matches(str(err["loc"][-1]), fields, n=1)
+        fix = f"did you mean `{w.prefix}{close[0]}`?" if close else f"allowed keys: {', '.join(fields)}"
+        return Problem(key, shown, ", ".join(fields), fix, what=f"unknown key (value {shown})"), w
+    if kind == "missing":
+        section = f"the {w.prefix.rstrip('.')} section" if w.prefix else "the top level of the file"
+        return Problem(key, None, None, f"add `{name}: ...` to {section}", what="required key is missing"), w
+    if w.dict_key:
+        return Problem(key, shown, "a string", "quote it", what=f"the key {shown} is not a string"), w
+    if kind == "literal_error":
+        args = typing.get_args(_unwrap(w.tp))
+        allowed = ", ".join(repr(a) for a in args)
+        close = difflib.get_close_matches(value, [str(a) for a in args], n=1) if isinstance(value, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return Problem(key, shown, allowed, f"set `{key}` to one of them",
+                       what=f"{shown} is not allowed; allowed: {allowed}{hint}"), w
+    if kind in _MAPPING:
+        return Problem(key, shown, "a mapping", "write it as `key: value` lines",
+                       what=f"expected a mapping, got {shown}"), w
+    if kind == "list_type":
+        return Problem(key, shown, "a list", "write it as a YAML list (`- item`)", what=f"expected a list, got {shown}"), w
+    if kind in ("bool_type", "bool_parsing"):
+        return Problem(key, shown, "true | false", f"write `{name}: true` or `false` (no quotes)",
+                       what=f"expected true or false, got {shown}"), w
+    if kind in _INTEGER:
+        return Problem(key, shown, "an integer", "write a whole number", what=f"expected an integer, got {shown}"), w
+    if kind in _NUMBER:
+        return Problem(key, shown, "a number", "write a number such as 0.01 or 1.0e-6 (no quotes)",
+                       what=f"expected a number, got {shown}"), w
+    if kind == "string_type":
+        return Problem(key, shown, "a string", "quote the value", what=f"expected a string, got {shown}"), w
+    return Problem(key, shown, None, f"write `{key}` as experiments/local.yaml does",
+                   what=f"{err['msg'][0].lower()}{err['msg'][1:]}, got {shown}"), w
+
+
+def _without(data: Any, drop: tuple, placeholder: Any = None) -> Any:
+    """``data`` with the value at ``drop`` removed (or set to ``placeholder``), copied along that path only."""
+    head, rest = drop[0], drop[1:]
+    if isinstance(data, list) and isinstance(head, int) and 0 <= head < len(data) and rest:
+        out = list(data)
+        out[head] = _without(out[head], rest, placeholder)
+        return out
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    if not rest:
+        if placeholder is None:
+            out.pop(head, None)
+        else:
+            out[head] = placeholder
+    elif head in out:
+        out[head] = _without(out[head], rest, placeholder)
+    return out
+
+
+def _build(cls: type, data: dict, problems: Problems) -> Any:
+    """``cls`` built from plain data, every problem recorded; None when no tree can be built even without them."""
+    from pydantic import ValidationError
+
+    adapter = _adapter(cls)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as e:
+        errors = e.errors(include_url=False, include_context=False)
+    for err in errors:
+        problem, where = _problem(cls, err)
+        problems.add(problem, where.drop_key)
+        if where.drop:
+            data = _without(data, where.drop, where.drop_fill)
+    try:
+        return adapter.validate_python(data)
+    except ValidationError:
+        return None
+

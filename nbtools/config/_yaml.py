@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -24,6 +25,18 @@ __all__ = ["MAX_NODES", "load_yaml", "expanded_size"]
 
 MAX_NODES = 100_000  # values after alias expansion; a real experiment has a few hundred
 _MERGE = "tag:yaml.org,2002:merge"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``5e-6`` as the number YAML 1.2 says it is (YAML 1.1 wants ``5.0e-6``).
+
+    Why: the config's number fields are strict (a quoted number is refused), and a learning rate written ``1e-5``, as
+    NeMo-RL's and verl's own configs write it, is a number to the user.
+    """
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
 
 
 class _TooBig(Exception):
@@ -137,7 +150,7 @@ def load_yaml(text: str, source: str | None = None, *, what: str = "the file") -
     """
     loader = None
     try:
-        loader = yaml.SafeLoader(text)  # its reader refuses a NUL or other control character here (a ReaderError)
+        loader = _Loader(text)  # its reader refuses a NUL or other control character here (a ReaderError)
         node = loader.get_single_node()
         if node is None:
             return None

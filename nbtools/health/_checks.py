@@ -224,7 +224,7 @@ def answer_format(c: _Ctx, spec: CheckSpec) -> CheckResult:
 
 def truncation(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
-    s = d.scalar("train/truncation_rate")
+    s = d.scalar(*_tags("truncation"))
     lengths = d.meta["generation_length"] if len(d.records) else None
     at_limit = None
     if d.limit is not None and lengths is not None and lengths.notna().any():
@@ -323,6 +323,26 @@ def length_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
     return _length_ratio(c, spec, "runaway")
 
 
+_ENTROPY_FLOOR = 0.1  # nats per token: a near-greedy policy's entropy (0.001 -> 0.02) is not a blow-up
+
+
+def entropy_blowup(c: _Ctx, spec: CheckSpec) -> CheckResult:
+    """Recent mean entropy over the first steps' (at least ``_ENTROPY_FLOOR``), read under the trainer's own entropy
+    tag (the registry's)."""
+    s = c.data.scalar(*_tags("entropy"))
+    if len(s) < 2 * c.window:
+        return _skip(spec, f"{len(s)} step(s) of the policy's entropy ({' or '.join(_tags('entropy'))}); the check "
+                           f"compares the first {c.window} with the last {c.window}")
+    first = float(s.iloc[: c.window].mean())
+    early = max(first, _ENTROPY_FLOOR)
+    recent = _recent(s, c.window)
+    value = float(recent.mean() / early)
+    base = f"{first:.3g} over the first {c.window} steps" + (f" (compared with the floor {early:g})" if early > first
+                                                               else "")
+    return _result(spec, value, f"mean entropy {recent.mean():.3g} over steps {recent.index[0]}..{recent.index[-1]} "
+                   f"vs {base} ({value:.2f}×)", series=s / early)
+
+
 def kl_runaway(c: _Ctx, spec: CheckSpec) -> CheckResult:
     s = c.data.scalar("train/kl_penalty", "actor/kl_loss", "actor/ppo_kl")
     if s.empty:
@@ -349,12 +369,13 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
                    f"{early:.3g} over the first {w} steps (+{value:.3g})", series=s - early)
 
 
-def _accuracy_tags() -> tuple[str, ...]:
-    """The validation-accuracy tags every trainer logs (its registry's names: NeMo-RL's ``validation/accuracy``,
-    verl's ``val-core/<data source>/acc/mean@<n>``), so the check runs on whichever trainer wrote the run."""
+def _tags(metric: str) -> tuple[str, ...]:
+    """The tags every trainer logs ``metric`` under (its registry's names, e.g. accuracy: NeMo-RL's
+    ``validation/accuracy``, verl's ``val-core/<data source>/acc/mean@<n>``), so a check runs on whichever trainer
+    wrote the run without naming one."""
     from nbtools.trainers import METRIC_NAMES
 
-    return tuple(t for names in METRIC_NAMES.values() for t in names.get("accuracy", ()))
+    return tuple(t for names in METRIC_NAMES.values() for t in names.get(metric, ()))
 
 
 def _val_samples(d: RunData, step: int) -> int | None:
@@ -362,7 +383,9 @@ def _val_samples(d: RunData, step: int) -> int | None:
     run = d.run
     try:
         if run is not None and step in getattr(run, "val_steps", []):
-            return int(run.index(step, kind="val").n_lines) or None
+            if hasattr(run, "index"):  # NeMo-RL's reader counts the lines from its index, without parsing them
+                return int(run.index(step, kind="val").n_lines) or None
+            return sum(1 for _ in run.iter_records(step, kind="val")) or None  # verl's: the dump's records
     except Exception:  # noqa: BLE001 - a dump that cannot be read leaves the check on its threshold alone
         return None
     return None
@@ -378,7 +401,7 @@ def _noise(best: float, last: float, n: int | None) -> float | None:
 
 def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
     d = c.data
-    val = d.scalar(*_accuracy_tags())
+    val = d.scalar(*_tags("accuracy"))
     if len(val) < 3:
         return _skip(spec, f"{len(val)} validation point(s); the check needs 3")
     train = d.scalar("train/reward", "critic/score/mean")
@@ -410,7 +433,7 @@ def val_divergence(c: _Ctx, spec: CheckSpec) -> CheckResult:
 _FUNCS: dict[str, Callable[[_Ctx, CheckSpec], CheckResult]] = {
     "zero-reward": zero_reward, "no-signal-groups": no_signal_groups, "answer-format": answer_format,
     "truncation": truncation, "logprob-mismatch": logprob_mismatch, "length-collapse": length_collapse,
-    "length-runaway": length_runaway, "kl-runaway": kl_runaway, "reward-stalled": reward_stalled,
+    "length-runaway": length_runaway, "entropy-blowup": entropy_blowup, "kl-runaway": kl_runaway, "reward-stalled": reward_stalled,
     "val-divergence": val_divergence,
 }
 

@@ -84,6 +84,11 @@ CHECKS: dict[str, CheckSpec] = {s.name: s for s in (
           "lengths are running away: add an overlong penalty (length_penalty reward), lower the learning rate, or "
           "cap the generation limit",
           ["trainer.reward_functions", "grpo.learning_rate", "grpo.max_new_tokens"]),
+    _spec("entropy-blowup", 2.0, 4.0, True, "recent mean policy entropy / the first steps' mean (NeMo-RL's "
+          "train/approx_entropy, verl's actor/entropy)",
+          "the policy is turning random (it often rambles to the generation limit with it): lower the learning rate, "
+          "raise the KL penalty, or lower the sampling temperature",
+          ["grpo.learning_rate", "grpo.kl_penalty", "grpo.temperature"]),
     _spec("kl-runaway", 0.5, 2.0, True, "KL to the reference policy over the recent steps (train/kl_penalty)",
           "the policy is drifting far from the reference: raise the KL penalty or lower the learning rate",
           ["grpo.kl_penalty", "grpo.learning_rate"]),

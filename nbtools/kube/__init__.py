@@ -26,10 +26,11 @@ from nbtools.kube._api import (
     list_pods,
     pod_events,
 )
+from nbtools.kube._pods import PodState, pod_states
 from nbtools.kube._wait import ReadyReport, is_ready, wait_ready
 
 __all__ = [
     "kubeconfig_file",
     "FIELD_MANAGER", "CompletedExec", "ReadyReport", "apply", "cluster_events", "connect", "delete", "exec_pod", "find_pod", "forward",
-    "get", "is_ready", "list_pods", "pod_events", "wait_ready",
+    "get", "is_ready", "list_pods", "pod_events", "wait_ready", "PodState", "pod_states",
 ]

@@ -49,8 +49,8 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None, prefer
     """
     try:
         from kubernetes import client, config
-    except ImportError as e:  # pragma: no cover - kubernetes is a hard dependency
-        raise DependencyError("the kubernetes client is missing", fix="pip install kubernetes") from e
+    except ImportError as e:  # the optional extra [gke]
+        raise DependencyError.extra("kubernetes", "the Kubernetes API (backend gke)") from e
     shown = kubeconfig or "$KUBECONFIG or ~/.kube/config"
     kubeconfig = kubeconfig_file(kubeconfig)
     if context is None and prefer_context:

@@ -35,7 +35,7 @@ from nbtools.errors import NotFoundError
 from nbtools.launch._attempts import read_attempts
 from nbtools.launch._diagnose import diagnose_log
 from nbtools.launch._stacks import RankStack, parse_log_stacks, parse_py_spy
-from nbtools.launch._stall import StallVerdict, judge, progress
+from nbtools.launch._stall import StallVerdict, judge, judge_pods, progress
 
 __all__ = ["stall", "collect", "write_bundle", "BUNDLE_DIR"]
 
@@ -196,7 +196,8 @@ def collect(cfg: Experiment, submission_id: str | None = None, *, samples: int =
 
 
 def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]:
-    """Versions, config, environment, GPU memory, ``ray status`` and (GKE) the pods' events."""
+    """Versions, config, environment, GPU memory, ``ray status`` and (GKE) the pods' events, conditions and restarts,
+    which refine ``v`` (``judge_pods``)."""
     from importlib import metadata
 
     from nbtools import __version__, backends, trainers
@@ -237,9 +238,18 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
         out["ray_status.txt"] = str((st.get("data") or {}).get("clusterStatus") or st)
     except Exception as e:  # noqa: BLE001
         out["ray_status.txt"] = f"unavailable: {type(e).__name__}: {e}"
-    with contextlib.suppress(Exception):
-        start = info.start_time / 1000 if info.start_time else None
-        out["events.txt"] = "\n".join(backends.get(cfg).events(since=start, until=None, limit=200))
+    start = info.start_time / 1000 if info.start_time else None
+    try:  # the pods' side (GKE): events, conditions, restarts; a restarted head or an evicted worker refines the verdict
+        be = backends.get(cfg)
+        events, pods = be.events(since=start, until=None, limit=200), be.pods()
+    except Exception as e:  # noqa: BLE001 - an API that does not answer is a note, not a failure
+        v.notes.append(f"the cluster's pods could not be read: {type(e).__name__}: {e}")
+    else:
+        out["events.txt"] = "\n".join(events)
+        if pods:
+            out["pods.txt"] = "\n".join(p.line() for p in pods)
+            out["pods.json"] = json.dumps([p.to_dict() for p in pods], indent=1, default=str)
+        judge_pods(v, pods, events, started_at=start)
     return out
 
 
@@ -287,7 +297,9 @@ def _summary(v: StallVerdict, files: dict[str, str]) -> str:
         lines.append(f"| {r.rank} | {r.pid} | {r.phase}{' (straggler)' if r.rank in v.stragglers else ''} | "
                      f"{r.collective or ''} | `{r.summary()}` |")
     lines += ["", *[f"- note: {n}" for n in v.notes], "", "## ray status", "```",
-              files.get("ray_status.txt", "")[:3000], "```", "", "## driver log (last 40 lines)", "```",
+              files.get("ray_status.txt", "")[:3000], "```", "",
+              *(["## pods", "```", files["pods.txt"][:3000], "```", ""] if files.get("pods.txt") else []),
+              "## driver log (last 40 lines)", "```",
               "\n".join(files.get("logs/driver.log", "").splitlines()[-40:]), "```",
               "", f"Everything else is in the archive: {', '.join(sorted(files))}."]
     return "\n".join(lines) + "\n"
@@ -342,8 +354,12 @@ def stall(cfg: Experiment, submission_id: str | None = None, *, bundle: bool = T
         v = _lost(cfg, submission_id)
         if v is None:
             raise
-        files = {"attempts.json": json.dumps([a.to_dict() for a in read_attempts(cfg)], indent=1)}
-        files.update(_context(cfg, cfg.dashboard_url, _NoInfo(), v))
+        recorded = read_attempts(cfg)
+        files = {"attempts.json": json.dumps([a.to_dict() for a in recorded], indent=1)}
+        info = _NoInfo()
+        started = [a.started for a in recorded if a.submission_id == v.submission_id and a.started]
+        info.start_time = started[-1] * 1000 if started else None  # a head restarted before the attempt is not its cause
+        files.update(_context(cfg, cfg.dashboard_url, info, v))
     if bundle:
         write_bundle(cfg, v, files)
     return v

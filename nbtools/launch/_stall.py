@@ -31,7 +31,7 @@ from nbtools._escape import html as _h
 from nbtools.launch._diagnose import Cause
 from nbtools.launch._stacks import RankStack
 
-__all__ = ["Progress", "StallVerdict", "progress", "judge", "STATUSES", "STALL_CAUSES"]
+__all__ = ["Progress", "StallVerdict", "progress", "judge", "judge_pods", "STATUSES", "STALL_CAUSES"]
 
 STATUSES = ("running", "stalled", "ended", "not-found")
 STALL_CAUSES = tuple(c.value for c in Cause)  # diagnose's vocabulary, hang and deadlock included
@@ -259,6 +259,59 @@ def judge(*, experiment: str, submission_id: str, job_status: str, prog: Progres
             v.fix = ("no stack could be read (see the notes): open the bundle's logs; " + _RESUME)
     v.evidence = f"no new step, dump or checkpoint for {_secs(quiet)} (threshold {_secs(threshold)}: max(floor {floor_s:g} s, " \
                  f"{k:g} x median step {_secs(med)}))"
+    return v
+
+
+_EVICTED = re.compile(r"^Warning Evicted: Pod/(\S+): (.*)$")  # nbtools.kube.cluster_events' line of kubelet's event
+_HEAD_FIX = ("resubmit (nbtools.launch.resubmit(cfg), or `nbtools launch EXPERIMENT.yaml --retry`): it resumes from the "
+             "newest complete step_N; delete the RayJob that still says Running (kuberay#3860, #3903), and if the head "
+             "keeps restarting read its last exit in the bundle's pods.txt (memory limit: raise the head's)")
+
+
+def judge_pods(v: StallVerdict, pods: list[Any], events: list[str], *, started_at: float | None) -> StallVerdict:
+    """Refine a verdict with what the pods' status says (pure; ``pods``: ``nbtools.kube.PodState``).
+
+    A head pod restarted since the job started, or a pod evicted or terminated by the kubelet (status ``Evicted``,
+    the ``DisruptionTarget`` condition) while the job is still "running", stalls the run whatever its stacks say:
+    the head restart lost the job's driver and Ray's state (the RayJob may still say Running: kuberay#3860, #3903);
+    an evicted worker took its ranks with it. The verdict names the pod, its cause (``diagnose``'s rules read the
+    pod's reason and the events: node memory pressure is ``host-oom``, a node shutdown ``preempted``, else
+    ``lost-node``) and the fix. A job that ended keeps ``diagnose``'s verdict (which read the same events).
+    """
+    from nbtools.launch._diagnose import diagnose_log
+
+    def since_start(t: float | None) -> bool:
+        return t is None or started_at is None or t >= started_at - 1
+
+    found: list[tuple[Cause, str, str]] = []
+    for p in pods:
+        gone = p.disrupted
+        if gone is not None and since_start(gone[2]):
+            reason, message, _ = gone
+            mine = [e for e in events if p.name in e]
+            d = diagnose_log("", status="FAILED", events=[f"Warning {reason}: Pod/{p.name}: {message}", *mine])
+            cause = d.cause if d.cause != Cause.UNKNOWN else Cause.LOST_NODE
+            how = "evicted" if p.reason == "Evicted" else "terminated"
+            found.append((cause, f"{p.node_type or 'pod'} {p.name} was {how} ({reason})"
+                                 f"{f' on {p.node}' if p.node else ''}: {message}".rstrip(": "), d.fix))
+        elif p.node_type == "head" and p.restarts and since_start(p.restarted_at):
+            found.append((Cause.LOST_NODE, f"head {p.name} restarted ({p.restarts} restart(s), last: {p.last_exit or '?'}): "
+                                           "the job's driver and Ray's job table restarted with it", _HEAD_FIX))
+    named = {e.split(" ", 2)[1] for _, e, _ in found}
+    for e in events:  # KubeRay deletes an evicted worker and creates another: its Evicted event outlives it
+        m = _EVICTED.match(e)
+        if m and m.group(1) not in named:
+            named.add(m.group(1))
+            d = diagnose_log("", status="FAILED", events=[e])
+            role = "head" if "-head-" in m.group(1) else "worker"  # KubeRay's pod names: <cluster>-head-*, *-worker-*
+            found.append((d.cause if d.cause != Cause.UNKNOWN else Cause.LOST_NODE,
+                          f"{role} {m.group(1)} was evicted: {m.group(2)} (its pod is gone; the event says it)", d.fix))
+    if not found or v.status == "ended":
+        v.notes += [f"pod: {e}" for _, e, _ in found]
+        return v
+    cause, evidence, fix = found[0]
+    v.status, v.cause, v.fix = "stalled", cause.value, fix
+    v.evidence = "; ".join(e for _, e, _ in found) + (f"; {v.evidence}" if v.evidence else "")
     return v
 
 

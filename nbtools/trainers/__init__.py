@@ -50,6 +50,7 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "loss": ("train/loss",),
         "grad_norm": ("train/grad_norm",),
         "entropy": ("train/approx_entropy",),
+        "truncation": ("train/truncation_rate",),
         "val_length": ("validation/avg_length",),
         "step_time": ("timing/train/total_step_time",),
         "generation_time": ("timing/train/generation",),
@@ -68,6 +69,8 @@ METRIC_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
         "loss": ("actor/pg_loss",),
         "grad_norm": ("actor/grad_norm",),
         "entropy": ("actor/entropy",),
+        # share of responses at the generation limit (verl/trainer/ppo/metric_utils.py compute_data_metrics)
+        "truncation": ("response_length/clip_ratio",),
         "val_length": ("val-aux/*/response_length/mean@*",),
         "step_time": ("timing_s/step",),
         "generation_time": ("timing_s/gen",),

@@ -16,8 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import kuberay_api
 import pytest
-import yaml
 from kube_double import KubeDouble
 from ports import free_port as _free
 from sim_kuberay import KubeRayController
@@ -28,8 +28,8 @@ from nbtools.backends._types import fetch_resources
 from nbtools.errors import ConflictError, NotFoundError, NotReadyError
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERAY = Path(__file__).resolve().parents[1] / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NS, NAME = "default", "nbtools-b200"
+kuberay_double, kd = kuberay_api.kuberay_double, kuberay_api.kd  # the shared API double's fixtures
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 
 
@@ -39,24 +39,6 @@ def cfg(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_TESTVALUEnotarealtoken000000")
     c = nbtools.config.load(ROOT / "experiments/gke-b200-gemma3-1b.yaml", backend="gke")
     return c.replace(**{"ray.dashboard_port": _free(), "cluster.worker_replicas": 2})
-
-
-@pytest.fixture(scope="module")
-def double():
-    crd = yaml.safe_load(KUBERAY.read_text())
-    schema = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
-    with KubeDouble(schemas={("ray.io", "rayclusters"): schema}) as kd:
-        yield kd
-
-
-@pytest.fixture
-def kd(double, tmp_path):
-    double.store.clear()
-    double.execs.clear()
-    double.exec_result.clear()
-    double.routes.clear()
-    double.kubeconfig(tmp_path / "kubeconfig")
-    return double
 
 
 @pytest.fixture

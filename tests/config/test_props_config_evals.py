@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from nbtools import config
 from nbtools.config import ConfigError, Experiment
 from nbtools.config._yaml import load_yaml
-from nbtools.errors import NbtoolsError
+from nbtools.errors import NbtoolsError, Problem
 from nbtools.evals import parse_score_blocks, read_score_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,14 +76,14 @@ def test_any_config_loads_or_raises_config_error_listing_every_problem(base, cha
         cfg = config.from_dict(data)
     except ConfigError as e:
         problems = e.problems
-        assert problems and all(isinstance(p, str) and p for p in problems)
+        assert problems and all(isinstance(p, Problem) and p.what and p.fix for p in problems)
         for key in wrong:  # a mapping where a scalar belongs is always wrong, and listed under its key
             if not any(k != key and (key.startswith(k + ".")) for k in {**changes, **unknown}):
-                assert any(p.startswith(key + ":") for p in problems), (key, problems)
+                assert any(p.key == key for p in problems), (key, problems)
         for key in unknown:
             section = key.rpartition(".")[0]
             if not any(k == section or section.startswith(k + ".") for k in {**changes, **wrong}):
-                assert any(p.startswith(key + ": unknown key") for p in problems), (key, problems)
+                assert any(p.key == key and p.what.startswith("unknown key") for p in problems), (key, problems)
         assert "hf_Sent1nelT0ken" not in str(e) and "0123456789abcdef0123456789abcdef5e471e1a" not in str(e)
         return
     assert not wrong and not unknown

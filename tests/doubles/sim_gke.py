@@ -402,6 +402,17 @@ class SimGke:
             pod = workers[0]
         return self.kuberay.preempt(namespace, pod, replace_after=replace_after)
 
+    def evict(self, pod: str | None = None, *, namespace: str = "default", replace_after: float = 0.5) -> dict:
+        """Evict a pod for node memory pressure (default: the first worker); KubeRay's stand-in replaces it."""
+        if pod is None:
+            pod = min(n for n, p in self.pods(namespace).items() if p["metadata"]["labels"].get("ray.io/node-type") == "worker")
+        return self.kuberay.evict(namespace, pod, replace_after=replace_after)
+
+    def restart_head(self, cluster: str, *, namespace: str = "default") -> dict:
+        """The head pod of RayCluster ``cluster`` restarts its container (kuberay#3860): its restart count and last
+        termination change."""
+        return self.kuberay.restart_head(namespace, cluster)
+
     def report(self) -> str:
         """State for a failure message: recent shim commands, API objects, controller/mirror errors, head log tail."""
         lines = ["--- simulated GKE ---"]

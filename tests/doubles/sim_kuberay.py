@@ -36,6 +36,8 @@ from kube_double import KubeDouble
 __all__ = ["KubeRayController", "local_exec"]
 
 _NODE_SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
+_LOW_MEMORY = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. Container c was "
+               "using 1843200Ki, request is 0, has larger consumption of memory.")
 
 
 def _now() -> str:
@@ -125,6 +127,43 @@ class KubeRayController:
         self.kube.add_event(namespace, node or pod, "PreemptionNotice",
                             f"Spot VM {node} is being reclaimed by Compute Engine", kind="Node", component="gke")
         return obj
+
+    def evict(self, namespace: str, pod: str, *, replace_after: float = 0.5) -> dict:
+        """Evict ``pod`` as the kubelet does under node memory pressure, then replace it after a delay.
+
+        Kubernetes (k8s.io/kubernetes pkg/kubelet/eviction, v1.26+): phase Failed, ``status.reason`` ``Evicted``,
+        the message "The node was low on resource: memory. ...", a ``DisruptionTarget`` condition with reason
+        ``TerminationByKubelet`` and an ``Evicted`` Warning event on the pod from the kubelet.
+        """
+        coll = f"/api/v1/namespaces/{namespace}/pods"
+        obj = self.kube.objects(coll).get(pod)
+        if obj is None:
+            raise KeyError(f"no pod {namespace}/{pod}; pods: {sorted(self.kube.objects(coll))}")
+        self._hold[(namespace, obj["metadata"]["labels"]["ray.io/cluster"])] = time.monotonic() + replace_after
+        obj["status"].update(phase="Failed", reason="Evicted", message=_LOW_MEMORY, conditions=[
+            {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": _LOW_MEMORY,
+             "lastTransitionTime": _now()},
+            {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": _now()},
+        ])
+        for cs in obj["status"].get("containerStatuses") or []:
+            cs.update(ready=False, state={"terminated": {"exitCode": 137, "reason": "Error", "finishedAt": _now()}})
+        self.kube.put(coll, obj)
+        self.kube.add_event(namespace, pod, "Evicted", _LOW_MEMORY, component="kubelet")
+        return obj
+
+    def restart_head(self, namespace: str, cluster: str, *, reason: str = "OOMKilled", exit_code: int = 137) -> dict:
+        """The head pod's container restarts in place (its pod and name stay): ``restartCount`` + 1 and
+        ``lastState.terminated``, as kubelet reports a container restart; Ray's GCS and job table start empty."""
+        coll = f"/api/v1/namespaces/{namespace}/pods"
+        head = next(p for p in self._pods(namespace, cluster).values()
+                    if p["metadata"]["labels"].get("ray.io/node-type") == "head")
+        for cs in head["status"].get("containerStatuses") or []:
+            cs["restartCount"] = int(cs.get("restartCount") or 0) + 1
+            cs["lastState"] = {"terminated": {"exitCode": exit_code, "reason": reason, "finishedAt": _now()}}
+        self.kube.put(coll, head)
+        self.kube.add_event(namespace, head["metadata"]["name"], "BackOff", "Back-off restarting failed container",
+                            component="kubelet")
+        return head
 
     # -- reconcile ------------------------------------------------------------------------------------------
     def reconcile(self) -> float:

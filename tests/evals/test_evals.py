@@ -333,7 +333,7 @@ def test_overrides_reject_plus_prefix_and_unknown_sections(gke_cfg):
     with pytest.raises(ConfigError) as exc:
         nbtools.evals.build_eval_job(gke_cfg, "m", overrides=["++generation.vllm_kwargs.block_size=32", "policy.x=1", "oops"])
     text = str(exc.value)
-    assert "3 problem(s)" in text and "write 'generation.vllm_kwargs.block_size=32'" in text
+    assert "3 problems" in text and "write 'generation.vllm_kwargs.block_size=32'" in text
     assert "unknown top-level section 'policy'" in text and "expected key=value" in text
 
 

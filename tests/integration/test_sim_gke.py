@@ -418,3 +418,63 @@ def test_a_reclaimed_pod_is_preemption_and_an_oom_is_not_retried(sim_gke, tmp_pa
         finally:
             cluster.down()
     assert not sim.kuberay.errors
+
+
+# -- the pods' side of a stall verdict (issue #44): a restarted head, an evicted worker, and no secret in the bundle ---
+SENTINEL = "s3ntinel-" + "Q7w8E9r0T1y2U3i4"
+
+
+def _bundle_text(v) -> str:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(storage.read_bytes(v.bundle))) as tar:
+        texts = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    return texts, "\n".join(texts.values()) + storage.read_text(v.summary_url)
+
+
+def test_a_restarted_head_and_an_evicted_worker_are_named_in_the_stall_verdict(sim_gke, tmp_path, monkeypatch):
+    from nbtools.launch._attempts import Attempt, save
+
+    sim = sim_gke
+    monkeypatch.setenv("MY_SERVICE_PASSWORD", SENTINEL)
+    with sim.activated():
+        cfg = sim.cfg().replace(**{"grpo.seed": 17})  # a submission id of its own
+        cluster = nbtools.backends.get(cfg)
+        try:
+            cluster.up(timeout=120, progress=False)
+            # an evicted worker while the job runs: Ray's job still says RUNNING
+            flag = tmp_path / "done"
+            script = (f"import os, pathlib, time\nprint('login', {FAKE_HF_TOKEN!r}, os.environ.get('MY_SERVICE_PASSWORD', "
+                      f"{SENTINEL!r}), flush=True)\nwhile not pathlib.Path({str(flag)!r}).exists(): time.sleep(0.05)\n")
+            job = nbtools.jobs.submit(cfg.dashboard_url, entrypoint=f"{sys.executable} -c {shlex.quote(script)}",
+                                      submission_id=cfg.submission_id)
+            _until(lambda: "login" in job.logs(), 60, "the job to run and print its secrets")
+            gone = sim.evict(replace_after=30)["metadata"]["name"]
+            v = nbtools.launch.stall(cfg, samples=1)
+            assert (v.status, v.cause) == ("stalled", "host-oom"), f"{v}\n{v.notes}"
+            assert f"worker {gone} was evicted" in v.evidence and "low on resource: memory" in v.evidence
+            assert "host memory" in v.fix
+            files, everything = _bundle_text(v)
+            assert "(head): Running" in files["pods.txt"] and "Ready=True" in files["pods.txt"]  # the pods' conditions
+            assert gone not in files["pods.txt"]  # KubeRay deleted it: its event names it
+            assert f"Warning Evicted: Pod/{gone}: The node was low on resource: memory" in files["events.txt"]
+            assert FAKE_HF_TOKEN not in everything and SENTINEL not in everything
+            assert "<value of $HF_TOKEN>" in files["logs/driver.log"]  # it was there, and scrubbed
+            flag.touch()
+            job.wait(timeout=60, raise_on_failure=False)
+
+            # a restarted head: the record says RUNNING, the head's new job table does not know the job
+            ghost = f"{cfg.submission_id}-ghost"
+            save(cfg, [Attempt(1, ghost, started=time.time() - 600, status="RUNNING", last_step=7)])
+            head = sim.restart_head(cfg.cluster.name)["metadata"]["name"]
+            v = nbtools.launch.stall(cfg, ghost)
+            assert (v.status, v.cause, v.job_status, v.last_step) == ("stalled", "lost-node", "UNKNOWN", 7), str(v)
+            assert f"head {head} restarted (1 restart(s), last: OOMKilled, exit 137)" in v.evidence
+            assert "does not know it" in v.evidence and "delete the RayJob" in v.fix
+            files, everything = _bundle_text(v)
+            assert "1 restart(s) (last: OOMKilled, exit 137)" in files["pods.txt"] and "head" in files["pods.json"]
+            assert FAKE_HF_TOKEN not in everything and SENTINEL not in everything
+        finally:
+            cluster.down()
+    assert not sim.kuberay.errors

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import kuberay_api
 import pytest
-import yaml
-from kube_double import APPLY, KubeDouble
+from kube_double import APPLY
 from kubernetes.client.exceptions import ApiException
 
 import nbtools
@@ -19,29 +19,14 @@ from nbtools import kube, manifests
 from nbtools.errors import ConfigError, ConflictError
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERAY = ROOT / "tests" / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NS, NAME = "default", "nbtools-b200"
+kuberay_double, kd = kuberay_api.kuberay_double, kuberay_api.kd  # the shared API double's fixtures
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
-
-
-@pytest.fixture(scope="module")
-def double():
-    crd = yaml.safe_load(KUBERAY.read_text())
-    schema = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
-    with KubeDouble(schemas={("ray.io", "rayclusters"): schema}) as kd:
-        yield kd
-
-
-@pytest.fixture
-def kd(double):
-    double.store.clear()
-    double.requests.clear()
-    return double
 
 
 @pytest.fixture
 def api(kd, tmp_path):
-    return kube.connect(kubeconfig=str(kd.kubeconfig(tmp_path / "kubeconfig")))
+    return kube.connect(kubeconfig=str(tmp_path / "kubeconfig"))
 
 
 @pytest.fixture
