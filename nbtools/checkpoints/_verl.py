@@ -10,7 +10,7 @@ The rank files are pickles: they are read with an allow-list unpickler in which 
 inert record (nothing from the file is imported or called), so only each local tensor's place in the zip, its
 shape and the DTensor's global shape and placement are taken; the merge then streams the raw bytes. verl's own
 merger (``verl/model_merger/fsdp_model_merger.py``) concatenates the ranks' local tensors in rank order along the
-``Shard`` dim (plain tensors along dim 0) and keeps one copy of a ``Replicate`` tensor: the same rule here.
+``Shard`` dim and keeps one copy of a ``Replicate`` tensor, and (0.9.x) of a plain tensor: the same rule here.
 
 Example:
     >>> nbtools.checkpoints.list_verl_checkpoints("checkpoints/verl_grpo_gsm8k/qwen2_5_32b")[["step", "latest"]]
@@ -434,6 +434,16 @@ def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def _same_bytes(first: Chunk, path: Path, start: int, key: str, rank: int) -> None:
+    """A plain tensor's copy on ``rank`` must equal rank 0's (small: buffers), as verl 0.9.x's merger requires."""
+    with open(first.path, "rb") as a, open(path, "rb") as b:
+        a.seek(first.start)
+        b.seek(start)
+        if a.read(first.nbytes) != b.read(first.nbytes):
+            raise CheckpointError(f"{key} differs between rank 0 and rank {rank}; a tensor FSDP did not shard is "
+                                  f"replicated, the same on every rank", fix=_RESYNC)
+
+
 def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
     """Every weight of a verl checkpoint with its per-rank chunks (raw byte spans in the rank files), in save order.
 
@@ -458,8 +468,10 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
             if dtype is None or (sdtype is not None and sdtype != dtype):
                 raise CheckpointError(f"{path}: {key} has storage {storage.get('type')} for dtype {dtype}", fix=_RESYNC)
             size = tuple(local["size"])
-            if placements is None:  # a plain tensor: verl's merger concatenates the ranks' tensors along dim 0
-                dim, replicate = 0, False
+            if placements is None:  # a plain tensor (a buffer FSDP does not shard): the same on every rank, one copy
+                # kept, as verl 0.9.x's merger does (fsdp_model_merger.py merge_non_dtensor_shards; v0.7.0 concatenated
+                # the ranks' copies into a tensor world-size times too large)
+                dim, replicate = 0, True
             else:
                 p = placements[0]
                 kind = type(p).__name__
@@ -484,11 +496,14 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                 offsets[key] = 0
             elif st.dtype != dtype:
                 raise CheckpointError(f"{key}: {path.name} stores {dtype}, rank 0 {st.dtype}", fix=_RESYNC)
-            if placements is None:
-                st.shape = (offsets[key] + (size[0] if size else 1), *size[1:])
-            if replicate and rank:
-                continue
+            if placements is None and tuple(st.shape) != size:
+                raise CheckpointError(f"{key}: {path.name} holds shape {list(size)}, rank 0 {list(st.shape)}; a tensor FSDP "
+                                      f"did not shard is the same on every rank", fix=_RESYNC)
             start, nbytes = data.get(str(storage["key"]), (None, 0))
+            if replicate and rank:
+                if placements is None and st.chunks and start is not None:
+                    _same_bytes(st.chunks[0], path, start + int(local["offset"]) * dtype.itemsize, key, rank)
+                continue
             n = math.prod(size) * dtype.itemsize
             first = int(local["offset"]) * dtype.itemsize
             if start is None or first + n > nbytes:

@@ -41,7 +41,7 @@ def verl_shard_placement(world: int):
 
 
 def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list[int], config, state_dict,
-               train: bool, verl_placement: bool = False) -> None:
+               train: bool, verl_placement: bool = False, buffer: bool = False) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
@@ -54,6 +54,8 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
         model = AutoModelForCausalLM.from_config(config)
         model.load_state_dict(state_dict)
         kw = {"shard_placement_fn": verl_shard_placement(world)} if verl_placement else {}
+        if buffer:  # a persistent buffer, which FSDP leaves a plain tensor on every rank (not a Llama key)
+            model.model.register_buffer("probe", torch.arange(6, dtype=torch.float32) / 8)
         for layer in model.model.layers:
             fully_shard(layer, mesh=mesh, **kw)
         fully_shard(model, mesh=mesh, **kw)
@@ -75,14 +77,15 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
 
 
 def write_verl_run(run_dir: Path, config, state_dict: dict[str, torch.Tensor], steps: list[int],
-                   world_size: int = 2, train: bool = True, verl_placement: bool = False) -> None:
+                   world_size: int = 2, train: bool = True, verl_placement: bool = False, buffer: bool = False) -> None:
     """Save a verl checkpoint at each of ``steps`` (forked gloo ranks), after one AdamW step each when ``train``;
-    ``verl_placement``: shard as verl's workers do (:func:`verl_shard_placement`), else every parameter on dim 0."""
+    ``verl_placement``: shard as verl's workers do (:func:`verl_shard_placement`), else every parameter on dim 0;
+    ``buffer``: add a persistent buffer ``model.probe`` (a plain tensor in every rank file)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank_main, args=(world_size, os.path.join(tmp, "store"), str(run_dir), steps, config,
-                                             state_dict, train, verl_placement), nprocs=world_size, join=True, start_method="fork")
+                                             state_dict, train, verl_placement, buffer), nprocs=world_size, join=True, start_method="fork")
 
 
 def tiny_config(tied: bool = False):
@@ -115,4 +118,4 @@ def full_state_dicts(run_dir: Path, step: int, world_size: int = 2) -> dict[str,
     shards = [torch.load(Path(run_dir) / f"global_step_{step}" / "actor" / f"model_world_size_{world_size}_rank_{r}.pt",
                          weights_only=False) for r in range(world_size)]
     return {k: torch.cat([s[k].to_local() for s in shards], dim=s0[k].placements[0].dim)
-            for s0 in shards[:1] for k in s0}
+            if hasattr(s0[k], "to_local") else s0[k] for s0 in shards[:1] for k in s0}
