@@ -184,11 +184,11 @@ PACKAGE_LAYERS: list[tuple[str, set[str]]] = [
                 "nbtools._ports", "nbtools._progress", "nbtools._table", "nbtools._figure", "nbtools._tfevents",
                 "nbtools._layout", "nbtools._groups"}),
     ("config", {"nbtools.config"}),
-    ("storage and data readers", {"nbtools.storage", "nbtools._rayfs", "nbtools.metrics", "nbtools.trajectories", "nbtools.checkpoints",
+    ("storage and data readers", {"nbtools.storage", "nbtools._rayfs", "nbtools.metrics", "nbtools.overlay", "nbtools.trajectories", "nbtools.checkpoints",
                                   "nbtools.rewards", "nbtools.kube", "nbtools.manifests"}),
     # the rehearsal is a trainer's own code (the one-folder-per-trainer move puts it under trainers/)
     ("registries and layouts", {"nbtools.trainers", "nbtools.backends", "nbtools.rehearsal"}),
-    ("jobs, launch, evals", {"nbtools.jobs", "nbtools.launch", "nbtools.evals", "nbtools.health", "nbtools.fit",
+    ("jobs, launch, evals", {"nbtools.jobs", "nbtools.worker_logs", "nbtools.launch", "nbtools.evals", "nbtools.health", "nbtools.fit",
                              "nbtools.gke", "nbtools.tensorboard"}),
     ("display", {"nbtools.curves", "nbtools._labels", "nbtools.plots", "nbtools.widgets", "nbtools.explorer",
                  "nbtools.card"}),

@@ -84,7 +84,7 @@ class Backend(Protocol):
         shutdown, OOM kills), oldest first; empty where the backend has none to ask (what ``launch.diagnose``
         weighs besides the job's log)."""
 
-    def pods(self) -> list[Any]:
+    def pod_states(self) -> list[Any]:
         """The cluster's pods as their status describes them (``nbtools.kube.PodState``: phase, eviction,
         restarts, conditions; a stall verdict names an evicted worker or a restarted head from them); empty where
         the backend has no pods."""

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pandas as pd
 
@@ -29,6 +29,7 @@ from nbtools.backends._types import (
     Preview,
     Teardown,
     fetch_resources,
+    wipe_targets,
 )
 from nbtools.config import Experiment
 from nbtools.errors import ConflictError, Fix, NotFoundError, NotReadyError
@@ -264,7 +265,7 @@ class GkeBackend:
         return kube.cluster_events(self.api(), self.cfg.cluster.namespace, self.cfg.cluster.name, limit, since=since,
                                    until=until)
 
-    def pods(self) -> list[kube.PodState]:
+    def pod_states(self) -> list[kube.PodState]:
         """The RayCluster's pods (``ray.io/cluster``) as their status describes them."""
         return kube.pod_states(self.api(), self.cfg.cluster.namespace, self._selector())
 
@@ -311,16 +312,7 @@ class GkeBackend:
         name = self.cfg.name
         if roots is None:
             roots = POD_LOCAL_ROOTS if trainers.get(self.cfg).output_dirs(self.cfg).layout == "nemo_rl" else ()
-        paths = [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots]
-        for p in paths:
-            pp = PurePosixPath(p)
-            if not pp.is_absolute() or len(pp.parts) < 3 or name not in pp.parts or ".." in pp.parts:
-                raise ConflictError(
-                    f"refusing to wipe {p!r}: it must be absolute, at least two levels deep and contain the experiment "
-                    f"name {name!r} as a directory",
-                    fix=f"put checkpoints/logs under a directory named after the experiment, e.g. /data/nemo-rl/{name}/checkpoints",
-                )
-        return list(dict.fromkeys(paths))
+        return wipe_targets(name, [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots])
 
     def wipe(self, *, confirm: str, roots: tuple[str, ...] | None = None) -> Teardown:
         """Remove this experiment's results on the head and every worker (NeMo-RL auto-resumes from them otherwise)."""

@@ -133,7 +133,7 @@ class LocalBackend:
         """None to ask: the rehearsal's processes run on this machine (a dead rank shows in the job's log)."""
         return []
 
-    def pods(self) -> list:
+    def pod_states(self) -> list:
         """None: the rehearsal's ranks are processes of this machine."""
         return []
 

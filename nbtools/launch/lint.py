@@ -22,6 +22,7 @@ from nbtools.config import Experiment
 from nbtools.errors import Fix, NbtoolsError
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_reward import check_reward_contract
+from nbtools.launch.runtime_env import NET_CHOICE
 from nbtools.trainers import CodePresent, Finding, LintReport
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
@@ -118,6 +119,7 @@ def lint(
         return r
     _dirs(cfg, r)
     _gpus(cfg, r, cluster_gpus)
+    _nccl_net(cfg, r)
     r.checked.append("ray-version")
     if client_ray_version is None:
         import ray
@@ -282,3 +284,27 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
                     + (" (W&B logging is on)" if needed else " (gated models such as Gemma and Llama fail to download)"),
                     f"export {env_name} before starting Jupyter and set `secrets.{name}: {{env: {env_name}}}`",
                 ))
+
+
+def _nccl_net(cfg: Experiment, r: LintReport) -> None:
+    """NCCL_NET and NCCL_NET_PLUGIN both choose NCCL's network (``runtime_env.NET_CHOICE``): set together they say
+    one thing twice or contradict each other. gIB's transport registers as the network ``gIB`` ("NET/gIB :
+    Initializing gIB"), so any other NCCL_NET next to a gIB plugin library makes NCCL pass that library by."""
+    r.checked.append("nccl-net")
+    env = cfg.trainer.env_vars
+    if not all(k in env for k in NET_CHOICE):
+        return
+    net, plugin = env["NCCL_NET"], env["NCCL_NET_PLUGIN"]
+    gib = "/gib/" in plugin or plugin.lower() == "gib"
+    fix = (f"remove `trainer.env_vars.NCCL_NET` and keep `NCCL_NET_PLUGIN: {plugin}` (tutorial 002's way), or remove "
+           "`NCCL_NET_PLUGIN` and let nbtools set GKE's NCCL_NET=gIB")
+    if gib and net != "gIB":
+        r.findings.append(Finding(
+            "blocking", "nccl-net", "trainer.env_vars.NCCL_NET",
+            f"NCCL_NET={net} asks NCCL for a network that the gIB library in NCCL_NET_PLUGIN ({plugin}) does not "
+            "provide (it registers as gIB): NCCL would fail to start or run over another transport", fix))
+    else:
+        r.findings.append(Finding(
+            "warning", "nccl-net", "trainer.env_vars.NCCL_NET",
+            f"NCCL_NET={net} and NCCL_NET_PLUGIN={plugin} both choose NCCL's network; a job sets one (GKE's "
+            "set_nccl_env.sh sets NCCL_NET=gIB, tutorial 002 only NCCL_NET_PLUGIN)", fix))

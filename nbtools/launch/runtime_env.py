@@ -29,6 +29,7 @@ __all__ = [
     "SECRETS_FILE",
     "SECRET_ENV_NAMES",
     "gib_nccl_env",
+    "NET_CHOICE",
     "env_vars",
     "secret_values",
     "secrets_from_env",
@@ -61,6 +62,14 @@ _GIB_NCCL = {
 }
 
 
+# Two ways choose gIB as NCCL's network, and a job uses one: GKE's NCCL_NET=gIB (the gIB image's set_nccl_env.sh;
+# NCCL loads the shim libnccl-net.so from /usr/local/gib/lib64 on LD_LIBRARY_PATH, which loads the gIB transport), or
+# NCCL_NET_PLUGIN=/usr/local/gib/lib64/libnccl-net_internal.so, the transport's own library named directly, as tutorial
+# 002's runtime-env.yaml (esaaren/verl-on-gke job/runtime-env.yaml) does without NCCL_NET. So a user's NCCL_NET_PLUGIN
+# replaces nbtools' NCCL_NET; both in trainer.env_vars is a lint finding (nbtools.launch.lint, rule "nccl-net").
+NET_CHOICE = ("NCCL_NET", "NCCL_NET_PLUGIN")
+
+
 def gib_nccl_env(tuner_config: str) -> dict[str, str]:
     """NCCL/gIB variables for a GKE A4 / A3 Ultra node, with the GPU type's tuner file (the only place they are set).
 
@@ -87,6 +96,8 @@ def env_vars(cfg: Experiment) -> dict[str, str]:
         if home:
             env["HF_HOME"] = home
     env.update(trainer.job_env(cfg))
+    if "NCCL_NET_PLUGIN" in cfg.trainer.env_vars and "NCCL_NET" not in cfg.trainer.env_vars:
+        env.pop("NCCL_NET", None)  # the user names the network library (tutorial 002): see NET_CHOICE
     env.update(cfg.trainer.env_vars)
     return env
 

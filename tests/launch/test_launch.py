@@ -75,7 +75,8 @@ EXPECTED = {
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
         "actor_rollout_ref.actor.strategy=fsdp2 algorithm.kl_ctrl.kl_coef=0.001 trainer.total_epochs=2 "
         "trainer.total_training_steps=null",
-        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",
+        {"PYTHONUNBUFFERED": "1", **{k: v for k, v in GIB_A4.items() if k != "NCCL_NET"},  # the blog's plugin path
+         "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",                 # chooses the network
          "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so", "NCCL_DEBUG": "INFO"},
     ),
     "tutorial-003-qwen3-1.7b-deepscaler": (
