@@ -10,7 +10,7 @@ The rank files are pickles: they are read with an allow-list unpickler in which 
 inert record (nothing from the file is imported or called), so only each local tensor's place in the zip, its
 shape and the DTensor's global shape and placement are taken; the merge then streams the raw bytes. verl's own
 merger (``verl/model_merger/fsdp_model_merger.py``) concatenates the ranks' local tensors in rank order along the
-``Shard`` dim (plain tensors along dim 0) and keeps one copy of a ``Replicate`` tensor: the same rule here.
+``Shard`` dim and keeps one copy of a ``Replicate`` tensor, and (0.9.x) of a plain tensor: the same rule here.
 
 Example:
     >>> nbtools.checkpoints.list_verl_checkpoints("checkpoints/verl_grpo_gsm8k/qwen2_5_32b")[["step", "latest"]]
@@ -407,6 +407,16 @@ def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
+def _same_bytes(first: Chunk, path: Path, start: int, key: str, rank: int) -> None:
+    """A plain tensor's copy on ``rank`` must equal rank 0's (small: buffers), as verl 0.9.x's merger requires."""
+    with open(first.path, "rb") as a, open(path, "rb") as b:
+        a.seek(first.start)
+        b.seek(start)
+        if a.read(first.nbytes) != b.read(first.nbytes):
+            raise CheckpointError(f"{key} differs between rank 0 and rank {rank}; a tensor FSDP did not shard is "
+                                  f"replicated, the same on every rank", fix=_RESYNC)
+
+
 def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
     """Every weight of a verl checkpoint with its per-rank chunks (raw byte spans in the rank files), in save order.
 
@@ -431,8 +441,10 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
             if dtype is None or (sdtype is not None and sdtype != dtype):
                 raise CheckpointError(f"{path}: {key} has storage {storage.get('type')} for dtype {dtype}", fix=_RESYNC)
             size = tuple(local["size"])
-            if placements is None:  # a plain tensor: verl's merger concatenates the ranks' tensors along dim 0
-                dim, replicate = 0, False
+            if placements is None:  # a plain tensor (a buffer FSDP does not shard): the same on every rank, one copy
+                # kept, as verl 0.9.x's merger does (fsdp_model_merger.py merge_non_dtensor_shards; v0.7.0 concatenated
+                # the ranks' copies into a tensor world-size times too large)
+                dim, replicate = 0, True
             else:
                 p = placements[0]
                 kind = type(p).__name__
@@ -443,9 +455,13 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                 else:
                     raise CheckpointError(f"{path}: {key} has placement {kind}, which verl's merger does not merge "
                                           f"either", fix="save the checkpoint again with FSDP (placements sharded on dim 0)")
-                if dim != 0 and not replicate:
-                    raise CheckpointError(f"{path}: {key} is sharded on dim {dim}; this merge streams dim-0 shards",
-                                          fix="merge with verl's own model_merger")
+                # verl's FSDP2 shards each parameter on its first dim that the FSDP size divides (fsdp_utils.py
+                # get_shard_placement_fn, v0.7.0 and v0.9.x): a vocabulary that 2 ranks do not divide is Shard(1)
+                dim = dim + len(full) if dim < 0 else dim
+                if not replicate and (not 0 <= dim < len(full) or len(size) != len(full)
+                                      or any(a != b for i, (a, b) in enumerate(zip(size, full, strict=True)) if i != dim)):
+                    raise CheckpointError(f"{path}: {key}'s local shard {list(size)} is not a Shard({dim}) piece of "
+                                          f"{list(full)}", fix=_RESYNC)
             st = out.get(key)
             if st is None:
                 shape = full if full is not None else size
@@ -453,11 +469,14 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                 offsets[key] = 0
             elif st.dtype != dtype:
                 raise CheckpointError(f"{key}: {path.name} stores {dtype}, rank 0 {st.dtype}", fix=_RESYNC)
-            if placements is None:
-                st.shape = (offsets[key] + (size[0] if size else 1), *size[1:])
-            if replicate and rank:
-                continue
+            if placements is None and tuple(st.shape) != size:
+                raise CheckpointError(f"{key}: {path.name} holds shape {list(size)}, rank 0 {list(st.shape)}; a tensor FSDP "
+                                      f"did not shard is the same on every rank", fix=_RESYNC)
             start, nbytes = data.get(str(storage["key"]), (None, 0))
+            if replicate and rank:
+                if placements is None and st.chunks and start is not None:
+                    _same_bytes(st.chunks[0], path, start + int(local["offset"]) * dtype.itemsize, key, rank)
+                continue
             n = math.prod(size) * dtype.itemsize
             first = int(local["offset"]) * dtype.itemsize
             if start is None or first + n > nbytes:
@@ -468,9 +487,9 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                                       fix="report this layout; verl's FSDP shards are contiguous")
             off = offsets[key]
             if n:
-                chunk_off = (off, *([0] * (len(size) - 1))) if size else ()
+                chunk_off = tuple(off if i == dim else 0 for i in range(len(size)))
                 st.chunks.append(Chunk(chunk_off, size, path, start + first, n))
-            offsets[key] = off + (size[0] if size else 1)
+            offsets[key] = off + (size[dim] if size else 1)
     for st in out.values():
         covered = sum(math.prod(c.sizes) for c in st.chunks)
         if covered != math.prod(st.shape):

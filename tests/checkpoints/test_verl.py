@@ -40,6 +40,10 @@ def runs(tmp_path_factory):
     write_verl_run(base / "exact", cfg, exact_state_dict(cfg), [3], train=False)
     tied = tiny_config(tied=True)
     write_verl_run(base / "tied", tied, AutoModelForCausalLM.from_config(tied).state_dict(), [5])
+    write_verl_run(base / "placed", cfg, AutoModelForCausalLM.from_config(cfg).state_dict(), [4], train=False,
+                   verl_placement=True)
+    write_verl_run(base / "buffer", cfg, AutoModelForCausalLM.from_config(cfg).state_dict(), [6], train=False,
+                   buffer=True)
     return base
 
 
@@ -141,6 +145,46 @@ def test_merge_equals_verls_model_merger(runs, tmp_path):
         b = got[k].to(torch.bfloat16).contiguous()
         assert [list(b.shape), "bfloat16"] == [e["shape"], e["dtype"]], k
         assert hashlib.sha256(b.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest() == e["sha256"], k
+
+
+def test_shards_on_the_dim_verls_placement_chose(runs, tmp_path):
+    """verl's workers shard each parameter on its first dim the FSDP size divides: the 103-row embedding and lm_head
+    of 2 ranks are Shard(1). Before, the merge refused them ("sharded on dim 1; this merge streams dim-0 shards"), so
+    verl's own checkpoints of a vocabulary the GPU count does not divide could not be merged
+    (tests/oracle/test_verl_checkpoint_oracle.py runs it on checkpoints verl wrote)."""
+    d = runs / "placed"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shard = torch.load(d / "global_step_4" / "actor" / "model_world_size_2_rank_0.pt", weights_only=False)
+        truth = full_state_dicts(d, 4)
+    assert shard["model.embed_tokens.weight"].placements[0].dim == 1 == shard["lm_head.weight"].placements[0].dim
+    r = ck.merge(d / "global_step_4", tmp_path / "hf", progress=False)
+    got = _load(r.out)
+    assert r.verified and set(got) == set(truth)
+    for k, v in truth.items():
+        assert torch.equal(got[k], v), k
+
+
+def test_a_plain_tensor_is_kept_once(runs, tmp_path):
+    """A tensor FSDP did not shard (a persistent buffer) is whole on every rank: kept once, as verl 0.9's merger does
+    (fsdp_model_merger.py merge_non_dtensor_shards), not concatenated into one twice its size (v0.7.0's merger); a
+    copy that differs between ranks is refused."""
+    from nbtools.checkpoints._verl import read_verl_sources
+
+    actor = runs / "buffer" / "global_step_6" / "actor"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shard = torch.load(actor / "model_world_size_2_rank_1.pt", weights_only=False)
+    assert not hasattr(shard["model.probe"], "placements")
+    src = read_verl_sources(actor)["model.probe"]
+    assert src.shape == (6,) and len(src.chunks) == 1 and src.chunks[0].path.name.endswith("rank_0.pt")
+    d = _copy(runs, tmp_path, "buffer") / "global_step_6" / "actor"
+    rank1 = d / "model_world_size_2_rank_1.pt"
+    sd = torch.load(rank1, weights_only=False)
+    sd["model.probe"] = sd["model.probe"] + 1
+    torch.save(sd, rank1)
+    with pytest.raises(CheckpointError, match="model.probe differs between rank 0 and rank 1"):
+        read_verl_sources(d)
 
 
 def test_tied_embeddings(runs, tmp_path):

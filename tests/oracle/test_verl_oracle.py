@@ -19,8 +19,8 @@ Doubles kept, and why (verl at these releases cannot run them on this CPU machin
 - ``verl/workers/fsdp_workers.py``'s per-GPU mini-batch check runs in ``ActorRolloutRefWorker.__init__`` after
   ``torch.distributed`` and a device mesh exist: the lint's rule for it is checked by
   tests/trainers/test_verl_validation.py against the facts (tag and path in ``nbtools/trainers/verl/_validate.py``);
-- checkpoints: verl's FSDP checkpoint manager and model merger are not run here (not attempted in this change); the
-  merge tests use the project's writer of verl's layout (tests/checkpoints).
+- checkpoints: verl's own worker, checkpoint manager, trainer save and model merger run in
+  tests/oracle/test_verl_checkpoint_oracle.py (with the CPU shims its script names).
 
 ``NBTOOLS_VERL_ORACLE`` picks the releases (default ``0.7.0 0.9.1``); which ran is printed at the end of the run.
 """

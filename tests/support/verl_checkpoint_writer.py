@@ -28,8 +28,20 @@ from checkpoint_writer import tiny_tokenizer
 from nbtools.rehearsal import verl_layout
 
 
+def verl_shard_placement(world: int):
+    """verl's FSDP2 placement rule (v0.7.0 and v0.9.x ``verl/utils/fsdp_utils.py`` ``get_shard_placement_fn``, passed
+    as ``shard_placement_fn`` by ``fsdp_workers.py`` and the FSDP engine): the first dim the FSDP size divides, else
+    dim 0. A vocabulary of 103 over 2 ranks is therefore sharded on dim 1 (the hidden size)."""
+    from torch.distributed.tensor import Shard
+
+    def placement(param):
+        return Shard(next((i for i, n in enumerate(param.shape) if n % world == 0), 0))
+
+    return placement
+
+
 def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list[int], config, state_dict,
-               train: bool) -> None:
+               train: bool, verl_placement: bool = False, buffer: bool = False) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
@@ -41,9 +53,12 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
         model = AutoModelForCausalLM.from_config(config)
         model.load_state_dict(state_dict)
+        kw = {"shard_placement_fn": verl_shard_placement(world)} if verl_placement else {}
+        if buffer:  # a persistent buffer, which FSDP leaves a plain tensor on every rank (not a Llama key)
+            model.model.register_buffer("probe", torch.arange(6, dtype=torch.float32) / 8)
         for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
         optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
         for step in steps:
             if train:
@@ -62,13 +77,15 @@ def _rank_main(rank: int, world: int, store_file: str, run_dir: str, steps: list
 
 
 def write_verl_run(run_dir: Path, config, state_dict: dict[str, torch.Tensor], steps: list[int],
-                   world_size: int = 2, train: bool = True) -> None:
-    """Save a verl checkpoint at each of ``steps`` (forked gloo ranks), after one AdamW step each when ``train``."""
+                   world_size: int = 2, train: bool = True, verl_placement: bool = False, buffer: bool = False) -> None:
+    """Save a verl checkpoint at each of ``steps`` (forked gloo ranks), after one AdamW step each when ``train``;
+    ``verl_placement``: shard as verl's workers do (:func:`verl_shard_placement`), else every parameter on dim 0;
+    ``buffer``: add a persistent buffer ``model.probe`` (a plain tensor in every rank file)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank_main, args=(world_size, os.path.join(tmp, "store"), str(run_dir), steps, config,
-                                             state_dict, train), nprocs=world_size, join=True, start_method="fork")
+                                             state_dict, train, verl_placement, buffer), nprocs=world_size, join=True, start_method="fork")
 
 
 def tiny_config(tied: bool = False):
@@ -101,4 +118,4 @@ def full_state_dicts(run_dir: Path, step: int, world_size: int = 2) -> dict[str,
     shards = [torch.load(Path(run_dir) / f"global_step_{step}" / "actor" / f"model_world_size_{world_size}_rank_{r}.pt",
                          weights_only=False) for r in range(world_size)]
     return {k: torch.cat([s[k].to_local() for s in shards], dim=s0[k].placements[0].dim)
-            for s0 in shards[:1] for k in s0}
+            if hasattr(s0[k], "to_local") else s0[k] for s0 in shards[:1] for k in s0}

@@ -40,7 +40,7 @@ def _as_07_leaves_it(sim, cfg, merged: Path) -> list[list[dict]]:
     import pandas as pd
 
     from nbtools.rehearsal import task
-    from nbtools.trainers.verl_prepare import targets
+    from nbtools.trainers.verl.prepare import targets
 
     on_pods = lambda p: sim.backing_dir / Path(p).relative_to(sim.data_dir)  # noqa: E731
     shutil.copytree(merged, on_pods(nbtools.evals.finetuned_model_path(cfg)))
