@@ -12,10 +12,11 @@ wall and CPU seconds are measured inside it around the read, peak RSS is the chi
 that were touched count). Methods run round robin and the table shows medians.
 
 Pairs (ours vs the library call the issue names):
-  verl-sources  ``_verl.read_verl_sources``: every rank's pickle through an allow-list, tensors' byte spans, nothing
-                loaded  |  ``torch.load(mmap=True, weights_only=True)`` of every rank file under
+  verl-sources  ``_verl.read_verl_sources``: every rank's records and byte spans, nothing loaded  |
+                ``torch.load(mmap=True, weights_only=True)`` of every rank file under
                 ``torch.serialization.safe_globals`` (DTensor, DTensorSpec, TensorMeta, DeviceMesh, Shard,
-                Replicate), then each DTensor's shape, placements and local shape
+                Replicate), then each DTensor's shape, placements and local shape  |  the same with
+                ``map_location="meta"`` (no storage; each one's byte offset in the file, what the merge streams)
   dcp-metadata  ``_unpickle.load_dcp_metadata`` (allow-listed)  |  ``FileSystemReader(dir).read_metadata()``
                 (plain ``pickle.load``: it runs whatever a crafted ``.metadata`` names)
   verl-bytes    every byte of every local tensor CRC-32'd: our byte spans read with ``os.pread``  |  the tensors of
@@ -41,7 +42,7 @@ MODELS = {  # generator dims (Llama-style, untied, bf16), as bench_merge.py name
     "1x": {"hidden": 2048, "intermediate": 5632, "layers": 22, "heads": 32, "vocab": 32000},
     "tiny": {"hidden": 64, "intermediate": 128, "layers": 2, "heads": 4, "vocab": 256},
 }
-PAIRS = {"verl-sources": ("nbtools", "torch.load"), "dcp-metadata": ("nbtools", "FileSystemReader"),
+PAIRS = {"verl-sources": ("nbtools", "torch.load", "torch.load meta"), "dcp-metadata": ("nbtools", "FileSystemReader"),
          "verl-bytes": ("nbtools", "torch.load")}
 _BLOCK = 16 << 20
 
@@ -54,14 +55,16 @@ def _safe_globals() -> list:
     return [DTensor, DTensorSpec, TensorMeta, DeviceMesh, Shard, Replicate]
 
 
-def _torch_ranks(actor: Path):
-    """Every rank's state dict via torch.load(mmap, weights_only), the DTensor classes allow-listed."""
+def _torch_ranks(actor: Path, meta: bool = False):
+    """Every rank's state dict via torch.load(mmap, weights_only), the DTensor classes allow-listed (``meta``: no
+    storage at all, each storage's byte offset in the file recorded instead)."""
     import torch
 
     ranks = sorted(actor.glob("model_world_size_*_rank_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    kw = {"map_location": "meta"} if meta else {"mmap": True, "map_location": "cpu"}
     with torch.serialization.safe_globals(_safe_globals()):
         for p in ranks:
-            yield torch.load(p, mmap=True, weights_only=True, map_location="cpu")
+            yield torch.load(p, weights_only=True, **kw)
 
 
 def _crc_digest(per_key: dict[str, list[int]]) -> str:
@@ -89,9 +92,10 @@ def child(pair: str, side: str, root: Path) -> dict:
         items, check = len(src), sorted((k, list(v.shape)) for k, v in src.items())
     elif pair == "verl-sources":
         shapes: dict[str, list[int]] = {}
-        for sd in _torch_ranks(actor):
+        for sd in _torch_ranks(actor, meta=side.endswith("meta")):
             for k, v in sd.items():
-                _ = (v.placements, v.to_local().shape, v.dtype)
+                _ = (v.placements, v.to_local().shape, v.dtype, v.to_local().untyped_storage()._checkpoint_offset
+                     if side.endswith("meta") else 0)
                 shapes[k] = list(v.shape)
         items, check = len(shapes), sorted(shapes.items())
     elif pair == "dcp-metadata" and side == "nbtools":
@@ -179,17 +183,18 @@ def bench(root: Path, repeat: int, fresh: bool = True) -> list[dict]:
 
 def report(rows: list[dict]) -> None:
     print(f"{'read':<14}{'method':<18}{'wall s':>9}{'CPU s':>9}{'peak RSS MB':>13}{'items':>7}   ratio (theirs/ours wall, RSS)")
-    for pair, (ours, theirs) in PAIRS.items():
+    for pair, (ours, *others) in PAIRS.items():
         med = {}
-        for side in (ours, theirs):
+        for side in (ours, *others):
             rs = [r for r in rows if r["pair"] == pair and r["side"] == side]
             med[side] = {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu", "rss_mb")}
             checks = {r["check"] for r in rs}
             med[side]["check"], med[side]["items"] = checks, rs[0]["items"]
-        if med[ours]["check"] != med[theirs]["check"]:
-            raise SystemExit(f"{pair}: nbtools and {theirs} read different contents ({med[ours]['check']} vs "
-                             f"{med[theirs]['check']})")
-        for side in (ours, theirs):
+        for theirs in others:
+            if med[ours]["check"] != med[theirs]["check"]:
+                raise SystemExit(f"{pair}: nbtools and {theirs} read different contents ({med[ours]['check']} vs "
+                                 f"{med[theirs]['check']})")
+        for side in (ours, *others):
             m = med[side]
             ratio = "" if side == ours else (f"   {m['seconds'] / max(med[ours]['seconds'], 1e-9):.2f}x, "
                                              f"{m['rss_mb'] / med[ours]['rss_mb']:.2f}x")

@@ -212,13 +212,21 @@ class _Evil:
         return (Path.touch, (_Evil.marker,))
 
 
-def test_crafted_pickle_is_not_run(runs, tmp_path):
+@pytest.mark.parametrize(("protocol", "refusal"), [(2, r"asks to import \S*getattr"),  # getattr(Path, "touch")
+                                                   (pickle.HIGHEST_PROTOCOL, "refused by torch's weights-only unpickler")])
+def test_crafted_pickle_is_not_run(runs, tmp_path, protocol, refusal):
+    """Rank files are read by torch.load(weights_only=True) (issue 43 item 4): a crafted one is still refused."""
     d = _copy(runs, tmp_path)
     _Evil.marker = tmp_path / "pwned"
     rank0 = d / "global_step_2" / "actor" / "model_world_size_2_rank_0.pt"
-    torch.save({"model.embed_tokens.weight": _Evil()}, rank0, pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(CheckpointError, match="asks to import pathlib"):
+    torch.save({"model.embed_tokens.weight": _Evil()}, rank0, pickle_protocol=protocol)
+    with pytest.raises(CheckpointError, match=refusal) as e:
         ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    assert "do not use this checkpoint" in e.value.fix and not _Evil.marker.exists()
+    from nbtools.checkpoints._verl import read_verl_sources
+
+    with pytest.raises(CheckpointError, match=refusal):
+        read_verl_sources(d / "global_step_2")
     assert not _Evil.marker.exists()
 
 
