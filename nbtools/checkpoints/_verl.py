@@ -6,10 +6,9 @@ save, ``global_step_N/actor/model_world_size_{W}_rank_{R}.pt`` (each rank ``torc
 (config, tokenizer) and ``fsdp_config.json``; after every rank finished, ``latest_checkpointed_iteration.txt`` in
 ``default_local_dir`` holds N. A ``global_step_N`` above that number is still being written (or died writing).
 
-The rank files are pickles: they are read by ``torch.load(map_location="meta", weights_only=True)`` (torch's
-allow-list unpickler; a global outside it is refused before anything is called), so no storage is read and only
-each local tensor's byte offset in the file, its shape and the DTensor's global shape and placement are taken; the
-merge then streams the raw bytes. verl's own
+The rank files are pickles: they are read with an allow-list unpickler in which every DTensor class becomes an
+inert record (nothing from the file is imported or called), so only each local tensor's place in the zip, its
+shape and the DTensor's global shape and placement are taken; the merge then streams the raw bytes. verl's own
 merger (``verl/model_merger/fsdp_model_merger.py``) concatenates the ranks' local tensors in rank order along the
 ``Shard`` dim (plain tensors along dim 0) and keeps one copy of a ``Replicate`` tensor: the same rule here.
 
@@ -20,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import json
-import logging
 import math
 import pickle
 import re
@@ -33,6 +31,7 @@ import torch
 
 from nbtools import _layout, _paths, storage
 from nbtools.checkpoints._sources import Chunk, SourceTensor
+from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_step", "verl_actor_dir", "verl_steps",
@@ -225,7 +224,88 @@ def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFr
     return _out(max(ranked)[2])
 
 
-# --- rank files: torch's own weights-only reader, no storage loaded ----------------------------------------------
+# --- rank files: inert unpickling ------------------------------------------------------------------------------
+# Kept over torch.load(weights_only=True) (issue 43 item 4), measured by benchmarks/bench_ckpt_read.py (0.54 GB,
+# 4 ranks, 588 records, 2026-11-28): torch.load(map_location="meta") takes 2.3x the wall and 3.0x the CPU time
+# (7x warm, in one process: its weights-only unpickler is pure Python), torch.load(mmap=True) 3.3x; reading every
+# byte through mmap'd tensors takes 1.19x and 1.27x the peak RSS of our pread of these spans. torch's reader is the
+# referee: tests/checkpoints/test_verl.py::test_byte_spans_equal_torchs_own_reader.
+
+class _Inert:
+    """Stands for a class named in the pickle (DTensor, DeviceMesh, Shard, …): keeps args and state, runs nothing."""
+
+    qualname = "?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.__dict__["args"] = args
+        obj.__dict__["state"] = {}
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2:  # (dict state, slots state)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        self.__dict__["state"] = state if isinstance(state, dict) else {"value": state}
+
+
+_INERT_MODULES = ("torch.distributed.tensor", "torch.distributed._tensor", "torch.distributed.device_mesh",
+                  "torch.distributed._mesh_layout")
+_inert_classes: dict[str, type] = {}
+
+
+def _inert(module: str, name: str) -> type:
+    q = f"{module}.{name}"
+    if q not in _inert_classes:
+        _inert_classes[q] = type(name, (_Inert,), {"qualname": q})
+    return _inert_classes[q]
+
+
+def _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad=False):
+    return {"wrapper": getattr(cls, "qualname", str(cls)), "dtype": dtype, "size": tuple(size)}
+
+
+def _rebuild_from_type_v2(func, new_type, args, state):
+    obj = func(*args)
+    if isinstance(state, tuple) and len(state) == 2:  # (dict state, slots state), as Tensor.__reduce_ex__ writes
+        state = {**(state[0] or {}), **(state[1] or {})}
+    if isinstance(obj, dict):
+        obj = {**obj, "state": state if isinstance(state, dict) else {}}
+    return obj
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, *rest):
+    return {"storage": storage, "offset": offset, "size": tuple(size), "stride": tuple(stride)}
+
+
+def _reconstructor(cls, base, state):  # copyreg._reconstructor, used by classes pickled with protocol < 2
+    return cls() if isinstance(cls, type) and issubclass(cls, _Inert) else _raise(cls)
+
+
+def _raise(what):
+    raise pickle.UnpicklingError(f"unexpected {what!r}")
+
+
+class _RankUnpickler(SafeUnpickler):
+    def find_class(self, module: str, name: str):
+        if module.startswith(_INERT_MODULES) and name.lstrip("_")[:1].isupper():
+            return _inert(module, name)
+        return super().find_class(module, name)
+
+
+def _allowed() -> dict[tuple[str, str], object]:
+    from collections import OrderedDict
+
+    from torch.serialization import _get_layout
+
+    return {("collections", "OrderedDict"): OrderedDict, ("torch", "Size"): torch.Size,
+            ("torch", "device"): torch.device, ("torch.serialization", "_get_layout"): _get_layout,
+            ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+            ("torch._utils", "_rebuild_wrapper_subclass"): _rebuild_wrapper_subclass,
+            ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type_v2,
+            ("copyreg", "_reconstructor"): _reconstructor, ("builtins", "object"): object}
 
 
 def _zip_member_start(fh, info: zipfile.ZipInfo) -> int:
@@ -291,67 +371,64 @@ def check_rank_crcs(actor: str | Path, *, workers: int = 2, block: int = 16 << 2
     return total, f"zip CRC-32 of every entry of the {ws} rank files checked ({total:,} bytes read)"
 
 
-_GLOBAL_RE = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
-_WHY_RE = re.compile(r"WeightsUnpickler error:\s*(\S[^\n]*)")
-
-
-def _quiet_mesh(record: logging.LogRecord) -> bool:
-    """DeviceMesh's unpickling warns that no process group exists: true and harmless here (nothing is computed)."""
-    return "unpickling of the DeviceMesh" not in record.getMessage()
-
-
-def _load_rank(path: Path) -> dict:
-    """One rank file's state dict with every tensor on the meta device: torch's weights-only unpickler (its own
-    allow-list, with the DTensor classes ``torch.distributed.tensor`` registers), and no storage read; each storage
-    keeps its byte offset in the file (``_checkpoint_offset``), which is what the merge streams from.
-
-    Measured against the allow-list unpickler this replaced and ``torch.load(mmap=True)``:
-    benchmarks/bench_ckpt_read.py (issue 43 item 4).
-    """
-    import torch.distributed.tensor  # noqa: F401 - registers DTensor, DeviceMesh and placements as safe globals
-
-    log = logging.getLogger("torch.distributed.device_mesh")
-    log.addFilter(_quiet_mesh)
+def _load_rank(path: Path) -> tuple[dict, dict[str, tuple[int, int]]]:
+    """(state dict of records, {storage key: (absolute data start, bytes)}) of one rank file; nothing is loaded."""
     try:
-        sd = torch.load(path, map_location="meta", weights_only=True)
+        with open(path, "rb") as fh:
+            z = zipfile.ZipFile(fh)
+            infos = {i.filename: i for i in z.infolist()}
+            pkl = next((n for n in infos if n.endswith("/data.pkl")), None)
+            if pkl is None:
+                raise zipfile.BadZipFile("no data.pkl (not a torch.save file)")
+            prefix = pkl[: -len("data.pkl")] + "data/"
+            sd = _RankUnpickler(z.open(pkl), _allowed(), storages=True,
+                                persistent=lambda pid: {"key": pid[2], "numel": pid[4], "type": pid[1]}).load()
+            data = {}
+            for n, i in infos.items():
+                if n.startswith(prefix):
+                    if i.compress_type != zipfile.ZIP_STORED:
+                        raise zipfile.BadZipFile(f"{n} is compressed (torch.save never compresses)")
+                    data[n[len(prefix):]] = (_zip_member_start(fh, i), i.file_size)
+    except ForbiddenGlobal as e:
+        raise CheckpointError(f"{path} asks to import {e.qualname}, which a verl model shard never contains; it was "
+                              f"not loaded (a pickle naming it could run code)",
+                              fix="do not use this checkpoint; " + _RESYNC) from None
     except FileNotFoundError:
         raise CheckpointError(f"shard file {path.name} is missing from {path.parent}", fix=_RESYNC) from None
-    except pickle.UnpicklingError as e:
-        if m := _GLOBAL_RE.search(str(e)):
-            raise CheckpointError(f"{path} asks to import {m.group(1)}, which a verl model shard never contains; it "
-                                  f"was not loaded (a pickle naming it could run code)",
-                                  fix="do not use this checkpoint; " + _RESYNC) from None
-        why = _WHY_RE.search(str(e))
-        raise CheckpointError(f"{path} was refused by torch's weights-only unpickler"
-                              f"{f' ({why.group(1)[:200]})' if why else ''}: it holds more than tensors and their "
-                              f"layout, which a verl model shard never does; it was not loaded (it could run code)",
-                              fix="do not use this checkpoint; " + _RESYNC) from None
-    except (RuntimeError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
-        raise CheckpointError(f"{path} is not a readable torch.save file, truncated? "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})",
+    except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, struct.error, KeyError, TypeError, ValueError,
+            AttributeError, IndexError) as e:
+        raise CheckpointError(f"{path} is not a readable torch.save file, truncated? ({type(e).__name__}: {e})",
                               fix=_RESYNC) from None
-    finally:
-        log.removeFilter(_quiet_mesh)
     if not isinstance(sd, dict):
         raise CheckpointError(f"{path} holds a {type(sd).__name__}, not the state dict verl saves", fix=_RESYNC)
-    return sd
+    return sd, data
 
 
-def _local(path: Path, key: str, v) -> tuple[torch.Tensor, tuple, tuple | None]:
-    """(local meta tensor, global shape, placements or None for a plain tensor) of one entry."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(v, DTensor):
-        mesh = v.device_mesh
-        if mesh.ndim != 1:
-            raise CheckpointError(f"{path}: {key} is sharded over a {mesh.ndim}-D mesh {mesh.mesh_dim_names}; nbtools "
-                                  f"merges 1-D FSDP meshes (verl's default, fsdp_size=-1)",
+def _local(path: Path, key: str, rec, data: dict[str, tuple[int, int]]) -> tuple[dict, torch.dtype, tuple, tuple | None]:
+    """(local tensor record, dtype, global shape, placements or None for a plain tensor) of one entry."""
+    if isinstance(rec, dict) and "wrapper" in rec:
+        state = rec.get("state") or {}
+        local, spec = state.get("_local_tensor"), state.get("_spec")
+        placements = getattr(spec, "state", {}).get("placements") if spec is not None else None
+        if not rec["wrapper"].endswith("DTensor") or not isinstance(local, dict) or placements is None:
+            raise CheckpointError(f"{path}: {key} is a {rec['wrapper']} that is not a DTensor with a local tensor",
+                                  fix="verl v0.7.0 saves DTensors (FSDP2, or FSDP1 with a device mesh); report this")
+        mesh = getattr(spec, "state", {}).get("mesh")
+        names = getattr(mesh, "state", {}).get("_mesh_dim_names") if mesh is not None else None
+        if len(placements) != 1:
+            raise CheckpointError(f"{path}: {key} is sharded over a {len(placements)}-D mesh {names}; nbtools merges "
+                                  f"1-D FSDP meshes (verl's default, fsdp_size=-1)",
                                   fix="merge with verl's own model_merger, or save with a 1-D FSDP mesh")
-        return v.to_local(), tuple(v.shape), tuple(v.placements)
-    if isinstance(v, torch.Tensor):
-        return v, tuple(v.shape), None
-    raise CheckpointError(f"{path}: {key} holds a {type(v).__name__}, not a tensor", fix=_RESYNC)
+        return local, rec["dtype"], tuple(rec["size"]), tuple(placements)
+    if isinstance(rec, dict) and "storage" in rec:
+        return rec, None, None, None
+    raise CheckpointError(f"{path}: {key} holds a {type(rec).__name__}, not a tensor", fix=_RESYNC)
 
+
+_STORAGE_DTYPES = {"FloatStorage": torch.float32, "BFloat16Storage": torch.bfloat16, "HalfStorage": torch.float16,
+                   "DoubleStorage": torch.float64, "LongStorage": torch.int64, "IntStorage": torch.int32,
+                   "ByteStorage": torch.uint8, "BoolStorage": torch.bool, "CharStorage": torch.int8,
+                   "ShortStorage": torch.int16}
 
 
 def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
@@ -374,25 +451,27 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
     offsets: dict[str, int] = {}
     for rank in range(ws):
         path = actor / f"model_world_size_{ws}_rank_{rank}.pt"
-        sd = _load_rank(path)
-        fsize = path.stat().st_size
+        sd, data = _load_rank(path)
         if rank and set(sd) != set(out):
             diff = sorted(set(sd) ^ set(out))[:3]
             raise CheckpointError(f"{path.name} holds other keys than rank 0 ({diff})", fix=_RESYNC)
-        for key, v in sd.items():
-            local, full, placements = _local(path, key, v)
-            dtype, size = local.dtype, tuple(local.shape)
+        for key, rec in sd.items():
+            local, dtype, full, placements = _local(path, key, rec, data)
+            storage = local["storage"]
+            sdtype = _STORAGE_DTYPES.get(storage.get("type") if isinstance(storage, dict) else None)
+            dtype = dtype or sdtype
+            if dtype is None or (sdtype is not None and sdtype != dtype):
+                raise CheckpointError(f"{path}: {key} has storage {storage.get('type')} for dtype {dtype}", fix=_RESYNC)
+            size = tuple(local["size"])
             if placements is None:  # a plain tensor: verl's merger concatenates the ranks' tensors along dim 0
                 dim, replicate = 0, False
             else:
-                from torch.distributed.tensor import Replicate, Shard
-
                 p = placements[0]
                 kind = type(p).__name__
-                if type(p) is Replicate:
+                if kind == "Replicate":
                     dim, replicate = 0, True
-                elif type(p) is Shard:
-                    dim, replicate = p.dim, False
+                elif kind == "Shard":
+                    dim, replicate = p.state.get("dim", 0), False
                 else:
                     raise CheckpointError(f"{path}: {key} has placement {kind}, which verl's merger does not merge "
                                           f"either", fix="save the checkpoint again with FSDP (placements sharded on dim 0)")
@@ -410,15 +489,14 @@ def read_verl_sources(step_dir: str | Path) -> dict[str, SourceTensor]:
                 st.shape = (offsets[key] + (size[0] if size else 1), *size[1:])
             if replicate and rank:
                 continue
-            stor = local.untyped_storage()
-            start, nbytes = getattr(stor, "_checkpoint_offset", None), stor.nbytes()
+            start, nbytes = data.get(str(storage["key"]), (None, 0))
             n = math.prod(size) * dtype.itemsize
-            first = local.storage_offset() * dtype.itemsize
-            if start is None or first + n > nbytes or start + nbytes > fsize:
+            first = int(local["offset"]) * dtype.itemsize
+            if start is None or first + n > nbytes:
                 raise CheckpointError(f"{path}: {key}'s data ({n} bytes at {first}) is missing or cut short "
                                       f"(storage holds {nbytes})", fix=_RESYNC)
-            if tuple(local.stride()) != _contiguous(size) and n:
-                raise CheckpointError(f"{path}: {key} is saved non-contiguous (stride {tuple(local.stride())})",
+            if tuple(local["stride"]) != _contiguous(size) and n:
+                raise CheckpointError(f"{path}: {key} is saved non-contiguous (stride {local['stride']})",
                                       fix="report this layout; verl's FSDP shards are contiguous")
             off = offsets[key]
             if n:
