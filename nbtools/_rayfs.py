@@ -4,7 +4,7 @@ Why: on a Ray cluster someone else runs (DGX Cloud Lepton, tutorial 003's ``/nem
 run's files are on a disk only the cluster's nodes mount, and the dashboard address is often all the user has. Each
 call here is one short Ray job on the cluster (``python -c`` with the operations, base64 in its argument) that lists,
 stats or reads the paths there and prints the answer to its log, which this side reads and decodes; the job is
-deleted afterwards. Calls that name many paths (``get``/``cat`` of a list, ``find``) are one job, not one per file.
+deleted afterwards. ``rm`` deletes there the same way (notebook 09's wipe). Calls that name many paths (``get``/``cat`` of a list, ``find``) are one job, not one per file.
 Errors keep their kind (``FileNotFoundError``, ``PermissionError``, ...), so ``nbtools.storage`` treats this
 filesystem like any other. It reads where a job's driver runs (the head, without ``entrypoint_num_gpus``): the shared
 storage every node mounts. A ``storage.url`` this machine can read (``gs://``, ``s3://``, a local mount) stays the
@@ -37,7 +37,7 @@ _ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirec
 
 # What runs on the cluster: only the standard library of whatever Python the image has (no nbtools there).
 _SCRIPT = r'''
-import base64, json, os, stat, sys, zlib
+import base64, json, os, shutil, stat, sys, zlib
 def st(p, name=None):
     s = os.stat(p); l = os.lstat(p)
     return {"name": name or p, "size": s.st_size, "type": "directory" if stat.S_ISDIR(s.st_mode) else "file",
@@ -74,6 +74,16 @@ def run(op):
             end = size if end is None else (end if end >= 0 else max(size + end, 0))
             f.seek(start)
             return base64.b64encode(f.read(max(end - start, 0))).decode()
+    if k == "rm":  # True when something was there
+        if os.path.isdir(p) and not os.path.islink(p):
+            if not op.get("recursive"):
+                raise IsADirectoryError(p)
+            shutil.rmtree(p)
+            return True
+        if os.path.lexists(p):
+            os.remove(p)
+            return True
+        return False
     if k == "write":
         os.makedirs(os.path.dirname(p), exist_ok=True)
         tmp = p + ".nbtools-partial-%d" % os.getpid()
@@ -232,6 +242,14 @@ class RayJobsFileSystem(AbstractFileSystem):
 
     def pipe_file(self, path, value, **kwargs):
         self._one("write", path, data=base64.b64encode(value).decode())
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        """Delete files (and directory trees with ``recursive``) in one job; a missing path is FileNotFoundError."""
+        paths = path if isinstance(path, list | tuple) else [path]
+        done = self._run([{"op": "rm", "path": self._strip_protocol(p), "recursive": bool(recursive)} for p in paths])
+        missing = [p for p, was in zip(paths, done, strict=True) if not was]
+        if missing:
+            raise FileNotFoundError(f"nothing at {missing[0]} (on the Ray cluster at {self.address})")
 
     def _open(self, path, mode="rb", **kwargs):
         if "r" not in mode:

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from nbtools import metrics as _metrics
-from nbtools._labels import panel_title, run_label
+from nbtools._labels import TITLES, panel_title, run_label
 
-__all__ = ["figure", "bundle", "SMOOTHING_LEVELS", "point_count"]
+__all__ = ["figure", "overlay", "bundle", "SMOOTHING_LEVELS", "point_count"]
 
 SMOOTHING_LEVELS = (0.0, 0.3, 0.6, 0.8, 0.9, 0.95, 0.99)
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
@@ -144,3 +144,71 @@ def bundle(fig, png: bytes | None = None) -> dict:
 def point_count(fig) -> int:
     """Points drawn on the smoothed curves (what a live redraw adds to)."""
     return sum(len(t.x or ()) for t in fig.data if t.hoverinfo != "skip")
+
+
+_X_TITLES = {"step": "step", "relative": "relative (hours since the run's first value)", "wall": "wall time"}
+
+
+def overlay(runs: pd.DataFrame, *, x: str = "step", title: str | None = None):
+    """Several runs on one figure (a ``nbtools.overlay.read`` frame): one panel per metric, one colour per run, the
+    smoothed curve bold over its faint raw values; the hover names each run's raw and smoothed value; buttons switch
+    the x axis between step, relative time and wall time (TensorBoard's three).
+
+    Example:
+        >>> nbtools.curves.overlay(nbtools.overlay.read([cfg, "runs/other/logs"]), x="relative")
+    """
+    import plotly.graph_objects as go
+
+    from nbtools.overlay import X_AXES
+
+    if x not in X_AXES:
+        raise ValueError(f"expected x in {X_AXES}, got {x!r}")
+    names = list(dict.fromkeys(runs["metric"])) if not runs.empty else []
+    n, gap = max(len(names), 1), 0.08
+    height = (1 - gap * (n - 1)) / n
+    fig, colors = go.Figure(), {}
+    xs: dict[str, list] = {a: [] for a in X_AXES}  # every trace's x on each axis, for the buttons
+    smoothing = runs.attrs.get("smoothing", 0.6)
+    for row, name in enumerate(names, start=1):
+        y = "y" if row == 1 else f"y{row}"
+        top = 1 - (row - 1) * (height + gap)
+        fig.update_layout({f"yaxis{'' if row == 1 else row}": {"domain": [max(top - height, 0.0), top], "anchor": "x"}})
+        fig.add_annotation(text=TITLES.get(name, name), xref="paper",
+                           yref=f"{y} domain", x=0, y=1, xanchor="left", yanchor="bottom", showarrow=False,
+                           font={"size": 12})
+        for run, g in runs[runs["metric"] == name].groupby("run", sort=False):
+            c = colors.setdefault(run, _COLORS[len(colors) % len(_COLORS)])
+            axes = {"step": g["step"].tolist(), "relative": g["relative"].round(4).tolist(),
+                    "wall": pd.to_datetime(g["wall_time"], unit="s").dt.strftime("%Y-%m-%d %H:%M:%S").tolist()}
+            fig.add_scatter(x=axes[x], y=g["value"].tolist(), mode="lines", line={"color": c, "width": 1},
+                            opacity=0.3, name=f"{run} raw", legendgroup=str(run), showlegend=False, hoverinfo="skip",
+                            yaxis=y)
+            fig.add_scatter(x=axes[x], y=g["smoothed"].tolist(), customdata=np.stack(
+                                [g["value"].to_numpy(float), g["step"].to_numpy(float)], axis=-1).tolist(),
+                            mode="lines", line={"color": c, "width": 2}, name=str(run), legendgroup=str(run),
+                            showlegend=row == 1, yaxis=y,
+                            hovertemplate=f"{run} · {name} (step %{{customdata[1]:.0f}}): smoothed %{{y:.4g}}, "
+                                          "raw %{customdata[0]:.4g}<extra></extra>")
+            for a in X_AXES:
+                xs[a] += [axes[a], axes[a]]
+    buttons = [{"label": a, "method": "update", "args": [{"x": xs[a]}, {"xaxis.title.text": _X_TITLES[a],
+                                                                        "xaxis.type": "date" if a == "wall" else "linear"}]}
+               for a in X_AXES]
+    fig.update_xaxes(title_text=_X_TITLES[x], anchor=f"y{n}" if n > 1 else "y", showspikes=True, spikemode="across",
+                     spikesnap="cursor", spikethickness=1, spikedash="dot", spikecolor="#888",
+                     type="date" if x == "wall" else "linear")
+    run_names = list(dict.fromkeys(runs["run"])) if not runs.empty else []
+    fig.update_layout(
+        height=170 + 210 * n, margin={"t": 80, "b": 90, "l": 60, "r": 20}, hovermode="x", hoversubplots="axis",
+        uirevision="keep", meta={"nbtools": "overlay", "runs": run_names, "smoothing": smoothing},
+        title={"text": title or f"{len(run_names)} runs overlaid (smoothing {smoothing:g}): " + ", ".join(run_names[:4]),
+               "font": {"size": 14}},
+        legend={"orientation": "h", "y": -0.1 * 3 / n, "yanchor": "top", "x": 0, "font": {"size": 12}},
+        updatemenus=[{"type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.0,
+                      "yanchor": "bottom", "pad": {"b": 24}, "showactive": True, "active": X_AXES.index(x),
+                      "buttons": buttons}],
+    )
+    if not names:
+        fig.add_annotation(text="no runs logged these metrics yet", showarrow=False, xref="paper", yref="paper",
+                           x=0.5, y=0.5)
+    return fig

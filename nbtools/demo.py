@@ -128,7 +128,7 @@ def run_demo(
 
 
 # Calls whose cell must show a figure (an image, or plotly's own output).
-FIGURE_CALLS = re.compile(r"\b(?:plots\.(?:training_curves|timing|attempts_timeline|watch)|evals\.plots\.(?:accuracy|flip_matrix|"
+FIGURE_CALLS = re.compile(r"\b(?:plots\.(?:training_curves|timing|attempts_timeline|watch|overlay)|evals\.plots\.(?:accuracy|flip_matrix|"
                           r"breakdown)|plot_rescore)\(")
 FIGURE_MIMES = ("image/png", "image/svg+xml", "application/vnd.plotly.v1+json")
 _WIDGET_REPR = re.compile(r"(?:VBox|HBox|Box|GridBox|HTML|Output|Tab|Accordion|Stack)\(")  # ipywidgets' repr

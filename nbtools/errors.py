@@ -160,6 +160,7 @@ EXTRAS = {
     "torch": "merge", "transformers": "merge", "tokenizers": "merge", "safetensors": "merge", "huggingface_hub": "merge",
     "jupyterlab": "notebooks", "ipywidgets": "notebooks", "papermill": "notebooks", "nbclient": "notebooks",
     "nbformat": "notebooks", "matplotlib": "notebooks", "plotly": "notebooks", "tensorboard": "notebooks",
+    "textual": "tui",
 }
 
 

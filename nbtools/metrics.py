@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nbtools import _table, trainers
+from nbtools import _table, _trainer_folders
 from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import Fix, NotFoundError
@@ -49,8 +49,18 @@ __all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl
 
 COLUMNS = ["run", "tag", "step", "value", "wall_time"]
 
-# friendly name -> candidate tags per metric family, first present wins: the trainers' own names (nbtools.trainers)
-NAME_MAP: dict[str, dict[str, tuple[str, ...]]] = trainers.METRIC_NAMES
+
+
+def _name_map() -> dict[str, dict[str, tuple[str, ...]]]:
+    """Friendly name -> candidate tags per metric family (a layout's name), first present wins: each registered
+    trainer's layout's own names (``nbtools.trainers.layouts()``)."""
+    return {n: lay.metric_names for n, lay in _trainer_folders.layouts().items()}
+
+
+def __getattr__(name: str):
+    if name == "NAME_MAP":  # read from the registered layouts when asked, so a registered trainer's names appear
+        return _name_map()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _empty() -> pd.DataFrame:
@@ -232,6 +242,11 @@ _NUM = re.compile(r"^(?:np\.\w+\()?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def _console_family() -> str | None:
+    """The layout whose runs print their scalars as console lines (what :func:`read_verl_log` reads)."""
+    return next((n for n, lay in _trainer_folders.layouts().items() if lay.console_log), None)
+
+
 def read_verl_log(path: str | os.PathLike, run: str | None = None) -> pd.DataFrame:
     """Metrics from verl console lines (``step:32 - critic/score/mean:0.41 - response_length/mean:512.3 - …``).
 
@@ -251,7 +266,7 @@ def read_verl_log(path: str | os.PathLike, run: str | None = None) -> pd.DataFra
                             fix=Fix("save the job log first, e.g. Path('run.log').write_text(job.logs())",
                                     cli="save the job log first: `nbtools jobs logs EXPERIMENT.yaml --id ID > run.log`"))
     text = path if text_given else Path(path).read_text(errors="replace")
-    label = run or (trainers.CONSOLE_LOG_FAMILY if text_given else Path(path).stem)
+    label = run or (_console_family() if text_given else Path(path).stem)
     tags, steps, values = [], [], []
     for line in text.splitlines():
         m = _VERL_STEP.search(_ANSI.sub("", line).rstrip())
@@ -310,14 +325,14 @@ def ema(values: Sequence[float] | np.ndarray, smoothing: float = 0.6) -> np.ndar
 
 def framework_of(tags) -> str:
     """The metric family (``nemo_rl``, ``verl``) whose tag prefixes most of the run's tags carry; the first family
-    on a tie (``trainers.METRIC_PREFIXES``: verl logs critic/, actor/, timing_s/ …)."""
+    on a tie (each layout's ``metric_prefixes``: verl logs critic/, actor/, timing_s/ …)."""
     heads = [t.split("/", 1)[0] for t in set(tags)]
-    counts = {f: sum(h in prefixes for h in heads) for f, prefixes in trainers.METRIC_PREFIXES.items()}
+    counts = {f: sum(h in lay.metric_prefixes for h in heads) for f, lay in _trainer_folders.layouts().items()}
     return max(counts, key=counts.__getitem__)
 
 
 def _match(name: str, tags: set[str], framework: str) -> str | None:
-    for pattern in NAME_MAP.get(framework, {}).get(name, ()):
+    for pattern in _name_map().get(framework, {}).get(name, ()):
         if "*" in pattern:
             hits = sorted(t for t in tags if fnmatch.fnmatchcase(t, pattern))
             if hits:
@@ -338,7 +353,7 @@ def select(df: pd.DataFrame, name: str, *, framework: str | None = None) -> pd.D
     Example:
         >>> nbtools.metrics.select(df, "generation_length").groupby("run").value.last()
     """
-    known = {n for fw in NAME_MAP.values() for n in fw}
+    known = {n for fw in _name_map().values() for n in fw}
     parts = []
     for _run, g in df.groupby("run", sort=False):
         tags = set(g["tag"].unique())

@@ -313,4 +313,32 @@ def attempts_timeline(run, df: pd.DataFrame | None = None, *, smoothing: float =
     return fig
 
 
-__all__ += ["attempts_timeline"]
+__all__ += ["attempts_timeline", "overlay", "Overlay"]
+
+
+class Overlay:
+    """Several runs' curves as the notebook shows them (plotly, interactive in JupyterLab); ``fig`` and ``runs`` (the
+    ``nbtools.overlay.read`` frame) stay reachable for more."""
+
+    def __init__(self, fig, runs: pd.DataFrame):
+        self.fig, self.runs = fig, runs
+
+    def _repr_mimebundle_(self, **kwargs):
+        from nbtools import curves
+
+        return curves.bundle(self.fig)
+
+    def __repr__(self) -> str:
+        return f"Overlay({', '.join(self.fig.layout.meta['runs'])})"
+
+
+def overlay(runs: pd.DataFrame, *, x: str = "step", title: str | None = None) -> Overlay:
+    """Overlay several runs (a ``nbtools.overlay.read`` frame): raw and smoothed values in the hover, buttons for
+    the step / relative / wall-time axis. A thin layer over ``nbtools.curves.overlay``.
+
+    Example:
+        >>> nbtools.plots.overlay(nbtools.overlay.read([cfg, "runs/other/logs"]))
+    """
+    from nbtools import curves
+
+    return Overlay(curves.overlay(runs, x=x, title=title), runs)

@@ -44,7 +44,7 @@ from nbtools.errors import (
 
 __all__ = [
     "Entry", "RunStorage", "is_remote", "local_path", "join", "name_of", "parent_of", "filesystem", "ls", "info",
-    "exists", "read_bytes", "StaleVersion", "read_text", "write_bytes", "write_text", "glob", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
+    "exists", "read_bytes", "StaleVersion", "read_text", "write_bytes", "write_text", "remove", "glob", "fetch", "fetch_many", "mirror", "cache_root", "cache_path", "is_cached", "evict",
 ]
 
 _MANIFEST = ".nbtools-generations.json"
@@ -393,6 +393,23 @@ def write_bytes(url: str | os.PathLike, data: bytes) -> None:
 def write_text(url: str | os.PathLike, text: str) -> None:
     """:func:`write_bytes` of UTF-8 text."""
     write_bytes(url, text.encode("utf-8"))
+
+
+def remove(url: str | os.PathLike) -> bool:
+    """Delete a file or a whole directory tree; False when nothing was there (a wipe that runs twice is safe).
+
+    Example:
+        >>> storage.remove(cfg.checkpoints_url)   # on a Ray cluster's own disk: one short job there
+        True
+    """
+    text = _canonical(url)
+    fs, path = filesystem(text)
+    try:
+        _call(text, lambda: fs.rm(path, recursive=True))
+    except NotFoundError:
+        return False
+    evict(text)  # this machine's copies of what was there
+    return True
 
 
 def glob(url: str | os.PathLike, pattern: str) -> list[str]:

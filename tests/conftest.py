@@ -184,19 +184,24 @@ def _restore_env(old: str | None) -> None:
 _HEAVY_FIXTURES = {"ray_head": ("ray", "slow"), "sim_gke": ("slow",), "shared_rehearsal": ("slow",)}
 
 
-# The longest modules (seconds alone on the 2-core CI machine, `--durations=0`, 2026-11-26): under pytest-xdist they are
-# handed out first, so the last worker to finish is not the one that drew a four-minute notebook pass at the end.
+# The longest modules (seconds of one worker in CI's pytest run, 2 workers on 2 cores, 2026-11-28, unless said): under
+# pytest-xdist they are handed out first (keep_longest_first below), so the last worker to finish is not the one that
+# drew a five-minute notebook pass at the end; the rest follow in file order.
 LONGEST_FIRST = (
-    "tests/notebooks/test_gke.py",  # 258 s
-    "tests/notebooks/test_gke_verl.py",  # 239 s
-    "notebooks/*.ipynb",  # about 120 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
-    "tests/notebooks/test_verl_local.py",  # 134 s
-    "tests/integration/test_cli.py",  # 114 s
+    "tests/integration/test_ray_hidden_notebooks.py",  # 335 s: the notebooks on a `ray` cluster with hidden storage
+    "tests/notebooks/test_gke.py",  # 258 s (2026-11-26)
+    "tests/notebooks/test_gke_verl.py",  # 239 s (2026-11-26)
+    "notebooks/*.ipynb",  # about 150 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
+    "tests/notebooks/test_verl_local.py",  # 134 s (2026-11-26)
+    "tests/launch/test_ray.py",  # about 130 s: a Ray head with GPUs, notebook 03's ray branch (57 s)
+    "tests/integration/test_cli.py",  # 114 s (2026-11-26)
     "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
-    "tests/integration/test_sim_gke.py",  # 106 s
+    "tests/integration/test_sim_gke.py",  # 106 s (2026-11-26)
     "tests/oracle/test_verl_oracle.py",  # two venvs (built once, cached in .venv-verl/) and verl's code in each
-    "tests/integration/test_health_rehearsal.py",  # 61 s
-    "tests/integration/test_verl_stand_ins.py",  # 56 s
+    "tests/integration/test_health_rehearsal.py",  # 61 s (2026-11-26)
+    "tests/integration/test_supervise_local.py",  # about 60 s: a killed run brought home (35 s of set-up)
+    "tests/integration/test_stall_local.py",  # about 50 s: a hang stopped by supervise (29 s)
+    "tests/integration/test_verl_stand_ins.py",  # 56 s (2026-11-26)
 )
 
 
@@ -230,10 +235,21 @@ def _unit(nodeid: str) -> str:
     return "notebooks/*.ipynb" if path.startswith("notebooks/") and path.endswith(".ipynb") else path
 
 
+def keep_longest_first(config) -> None:
+    """On the xdist controller: hand the modules out in the workers' collection order (``_LongestFirst``), not
+    xdist's own, which since 3.6 sorts loadscope/loadfile units by their number of tests (``--loadscope-reorder``, on
+    by default): the notebook modules, ten tests or fewer each and the longest of all, went out in the second half (the
+    five-minute hidden-storage ray notebooks 67th of 106 units), after a hundred modules of one-second unit tests."""
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
+
+
 def pytest_configure(config):
     if hasattr(config, "workerinput"):
         config.pluginmanager.register(_LongestFirst(), "nbtools-longest-first")
-    elif os.environ.get("NBTOOLS_RUNS_DIR"):  # this session's list of verl oracle releases starts empty
+        return
+    keep_longest_first(config)
+    if os.environ.get("NBTOOLS_RUNS_DIR"):  # this session's list of verl oracle releases starts empty
         (Path(os.environ["NBTOOLS_RUNS_DIR"]) / "verl-oracle-releases.txt").unlink(missing_ok=True)
 
 

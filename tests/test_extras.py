@@ -64,7 +64,7 @@ def _import_name(requirement: str) -> str:
 
 def test_the_extras_table_is_pyproject():
     extras = PYPROJECT["project"]["optional-dependencies"]
-    listed = {_import_name(r): name for name in ("gke", "merge", "notebooks") for r in extras[name]}
+    listed = {_import_name(r): name for name in ("gke", "merge", "notebooks", "tui") for r in extras[name]}
     assert listed == EXTRAS
     assert PYPROJECT["project"]["name"] == DISTRIBUTION
     assert f"{DISTRIBUTION}[gke,merge,notebooks]" in extras["test"], "make test installs every extra"

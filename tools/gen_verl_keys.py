@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nbtools.trainers._verl_tree import CONFIG, DATA_FILE  # noqa: E402
+from nbtools.trainers.verl._tree import CONFIG, DATA_FILE  # noqa: E402
 
 # v0.7.0/, v0.9.0/: verl's verl/trainer/config/_generated_ppo_trainer.yaml at each tag, each with a SOURCE.md
 DEFAULT_SOURCE = ROOT / "tests" / "assets" / "verl"

@@ -84,7 +84,7 @@ class Backend(Protocol):
         shutdown, OOM kills), oldest first; empty where the backend has none to ask (what ``launch.diagnose``
         weighs besides the job's log)."""
 
-    def pods(self) -> list[Any]:
+    def pod_states(self) -> list[Any]:
         """The cluster's pods as their status describes them (``nbtools.kube.PodState``: phase, eviction,
         restarts, conditions; a stall verdict names an evicted worker or a restarted head from them); empty where
         the backend has no pods."""
@@ -97,6 +97,10 @@ class Backend(Protocol):
 
     def job_secrets(self) -> dict[str, Secret]:
         """Secrets a job must receive from this machine (empty where the cluster holds them itself)."""
+
+    def slow_mount(self, path: str) -> bool:
+        """Whether ``path`` (as the pods see it) is on a mounted object store (GKE's gcsfuse), where loading a model
+        straight from it is slow: the eval jobs copy such a model to the node's local disk first."""
 
     def wipe(self, *, confirm: str) -> Teardown:
         """Delete this experiment's results where the cluster keeps them; ``confirm`` must equal the name (empty:

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
 
 from nbtools import _paths, _table
 from nbtools._escape import html as _h
+from nbtools.errors import ConflictError
 
 # the experiment's sections only a local run reads: the local Ray head's settings and the CPU rehearsal's (the config
 # section named `rehearsal`, not a trainer's name)
 LOCAL_SECTIONS = ("local", "rehearsal")
 
-__all__ = ["LOCAL_SECTIONS", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory"]
+__all__ = ["LOCAL_SECTIONS", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "fetch_resources", "process_tree_memory", "wipe_targets"]
 
 _GIB = 1024**3
 
@@ -197,6 +198,24 @@ class Teardown:
 
     def _repr_html_(self) -> str:
         return f"<b>{_h(self.backend)}</b>: {_h(self.message)}" + self.actions.to_html(index=False)
+
+
+def wipe_targets(name: str, paths: list[str]) -> list[str]:
+    """The directories a cluster's ``wipe`` deletes, each checked to be absolute, at least two levels deep and inside
+    a directory named after the experiment (a typo in a config must not delete ``/data``).
+
+    Raises:
+        ConflictError: a path fails that, with where to put the results instead.
+    """
+    for p in paths:
+        pp = PurePosixPath(p)
+        if not pp.is_absolute() or len(pp.parts) < 3 or name not in pp.parts or ".." in pp.parts:
+            raise ConflictError(
+                f"refusing to wipe {p!r}: it must be absolute, at least two levels deep and contain the experiment "
+                f"name {name!r} as a directory",
+                fix=f"put checkpoints/logs under a directory named after the experiment, e.g. /data/nemo-rl/{name}/checkpoints",
+            )
+    return list(dict.fromkeys(paths))
 
 
 class ClusterState(str, enum.Enum):

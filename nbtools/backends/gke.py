@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pandas as pd
 
@@ -29,6 +29,7 @@ from nbtools.backends._types import (
     Preview,
     Teardown,
     fetch_resources,
+    wipe_targets,
 )
 from nbtools.config import Experiment
 from nbtools.errors import ConflictError, Fix, NotFoundError, NotReadyError
@@ -38,7 +39,7 @@ __all__ = ["GkeBackend", "POD_LOCAL_ROOTS", "DEFAULT_UP_TIMEOUT"]
 
 # NeMo-RL's relative results/ and logs/ land here on every pod when checkpoint_dir/log_dir are not shared (the
 # NeMo-RL image's working directory); wipe removes <root>/<experiment> there for a NeMo-RL layout.
-POD_LOCAL_ROOTS = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")
+POD_LOCAL_ROOTS = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")  # kept for callers; the layouts own it (pod_local_roots)
 # A first pull of the NeMo-RL image (~20 GB) plus GPU node start-up takes 10-20 minutes.
 DEFAULT_UP_TIMEOUT = 1800.0
 
@@ -264,7 +265,7 @@ class GkeBackend:
         return kube.cluster_events(self.api(), self.cfg.cluster.namespace, self.cfg.cluster.name, limit, since=since,
                                    until=until)
 
-    def pods(self) -> list[kube.PodState]:
+    def pod_states(self) -> list[kube.PodState]:
         """The RayCluster's pods (``ray.io/cluster``) as their status describes them."""
         return kube.pod_states(self.api(), self.cfg.cluster.namespace, self._selector())
 
@@ -281,6 +282,11 @@ class GkeBackend:
 
     def job_secrets(self) -> dict:
         return {}  # the pods read them from the Kubernetes Secret
+
+    def slow_mount(self, path: str) -> bool:
+        s = self.cfg.storage
+        mount = str(s.mount_path or "").rstrip("/")
+        return s.kind == "gcsfuse" and bool(mount) and str(path).startswith(mount + "/")
 
     def exec_on(self, command: list[str], *, node_type: str | None = "head", timeout: float = 300) -> list[kube.CompletedExec]:
         """Run ``command`` on the pods selected by ``ray.io/cluster`` (+ ``ray.io/node-type`` unless None).
@@ -304,23 +310,15 @@ class GkeBackend:
 
     def wipe_paths(self, roots: tuple[str, ...] | None = None) -> list[str]:
         """What ``wipe`` removes: checkpoint_dir, log_dir (verl's TensorBoard and dump directories are in it) and
-        ``<root>/<experiment>`` under ``roots`` (default: where a NeMo-RL layout's relative results/ and logs/ land,
-        ``POD_LOCAL_ROOTS``; none for verl, whose directories nbtools passes absolute). Each must name the experiment."""
+        ``<root>/<experiment>`` under ``roots`` (default: the run's layout's ``pod_local_roots``, where a NeMo-RL run's
+        relative results/ and logs/ land; none for verl, whose directories nbtools passes absolute). Each must name
+        the experiment."""
         from nbtools import trainers
 
         name = self.cfg.name
         if roots is None:
-            roots = POD_LOCAL_ROOTS if trainers.get(self.cfg).output_dirs(self.cfg).layout == "nemo_rl" else ()
-        paths = [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots]
-        for p in paths:
-            pp = PurePosixPath(p)
-            if not pp.is_absolute() or len(pp.parts) < 3 or name not in pp.parts or ".." in pp.parts:
-                raise ConflictError(
-                    f"refusing to wipe {p!r}: it must be absolute, at least two levels deep and contain the experiment "
-                    f"name {name!r} as a directory",
-                    fix=f"put checkpoints/logs under a directory named after the experiment, e.g. /data/nemo-rl/{name}/checkpoints",
-                )
-        return list(dict.fromkeys(paths))
+            roots = trainers.layout(trainers.get(self.cfg).layout).pod_local_roots
+        return wipe_targets(name, [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots])
 
     def wipe(self, *, confirm: str, roots: tuple[str, ...] | None = None) -> Teardown:
         """Remove this experiment's results on the head and every worker (NeMo-RL auto-resumes from them otherwise)."""

@@ -133,7 +133,7 @@ class LocalBackend:
         """None to ask: the rehearsal's processes run on this machine (a dead rank shows in the job's log)."""
         return []
 
-    def pods(self) -> list:
+    def pod_states(self) -> list:
         """None: the rehearsal's ranks are processes of this machine."""
         return []
 
@@ -142,6 +142,9 @@ class LocalBackend:
 
     def job_env(self) -> dict[str, str]:
         return {}
+
+    def slow_mount(self, path: str) -> bool:
+        return False  # the run's storage is a filesystem the jobs read directly
 
     def job_secrets(self) -> dict:
         return {}

@@ -23,6 +23,7 @@ from nbtools.backends._types import (
     Preview,
     Teardown,
     fetch_resources,
+    wipe_targets,
 )
 from nbtools.config import Experiment
 from nbtools.errors import ConflictError, Fix, NotReadyError
@@ -118,7 +119,7 @@ class RayBackend:
         """None to ask: a plain Ray address has no infrastructure API here (Ray's own errors are in the log)."""
         return []
 
-    def pods(self) -> list:
+    def pod_states(self) -> list:
         """None to ask: a plain Ray address has no infrastructure API here."""
         return []
 
@@ -128,6 +129,9 @@ class RayBackend:
     def job_env(self) -> dict[str, str]:
         return {}
 
+    def slow_mount(self, path: str) -> bool:
+        return False  # the run's storage is a filesystem the jobs read directly
+
     def job_secrets(self) -> dict:
         """Secrets from this machine's environment, delivered in the job's working_dir (never in env_vars)."""
         from nbtools.launch.runtime_env import secrets_from_env
@@ -135,6 +139,8 @@ class RayBackend:
         return secrets_from_env(self.cfg)
 
     def wipe(self, *, confirm: str) -> Teardown:
+        """Delete this experiment's checkpoints and logs where the cluster keeps them (a re-run would resume from
+        them): through ``storage.url`` when set, else by a short Ray job on the cluster (``nbtools._rayfs``)."""
         if not confirm:
             return Teardown.unconfirmed(self.name, self.cfg.name)
         if confirm != self.cfg.name:
@@ -142,9 +148,14 @@ class RayBackend:
                                 fix=Fix(f"pass confirm={self.cfg.name!r} if you really mean it",
                                         cli=f"wipe is notebook 09's step: set CONFIRM = {self.cfg.name!r} there if you "
                                             "really mean it"))
-        rows = pd.DataFrame([{"kind": "results", "name": p, "action": "kept: nbtools cannot reach the cluster's disks"}
-                             for p in (self.checkpoint_dir, self.log_dir)])
-        return Teardown(self.name, rows, "delete these directories where the cluster keeps them (nbtools has no shell there)")
+        from nbtools import storage
+
+        rows = []
+        for kind, path in zip(("checkpoint_dir", "log_dir"), wipe_targets(self.cfg.name, [self.checkpoint_dir, self.log_dir]),
+                              strict=True):
+            rows.append({"kind": kind, "name": path, "action": "removed" if storage.remove(self.cfg.url(path)) else "absent"})
+        return Teardown(self.name, pd.DataFrame(rows, columns=["kind", "name", "action"]),
+                        f"wiped {self.cfg.name}'s checkpoints and logs at {self.storage.root}")
 
     def provision_plan(self):
         """Nothing to provision (the cluster exists): the plan the same experiment would need on GKE, shown and never

@@ -31,7 +31,7 @@ from nbtools.checkpoints._remote import (
 )
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
-from nbtools.checkpoints._verl import best_verl, latest_verl, list_verl_checkpoints
+from nbtools.checkpoints._verl import best_verl, is_verl_dir, latest_verl, list_verl_checkpoints
 from nbtools.checkpoints._verl_merge import merge_verl
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "megatron_convert_entrypoint",
     "copy_to_local_disk_command",
     "list_verl_checkpoints",
+    "is_verl_dir",
     "latest_verl",
     "best_verl",
     "merge_verl",

@@ -23,7 +23,7 @@ from types import EllipsisType
 import pandas as pd
 
 import nbtools.checkpoints._verl as _verl
-from nbtools import _paths, _table, storage
+from nbtools import _paths, _table, _trainer_folders, storage
 from nbtools._layout import STEP_RE, weights_dir
 from nbtools.config import Experiment
 from nbtools.errors import CheckpointError, Fix, NotFoundError
@@ -98,9 +98,10 @@ def _none_yet(checkpoint_dir: str | Path) -> NotFoundError:
                          fix="wait for the first save (checkpointing.save_period) or check checkpoint_dir")
 
 
-def _is_verl_run(checkpoint_dir) -> bool:
-    """A verl ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) that holds no NeMo-RL ``step_N``."""
-    return _verl.is_verl_dir(checkpoint_dir)
+def _owner(checkpoint_dir):
+    """The registered layout that claims ``checkpoint_dir`` (verl's ``global_step_N``, ...), or None: then it is read
+    here as ``step_N`` dirs (``nbtools.trainers.RunLayout.owns_checkpoints``)."""
+    return next((lay for lay in _trainer_folders.layouts().values() if lay.owns_checkpoints(checkpoint_dir)), None)
 
 
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
@@ -222,8 +223,8 @@ def list_checkpoints(checkpoint_dir: str | Path) -> pd.DataFrame:
     Example:
         >>> nbtools.checkpoints.list_checkpoints(cfg.checkpoint_dir)[["step", "layout", "val:accuracy"]]
     """
-    if _is_verl_run(checkpoint_dir):
-        return _verl.list_verl_checkpoints(checkpoint_dir)
+    if (owner := _owner(checkpoint_dir)) is not None:
+        return owner.list_checkpoints(checkpoint_dir)
     rows = []
     for step, path in _steps(checkpoint_dir):
         try:
@@ -275,8 +276,8 @@ def latest(checkpoint_dir: str | Path) -> Path:
         >>> nbtools.checkpoints.latest(cfg.checkpoint_dir)
         PosixPath('.../checkpoints/step_600')
     """
-    if _is_verl_run(checkpoint_dir):
-        return _verl.latest_verl(checkpoint_dir)
+    if (owner := _owner(checkpoint_dir)) is not None:
+        return owner.latest_checkpoint(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)
@@ -312,12 +313,12 @@ def best(source: Experiment | str | Path, metric: str | None | EllipsisType = ..
         checkpoint_dir = source
         metric = "val:accuracy" if metric is ... else metric
         higher_is_better = True if higher_is_better is ... else higher_is_better
-    if _is_verl_run(checkpoint_dir):
+    if (owner := _owner(checkpoint_dir)) is not None:
         if metric is not None:
-            warnings.warn(f"verl keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "
+            warnings.warn(f"{owner.name} keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "
                           f"returning the latest; use nbtools.checkpoints.best_verl(dir, metric, metrics=frame)",
                           stacklevel=2)
-        return _verl.latest_verl(checkpoint_dir)
+        return owner.latest_checkpoint(checkpoint_dir)
     steps = _steps(checkpoint_dir)
     if not steps:
         raise _none_yet(checkpoint_dir)

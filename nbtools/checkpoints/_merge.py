@@ -10,11 +10,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from nbtools.checkpoints._crc import check_dcp_files
 from nbtools.checkpoints._files import parse_size, reuse_existing, write_merged
 from nbtools.checkpoints._listing import detect_layout, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._remote import megatron_convert_entrypoint
 from nbtools.checkpoints._result import MergeResult
+from nbtools.checkpoints._sources import _RESYNC as RESYNC
 from nbtools.checkpoints._sources import read_sources
 from nbtools.checkpoints._verify import (
     CHECKSUMS,
@@ -22,6 +24,8 @@ from nbtools.checkpoints._verify import (
 from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["merge", "parse_size"]
+
+DCP_LAYOUTS = {"dtensor_v1": ".", "v2_torch_save": "model"}  # layout -> the .distcp directory under policy/weights
 
 
 def _fingerprint(step: Path) -> str:
@@ -147,6 +151,8 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
     sources = read_sources(step, layout)
     cfg, gen, cfg_src = _resolve_config(step, config)
     notes = [f"config from {cfg_src}"]
+    if layout in DCP_LAYOUTS:  # "verified" covers every byte read, not only what was written
+        notes.append(check_dcp_files(weights_dir(step) / DCP_LAYOUTS[layout], fix=RESYNC, workers=workers)[1])
     tok = step / "policy" / "tokenizer"
     return write_merged(sources, cfg, gen, step=step, out=out, layout=layout, fingerprint=_fingerprint(step),
                         extra_files=sorted(tok.iterdir()) if tok.is_dir() else [], notes=notes, overwrite=overwrite,

@@ -317,57 +317,30 @@ def _zip_member_start(fh, info: zipfile.ZipInfo) -> int:
     return info.header_offset + 30 + nlen + xlen
 
 
-def check_rank_crcs(actor: str | Path, *, workers: int = 2, block: int = 16 << 20) -> tuple[int, str]:
+def check_rank_crcs(actor: str | Path, *, workers: int = 2) -> tuple[int, str]:
     """Read every byte of every entry of every rank file and compare it with its zip CRC-32; (bytes read, note).
 
-    Why: the merge reads raw byte spans, which a bit flip inside a tensor passes unseen; torch.save records each
-    entry's CRC-32 in the zip directory. A rank whose entries are byte-identical to another rank's (a file copied
-    over its neighbour) is refused too: distinct shards of a trained model never hash alike throughout.
+    Why: the merge reads raw byte spans, which a bit flip inside a tensor passes unseen; a rank file copied over its
+    neighbour is refused too. The checks are the DCP merge's (:mod:`nbtools.checkpoints._crc`), on whole files.
 
     Raises:
         CheckpointError: naming the rank file and entry whose bytes do not match, or the copied rank.
     """
-    import zlib
-    from concurrent.futures import ThreadPoolExecutor
+    from nbtools.checkpoints._crc import check_files, check_zip
 
     actor = Path(actor)
     ws, _ = read_verl_world_size(actor)
     paths = [actor / f"model_world_size_{ws}_rank_{r}.pt" for r in range(ws)]
 
     def one(path: Path) -> tuple[int, tuple]:
-        n, crcs = 0, []
         try:
             with open(path, "rb") as fh:
-                for info in zipfile.ZipFile(fh).infolist():
-                    start, left, crc = _zip_member_start(fh, info), info.compress_size, 0
-                    fh.seek(start)
-                    while left:
-                        chunk = fh.read(min(block, left))
-                        if not chunk:
-                            raise zipfile.BadZipFile(f"{info.filename} ends early")
-                        crc, left, n = zlib.crc32(chunk, crc), left - len(chunk), n + len(chunk)
-                    if crc != info.CRC:
-                        raise CheckpointError(f"{path}: the bytes of {info.filename} do not match the CRC-32 torch.save "
-                                              f"recorded ({crc:08x} != {info.CRC:08x}): the file was damaged after it "
-                                              "was written", fix=_RESYNC)
-                    if "/data/" in info.filename:
-                        crcs.append((info.filename.rsplit("/data/", 1)[1], info.CRC, info.file_size))
+                n, data = check_zip(fh, path, 0, path.stat().st_size, fix=_RESYNC)
         except FileNotFoundError:
             raise CheckpointError(f"shard file {path.name} is missing from {path.parent}", fix=_RESYNC) from None
-        except (zipfile.BadZipFile, OSError, struct.error) as e:
-            raise CheckpointError(f"{path} is not a readable torch.save file, truncated? ({type(e).__name__}: {e})",
-                                  fix=_RESYNC) from None
-        return n, tuple(sorted(crcs))
+        return n, tuple(sorted(data))
 
-    with ThreadPoolExecutor(max(1, min(workers, len(paths)))) as pool:  # zlib.crc32 releases the GIL
-        results = list(pool.map(one, paths))
-    seen: dict[tuple, int] = {}
-    for rank, (_, crcs) in enumerate(results):
-        if crcs and crcs in seen:
-            raise CheckpointError(f"{paths[rank].name} holds exactly the bytes of {paths[seen[crcs]].name}: one rank "
-                                  "file was copied over another, so the merge would repeat one shard", fix=_RESYNC)
-        seen[crcs] = rank
-    total = sum(n for n, _ in results)
+    total = check_files(paths, one, fix=_RESYNC, workers=workers)
     return total, f"zip CRC-32 of every entry of the {ws} rank files checked ({total:,} bytes read)"
 
 

@@ -9,7 +9,7 @@ logs, child processes) goes to stderr. Experiment files take NeMo-RL-style ``key
 path, before or after the flags (``nbtools launch experiments/local.yaml --lint-only grpo.max_num_steps=20``).
 The experiment is named one way: ``EXPERIMENT.yaml`` first where it is what the command acts on (plan, manifests,
 up, down, launch, jobs, prepare, fit), ``--experiment EXPERIMENT.yaml`` where the command acts on something else
-(health, diagnose, card; health's old ``--config`` still works and says it is deprecated). Commands that change
+(health, diagnose, card, rescore; health's old ``--config`` still works and says it is deprecated). Commands that change
 something are dry runs unless ``--apply`` (the notebooks' ``APPLY``). A path argument of the wrong kind (a run dir
 for a logs dir, an experiment file for a log) is followed to the right thing with a note, or refused with the fix
 (``nbtools.cli._kinds``), never answered.
@@ -105,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("trajectories", cmd_trajectories, "steps and records of a run's train_data_step*.jsonl")
     p.add_argument("run", metavar="RUN", help="an exp_NNN dir or a logs dir (its latest exp_NNN); a run dir or an "
                    "experiment file: their logs dir")
-    p.add_argument("--step", type=int, help="also print this step's rows")
+    p.add_argument("--step", type=int, help="also print this step's rows (with --browse: the step to open)")
+    p.add_argument("--browse", action="store_true",
+                   help="page through the records in the terminal (SSH-friendly): search, filters, a record view")
+    p.set_defaults(usage_check=lambda a: "--browse is interactive: it cannot print JSON (leave out --json)"
+                   if a.browse and a.json else None)
     from nbtools.cli._metrics import add_metrics
 
     add_metrics(add)
@@ -140,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     from nbtools.cli._card import register_card
     from nbtools.cli._evaluate import register_evaluate
+    from nbtools.cli._explore import register_explore
     from nbtools.cli._fit import register_fit
     from nbtools.cli._health import register_health
     from nbtools.cli._stall import register_stall
@@ -150,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_stall(add)
     register_card(sub)
     register_health(sub)
+    register_explore(sub)
     return ap
 
 

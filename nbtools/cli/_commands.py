@@ -141,6 +141,8 @@ def cmd_trajectories(a) -> Out:
     from nbtools.cli._kinds import resolve
 
     run = trajectories.open_run(resolve(a.run, want="logs", flag="RUN", command="trajectories").path)
+    if getattr(a, "browse", False):
+        return _browse(run, a.step)
     counts = run.read(columns=["step"])  # the whole run (column cache): records and skipped lines
     data: dict[str, Any] = {"steps": run.steps, "records": int(len(counts)), "skipped_lines": int(run.skipped)}
     text = f"{run.path}: {len(run.steps)} steps, {data['records']} records, {data['skipped_lines']} skipped lines"
@@ -153,6 +155,23 @@ def cmd_trajectories(a) -> Out:
         data["rows"] = _records(df)
         text += f"\nstep {a.step}: {len(df)} records\n" + df.drop(columns="prompt").to_string(index=False, max_colwidth=60)
     return Out(data, text)
+
+
+def _browse(run, step: int | None) -> Out:
+    """The terminal viewer (``nbtools.explorer.browse``); refused where there is no terminal to draw on."""
+    import sys
+
+    from nbtools import explorer
+    from nbtools.errors import ConfigError
+
+    if not (sys.__stdin__ and sys.__stdin__.isatty() and sys.__stderr__ and sys.__stderr__.isatty()):
+        raise ConfigError("--browse needs a terminal (stdin and stderr are not one here)",
+                          fix="run it in an interactive shell (ssh -t …), or use --step N / --json in scripts")
+    if not run.steps:
+        raise ConfigError(f"{run.path} has no train_data_step*.jsonl yet",
+                          fix="wait for the run's first step (nbtools jobs status EXPERIMENT.yaml shows its progress)")
+    explorer.browse(run, step=step)
+    return Out({"browsed": str(run.path)}, f"closed the viewer on {run.path}")
 
 
 def cmd_checkpoints(a) -> Out:

@@ -29,7 +29,7 @@ def add_prepare(add) -> None:
 def cmd_prepare(a) -> Out:
     from nbtools import trainers
     from nbtools.launch import verl_prepare
-    from nbtools.trainers.verl_prepare import data_present
+    from nbtools.trainers.verl.prepare import data_present
 
     if a.submit:
         print("nbtools prepare: --submit is deprecated; use --apply (the flag of every command that changes "

@@ -47,7 +47,7 @@ def gke_version_too_old(version: str, gpu_type: str) -> str | None:
 DEFAULT_TRAINER = "nemo-rl"
 
 # NeMo-RL release -> pinned Ray (uv.lock), container image, torch (the cluster's image); the trainer's own facts per
-# release (entry point, reward entry point, artifacts) are in nbtools/trainers/releases.py
+# release (entry point, reward entry point, artifacts) are in nbtools/trainers/nemo_rl/_releases.py
 NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
     "v0.5.0": {
         "ray": "2.49.2",

@@ -16,12 +16,13 @@ import hashlib
 import posixpath
 
 from nbtools import trainers
+from nbtools import backends
 from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
 from nbtools.evals.job import LOCAL_MODELS, EvalJob, EvalJobs, _slug
-from nbtools.trainers.verl_prepare import targets
+from nbtools.trainers.verl.prepare import targets
 
 __all__ = ["build_generate_job", "generate_jobs", "response_length"]
 
@@ -58,9 +59,7 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
     from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
     from nbtools.jobs.carry import carry_env
 
-    mount = str(cfg.storage.mount_path or "").rstrip("/")
-    on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
-    copy = on_fuse if copy_to_local is None else bool(copy_to_local)
+    copy = backends.get(cfg).slow_mount(model_name) if copy_to_local is None else bool(copy_to_local)
     loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
         if copy else model_name
     args = ["--data", test, "--model", loaded, "--save-path", save_path, "--n", str(num_tests_per_prompt),

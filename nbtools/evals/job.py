@@ -23,11 +23,12 @@ from typing import Any
 
 import pandas as pd
 
+from nbtools import backends
 from nbtools._escape import html as _h
 from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, Fix, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError, NotReadyError
 from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_data, parse_score_blocks
 from nbtools.evals.result import EvalResult
 
@@ -159,9 +160,6 @@ class EvalJob:
         """
         if not self.local_copy:
             return []
-        from nbtools import backends
-        from nbtools.errors import NotReadyError
-
         done = backends.get(cfg).exec_on(list(self.local_copy), node_type=self.copy_to, timeout=timeout)
         bad = [r for r in done if r.returncode != 0]
         if bad:
@@ -254,9 +252,7 @@ def build_eval_job(
         save_path = posixpath.join(posixpath.dirname(str(cfg.log_dir).rstrip("/")), "eval", f"{_slug(dataset)}_{_slug(label)}")
     from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
 
-    mount = str(cfg.storage.mount_path or "").rstrip("/")
-    on_fuse = cfg.backend == "gke" and cfg.storage.kind == "gcsfuse" and bool(mount) and model_name.startswith(mount + "/")
-    copy = on_fuse if copy_to_local is None else bool(copy_to_local)
+    copy = backends.get(cfg).slow_mount(model_name) if copy_to_local is None else bool(copy_to_local)
     loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
         if copy else model_name
     ours = [

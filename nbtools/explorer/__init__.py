@@ -28,10 +28,11 @@ from nbtools.explorer._record import (
     token_table,
 )
 from nbtools.explorer._render import inline_styles, segments_html
+from nbtools.explorer._tui import BrowseState, browse, record_text
 from nbtools.explorer._widget import TrajectoryExplorer
 from nbtools.trajectories import Run
 
-__all__ = ["explore", "TrajectoryExplorer", "ExplorerData", "Query", "Page", "RecordView", "Segment", "FILTERS",
+__all__ = ["explore", "browse", "BrowseState", "record_text", "TrajectoryExplorer", "ExplorerData", "Query", "Page", "RecordView", "Segment", "FILTERS",
            "SORTS", "LIGHT_COLUMNS", "record_view", "reward_breakdown", "tag_segments", "token_table", "inline_styles", "segments_html"]
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from nbtools import _trainer_folders
 from nbtools.health._data import RunData, per_step
 from nbtools.health._evidence import judge, nonfinite
 from nbtools.health._report import CheckResult, Example, Status
@@ -370,12 +371,10 @@ def reward_stalled(c: _Ctx, spec: CheckSpec, min_steps: int = 20) -> CheckResult
 
 
 def _tags(metric: str) -> tuple[str, ...]:
-    """The tags every trainer logs ``metric`` under (its registry's names, e.g. accuracy: NeMo-RL's
+    """The tags every trainer logs ``metric`` under (each registered layout's names, e.g. accuracy: NeMo-RL's
     ``validation/accuracy``, verl's ``val-core/<data source>/acc/mean@<n>``), so a check runs on whichever trainer
     wrote the run without naming one."""
-    from nbtools.trainers import METRIC_NAMES
-
-    return tuple(t for names in METRIC_NAMES.values() for t in names.get(metric, ()))
+    return tuple(t for lay in _trainer_folders.layouts().values() for t in lay.metric_names.get(metric, ()))
 
 
 def _val_samples(d: RunData, step: int) -> int | None:

@@ -241,7 +241,7 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
     start = info.start_time / 1000 if info.start_time else None
     try:  # the pods' side (GKE): events, conditions, restarts; a restarted head or an evicted worker refines the verdict
         be = backends.get(cfg)
-        events, pods = be.events(since=start, until=None, limit=200), be.pods()
+        events, pods = be.events(since=start, until=None, limit=200), be.pod_states()
     except Exception as e:  # noqa: BLE001 - an API that does not answer is a note, not a failure
         v.notes.append(f"the cluster's pods could not be read: {type(e).__name__}: {e}")
     else:

@@ -79,7 +79,7 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
         return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
     from nbtools.launch._submit import send
     from nbtools.launch.verl_prepare import prepare_jobs
-    from nbtools.trainers.verl_prepare import data_present
+    from nbtools.trainers.verl.prepare import data_present
 
     specs = prepare_jobs(cfg)
     jobs = [send(spec, cfg) for spec in specs]  # all submitted (or re-attached) before the first wait

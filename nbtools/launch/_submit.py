@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nbtools import _paths, trainers
+from nbtools import _paths, backends, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import Fix, LintError, NotFoundError
-from nbtools.launch.lint import StepsSource, lint
-from nbtools.launch.runtime_env import env_vars, secret_values, secrets_prelude, upload_working_dir
+from nbtools.launch.lint import StepsSource, lint, lint_for
+from nbtools.launch.runtime_env import env_vars_for, secret_values, secrets_prelude, upload_working_dir
 
 __all__ = ["LaunchSpec", "build", "metadata", "send", "submit", "follow"]
 
@@ -60,24 +60,24 @@ class LaunchSpec:
         )
 
 
-def metadata(cfg: Experiment, *, role: str = "train") -> dict[str, str]:
-    trainer = trainers.get(cfg)
-    md = {
+def metadata(cfg: Experiment, *, role: str = "train", trainer: trainers.Trainer | None = None) -> dict[str, str]:
+    return metadata_for(cfg, trainer or trainers.get(cfg), role=role)
+
+
+def metadata_for(cfg: Experiment, trainer: trainers.Trainer, *, role: str = "train") -> dict[str, str]:
+    """:func:`metadata` with the trainer the caller resolved once."""
+    return {
         "nbtools.experiment": cfg.name,
         "nbtools.config_hash": cfg.config_hash(),
         "nbtools.backend": cfg.backend,
         "nbtools.role": role,
         "nbtools.trainer": trainer.name,
+        **trainer.metadata(cfg),  # a cluster trainer's image, release and directories; none for the CPU rehearsal
     }
-    if not trainer.miniature:
-        md["nbtools.image"] = cfg.images.resolved_image
-        md.update(trainer.metadata(cfg))
-        md["nbtools.log_dir"] = cfg.log_dir
-        md["nbtools.checkpoint_dir"] = cfg.checkpoint_dir
-    return md
 
 
-def build(cfg: Experiment) -> LaunchSpec:
+def build(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
+          backend: backends.Backend | None = None) -> LaunchSpec:
     """The job for ``cfg``: entrypoint, runtime env (no secrets), submission id, metadata, uploaded files.
 
     Example:
@@ -85,17 +85,27 @@ def build(cfg: Experiment) -> LaunchSpec:
         >>> spec.entrypoint.startswith("cd /opt/nemo-rl && python -u examples/run_grpo")
         True
     """
-    job = trainers.get(cfg).job(cfg)
-    env = {"env_vars": env_vars(cfg), **job.runtime_env}
-    secrets = secret_values(cfg) if job.secrets else {}
+    return build_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg))
+
+
+def build_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend) -> LaunchSpec:
+    """:func:`build` with the trainer and backend the caller resolved once."""
+    job = trainer.job(cfg)
+    env = {"env_vars": env_vars_for(cfg, trainer, backend), **job.runtime_env}
+    secrets = backend.job_secrets() if job.secrets else {}
     entry = (secrets_prelude() if secrets else "") + job.command
     return LaunchSpec(
-        entry, cfg.submission_id, env, metadata(cfg), cfg.backend, cfg.dashboard_url, job.command,
+        entry, cfg.submission_id, env, metadata_for(cfg, trainer), cfg.backend, cfg.dashboard_url, job.command,
         files=job.files, secret_names=tuple(sorted(secrets)), lines=job.lines,
     )
 
 
 def send(spec: LaunchSpec, cfg: Experiment):
+    return send_for(spec, secret_values(cfg) if spec.secret_names else {})
+
+
+def send_for(spec: LaunchSpec, secrets: dict) -> Any:
+    """:func:`send` with the secrets the caller's backend delivers (``Backend.job_secrets``)."""
     from nbtools import jobs
 
     try:
@@ -103,7 +113,6 @@ def send(spec: LaunchSpec, cfg: Experiment):
     except NotFoundError:
         pass
     renv = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.runtime_env.items()}
-    secrets = secret_values(cfg) if spec.secret_names else {}
     if spec.files or secrets:
         renv["working_dir"] = upload_working_dir(spec.address, spec.files, secrets)
     return jobs.submit(
@@ -142,21 +151,21 @@ def submit(
     """
     from nbtools import jobs
 
-    spec = build(cfg)
+    trainer, backend = trainers.get(cfg), backends.get(cfg)  # each registry asked once; the objects are passed down
+    spec = build_for(cfg, trainer, backend)
     try:
         return jobs.attach(spec.address, spec.submission_id)
     except NotFoundError:
         pass
     if cluster_gpus is None:
-        from nbtools import backends
-
-        cluster_gpus = backends.get(cfg).gpus()
-    report = lint(cfg, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume, ignore_fit=ignore_fit)
+        cluster_gpus = backend.gpus()
+    report = lint_for(cfg, trainer, backend, cluster_gpus=cluster_gpus, existing_steps=existing_steps, resume=resume,
+                      ignore_fit=ignore_fit)
     if not report.ok:
         raise LintError(report.blocking, fix=Fix("apply each finding's fix (nbtools.launch.lint(cfg) shows them all), then "
                                                  "submit again", cli="apply each finding's fix (`nbtools launch "
                                                  "EXPERIMENT.yaml --lint-only` shows them all), then launch again"))
-    return send(spec, cfg)
+    return send_for(spec, backend.job_secrets() if spec.secret_names else {})
 
 
 def follow(cfg: Experiment, job, *, timeout: float | None = None):

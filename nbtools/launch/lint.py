@@ -22,6 +22,7 @@ from nbtools.config import Experiment
 from nbtools.errors import Fix, NbtoolsError
 from nbtools.launch._rules_fit import check_fit
 from nbtools.launch._rules_reward import check_reward_contract
+from nbtools.launch.runtime_env import NET_CHOICE
 from nbtools.trainers import CodePresent, Finding, LintReport
 
 __all__ = ["Finding", "LintReport", "lint", "existing_steps_in", "ray_compatibility"]
@@ -88,6 +89,8 @@ def lint(
     ignore_fit: bool = False,
     code_present: CodePresent = None,
     reward_contract: str = "blocking",
+    trainer: trainers.Trainer | None = None,
+    backend: backends.Backend | None = None,
 ) -> LintReport:
     """Check ``cfg`` for the known launch traps; never raises for a finding (``launch.submit`` does).
 
@@ -103,21 +106,31 @@ def lint(
             default: look when the dir is visible here, else the provisioning state of this machine.
         reward_contract: the reward functions must score what the prompt asks for (``nbtools.health``):
             "blocking" (default), "warning" or "off".
+        trainer / backend: ``trainers.get(cfg)`` / ``backends.get(cfg)`` where the caller has them already.
 
     Example:
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
         'existing-checkpoints'
     """
+    return lint_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg), cluster_gpus=cluster_gpus,
+                    existing_steps=existing_steps, resume=resume, client_ray_version=client_ray_version,
+                    ignore_fit=ignore_fit, code_present=code_present, reward_contract=reward_contract)
+
+
+def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend, *, cluster_gpus: int | None = None,
+             existing_steps: StepsSource = None, resume: bool | None = None, client_ray_version: str | None = None,
+             ignore_fit: bool = False, code_present: CodePresent = None, reward_contract: str = "blocking") -> LintReport:
+    """:func:`lint` with the trainer and backend the caller resolved once."""
     r = LintReport()
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
-    _secrets(cfg, r)
+    _secrets(cfg, r, backend)
     check_reward_contract(cfg, r, severity=reward_contract)
-    trainer = trainers.get(cfg)
     if trainer.miniature:  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
         return r
     _dirs(cfg, r)
-    _gpus(cfg, r, cluster_gpus)
+    _gpus(cfg, r, cluster_gpus, backend)
+    _nccl_net(cfg, r)
     r.checked.append("ray-version")
     if client_ray_version is None:
         import ray
@@ -197,7 +210,7 @@ def _dirs(cfg: Experiment, r: LintReport) -> None:
             ))
 
 
-def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
+def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None, backend: backends.Backend) -> None:
     r.checked.append("gpus")
     nodes, per = cfg.cluster.worker_replicas, cfg.cluster.gpus_per_node
     t = cfg.trainer
@@ -224,7 +237,7 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
                     f"use at most {per - 1}",
                 ))
     if cluster_gpus is None:
-        cluster_gpus = backends.get(cfg).gpus()
+        cluster_gpus = backend.gpus()
     if cluster_gpus is None:
         r.findings.append(Finding(
             "warning", "gpus", "cluster.worker_replicas",
@@ -247,7 +260,7 @@ def _gpus(cfg: Experiment, r: LintReport, cluster_gpus: int | None) -> None:
         ))
 
 
-def _secrets(cfg: Experiment, r: LintReport) -> None:
+def _secrets(cfg: Experiment, r: LintReport, backend: backends.Backend) -> None:
     """Secrets are named, never stored: warn (or block, when the run needs it) where a named env var is unset.
 
     On gke the env var only matters when the Kubernetes Secret is created (``cluster.up`` refuses then, naming it);
@@ -258,7 +271,7 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
         ref = getattr(cfg.secrets, name)
         env_name = ref.env if ref is not None and ref.env else ("HF_TOKEN" if name == "hf_token" else "WANDB_API_KEY")
         unset = ref is not None and bool(ref.env) and ref.value() is None
-        delivery = backends.get(cfg).secrets_from
+        delivery = backend.secrets_from
         if delivery == "kubernetes":
             if (ref is None or not ref.k8s_secret) and (needed or name == "hf_token"):
                 r.findings.append(Finding(
@@ -282,3 +295,27 @@ def _secrets(cfg: Experiment, r: LintReport) -> None:
                     + (" (W&B logging is on)" if needed else " (gated models such as Gemma and Llama fail to download)"),
                     f"export {env_name} before starting Jupyter and set `secrets.{name}: {{env: {env_name}}}`",
                 ))
+
+
+def _nccl_net(cfg: Experiment, r: LintReport) -> None:
+    """NCCL_NET and NCCL_NET_PLUGIN both choose NCCL's network (``runtime_env.NET_CHOICE``): set together they say
+    one thing twice or contradict each other. gIB's transport registers as the network ``gIB`` ("NET/gIB :
+    Initializing gIB"), so any other NCCL_NET next to a gIB plugin library makes NCCL pass that library by."""
+    r.checked.append("nccl-net")
+    env = cfg.trainer.env_vars
+    if not all(k in env for k in NET_CHOICE):
+        return
+    net, plugin = env["NCCL_NET"], env["NCCL_NET_PLUGIN"]
+    gib = "/gib/" in plugin or plugin.lower() == "gib"
+    fix = (f"remove `trainer.env_vars.NCCL_NET` and keep `NCCL_NET_PLUGIN: {plugin}` (tutorial 002's way), or remove "
+           "`NCCL_NET_PLUGIN` and let nbtools set GKE's NCCL_NET=gIB")
+    if gib and net != "gIB":
+        r.findings.append(Finding(
+            "blocking", "nccl-net", "trainer.env_vars.NCCL_NET",
+            f"NCCL_NET={net} asks NCCL for a network that the gIB library in NCCL_NET_PLUGIN ({plugin}) does not "
+            "provide (it registers as gIB): NCCL would fail to start or run over another transport", fix))
+    else:
+        r.findings.append(Finding(
+            "warning", "nccl-net", "trainer.env_vars.NCCL_NET",
+            f"NCCL_NET={net} and NCCL_NET_PLUGIN={plugin} both choose NCCL's network; a job sets one (GKE's "
+            "set_nccl_env.sh sets NCCL_NET=gIB, tutorial 002 only NCCL_NET_PLUGIN)", fix))

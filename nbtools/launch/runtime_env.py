@@ -29,6 +29,7 @@ __all__ = [
     "SECRETS_FILE",
     "SECRET_ENV_NAMES",
     "gib_nccl_env",
+    "NET_CHOICE",
     "env_vars",
     "secret_values",
     "secrets_from_env",
@@ -61,6 +62,14 @@ _GIB_NCCL = {
 }
 
 
+# Two ways choose gIB as NCCL's network, and a job uses one: GKE's NCCL_NET=gIB (the gIB image's set_nccl_env.sh;
+# NCCL loads the shim libnccl-net.so from /usr/local/gib/lib64 on LD_LIBRARY_PATH, which loads the gIB transport), or
+# NCCL_NET_PLUGIN=/usr/local/gib/lib64/libnccl-net_internal.so, the transport's own library named directly, as tutorial
+# 002's runtime-env.yaml (esaaren/verl-on-gke job/runtime-env.yaml) does without NCCL_NET. So a user's NCCL_NET_PLUGIN
+# replaces nbtools' NCCL_NET; both in trainer.env_vars is a lint finding (nbtools.launch.lint, rule "nccl-net").
+NET_CHOICE = ("NCCL_NET", "NCCL_NET_PLUGIN")
+
+
 def gib_nccl_env(tuner_config: str) -> dict[str, str]:
     """NCCL/gIB variables for a GKE A4 / A3 Ultra node, with the GPU type's tuner file (the only place they are set).
 
@@ -71,7 +80,8 @@ def gib_nccl_env(tuner_config: str) -> dict[str, str]:
     return {**_GIB_NCCL, "NCCL_TUNER_CONFIG_PATH": tuner_config}
 
 
-def env_vars(cfg: Experiment) -> dict[str, str]:
+def env_vars(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
+             backend: backends.Backend | None = None) -> dict[str, str]:
     """The job's ``runtime_env.env_vars`` for ``cfg`` (never secrets, on every backend): the cluster's own
     (NCCL/gIB on GKE), the trainer's, then ``trainer.env_vars``.
 
@@ -79,14 +89,16 @@ def env_vars(cfg: Experiment) -> dict[str, str]:
         ConfigError: ``trainer.env_vars`` holds a secret (HF_TOKEN, WANDB_API_KEY) or a token-shaped value; config
             validation reports the same, this guards configs built without it.
     """
+    return env_vars_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg))
+
+
+def env_vars_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend) -> dict[str, str]:
+    """:func:`env_vars` with the trainer and backend the caller resolved once."""
     _refuse_secrets(cfg.trainer.env_vars)
-    trainer = trainers.get(cfg)
-    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backends.get(cfg).job_env()}
-    if not trainer.miniature:
-        home = cfg.storage.hf_home
-        if home:
-            env["HF_HOME"] = home
-    env.update(trainer.job_env(cfg))
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backend.job_env()}
+    env.update(trainer.job_env(cfg))  # a cluster trainer's HF_HOME (the shared cache) included
+    if "NCCL_NET_PLUGIN" in cfg.trainer.env_vars and "NCCL_NET" not in cfg.trainer.env_vars:
+        env.pop("NCCL_NET", None)  # the user names the network library (tutorial 002): see NET_CHOICE
     env.update(cfg.trainer.env_vars)
     return env
 
@@ -106,13 +118,13 @@ def _refuse_secrets(extra: dict[str, str]) -> None:
         raise ConfigError(problems)
 
 
-def secret_values(cfg: Experiment) -> dict[str, Secret]:
+def secret_values(cfg: Experiment, *, backend: backends.Backend | None = None) -> dict[str, Secret]:
     """Secrets the job needs from this machine's environment (the ``ray`` backend; on gke the pods hold them).
 
     Returns env-var name in the job -> Secret; a configured secret whose env var is unset is simply absent
     (``lint`` reports it).
     """
-    return backends.get(cfg).job_secrets()
+    return (backend or backends.get(cfg)).job_secrets()
 
 
 def secrets_from_env(cfg: Experiment) -> dict[str, Secret]:

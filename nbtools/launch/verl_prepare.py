@@ -1,6 +1,6 @@
 """verl's preparation jobs (GSM8K -> parquet with verl's own preprocessing; the model into the shared HF cache), as
 Ray jobs: idempotent, written to a partial directory and moved into place. What they check and write is
-``nbtools.trainers.verl_prepare``'s.
+``nbtools.trainers.verl.prepare``'s.
 
 Example:
     >>> for spec in nbtools.launch.verl_prepare.prepare_jobs(cfg):
@@ -17,7 +17,7 @@ from nbtools.errors import ConfigError
 from nbtools.launch._submit import LaunchSpec, metadata, send
 from nbtools.launch.runtime_env import env_vars, secret_values, secrets_prelude
 from nbtools.trainers import verl as _verl
-from nbtools.trainers.verl_prepare import PARTIAL, is_hub_id, require_verl, targets
+from nbtools.trainers.verl.prepare import PARTIAL, is_hub_id, require_verl, targets
 
 __all__ = ["data_job", "weights_job", "prepare_jobs", "submit_prepare_jobs"]
 

@@ -9,7 +9,7 @@ from typing import Any
 from nbtools.config import Experiment
 from nbtools.manifests._infra import LABELS, data_volume, labels_for, secret_env
 
-__all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS", "PROFILING_ENV", "PTRACE"]
+__all__ = ["raycluster", "NIC_ANNOTATIONS", "HEAD_PORTS", "PROFILING_ENV", "PTRACE", "RAY_TMP"]
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "tensorboard": 6006}
 
@@ -41,6 +41,13 @@ _GCSFUSE_ANNOTATIONS = {
 # Kubernetes drops by default: "add ... to the template.spec.containers for both the head and worker Pods" (Ray docs
 # cluster/kubernetes/k8s-ecosystem/pyspy). The dashboard stays behind a ClusterIP service (reached by port-forward).
 PROFILING_ENV = {"name": "RAY_DASHBOARD_ENABLE_PROFILING", "value": "1"}
+
+# Ray's session dir (/tmp/ray/session_*: logs, runtime_env packages, spilled objects) on a pod emptyDir, not the
+# container's writable layer, so it outlives a restart of the Ray container (an OOM-killed raylet) for the life of the
+# pod: its logs stay readable for the evidence bundle and `ray logs` (KubeRay #501, "persisted across Container
+# restarts"). Tutorial 002's RayCluster mounts exactly these: emptyDir ray-logs at /tmp/ray on the head, ray-tmp-storage
+# at /tmp on the workers (with the rest the job writes to /tmp, torch.compile's inductor cache among it).
+RAY_TMP = {"head": "/tmp/ray", "worker": "/tmp"}
 PTRACE = {"capabilities": {"add": ["SYS_PTRACE"]}}
 
 
@@ -91,17 +98,21 @@ def raycluster(cfg: Experiment) -> dict[str, Any]:
     vol, mount = data_volume(cfg)
     secrets = secret_env(cfg)
     shm = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.shm_size}}
-    head_mounts = [{"name": "dshm", "mountPath": "/dev/shm"}] + ([mount] if mount else [])
-    head_volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}] + ([vol] if vol else [])
+    head_mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "ray-logs", "mountPath": RAY_TMP["head"]}]
+    head_mounts += [mount] if mount else []
+    head_volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "ray-logs", "emptyDir": {}}]
+    head_volumes += [vol] if vol else []
     worker_mounts = [
         {"name": "nvidia", "mountPath": "/usr/local/nvidia"},
         {"name": "gib", "mountPath": "/usr/local/gib"},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "ray-tmp", "mountPath": RAY_TMP["worker"]},
     ] + ([mount] if mount else [])
     worker_volumes = [
         {"name": "nvidia", "hostPath": {"path": "/home/kubernetes/bin/nvidia"}},
         {"name": "gib", "hostPath": {"path": "/home/kubernetes/bin/gib"}},
         shm,
+        {"name": "ray-tmp", "emptyDir": {}},
     ] + ([vol] if vol else [])
     tolerations = [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},

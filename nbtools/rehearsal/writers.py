@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import resource
@@ -24,10 +25,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from nbtools import _trainer_folders
 from nbtools.config import Experiment
 from nbtools.rehearsal import artifacts, checkpoint, verl_layout
 
-__all__ = ["Writer", "NemoRlWriter", "VerlWriter", "WRITERS", "writer_for", "PAUSE_ENV"]
+__all__ = ["Writer", "NemoRlWriter", "VerlWriter", "writer_for", "PAUSE_ENV"]
 
 PAUSE_ENV = "NBTOOLS_REHEARSAL_CHECKPOINT_PAUSE"  # test hook: "[step:]seconds" to wait inside tmp_step_N before the rename
 
@@ -178,10 +180,9 @@ class VerlWriter:
     validate_at_end = True  # ray_trainer.fit validates on the last step too
 
     def __init__(self, cfg: Experiment, rank: int, world: int, say):
-        from nbtools import trainers
-
         self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
-        self.dirs = trainers.get(cfg).output_dirs(cfg)
+        # the imitated trainer's directories (its folder, through the registry's table: the rehearsal sits below it)
+        self.dirs = _trainer_folders.folder(cfg.trainer.kind).TRAINER(cfg).output_dirs(cfg)
         self.data_source = cfg.data.dataset
         self.saved: list[int] = []  # this process's saves (verl's previous_saved_paths)
         self.writer = None
@@ -318,11 +319,9 @@ def _used_gb() -> dict[str, float]:
     return {"perf/cpu_memory_used_gb": psutil.virtual_memory().used / 2**30}
 
 
-WRITERS: dict[str, type] = {"nemo_rl": NemoRlWriter, "verl": VerlWriter}
-
-
 def writer_for(cfg: Experiment, *, rank: int, world: int, say) -> Writer:
-    """The writer of the layout the experiment's trainer leaves (``nbtools.trainers.get(cfg).layout``)."""
-    from nbtools import trainers
-
-    return WRITERS[trainers.get(cfg).layout](cfg, rank, world, say)
+    """The writer of the layout the experiment's trainer leaves: that layout's ``rehearsal_writer`` (a dotted
+    ``module:Class``; ``nbtools.trainers.RunLayout``), for ``trainer.kind``'s layout."""
+    module, _, name = _trainer_folders.layout(_trainer_folders.folder(cfg.trainer.kind).TRAINER.layout
+                                              ).rehearsal_writer.partition(":")
+    return getattr(importlib.import_module(module), name)(cfg, rank, world, say)

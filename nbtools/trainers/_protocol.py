@@ -10,7 +10,8 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "OutputDirs", "AdvantageRule"]
+__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "RunLayout", "OutputDirs", "AdvantageRule",
+           "cluster_metadata", "cluster_env"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
 
@@ -19,9 +20,38 @@ CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's sourc
 # (nbtools.evals.vllm_generate), or not at all (the message names the fix).
 EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
 
-# Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find):
-# NeMo-RL's exp_NNN / step_N, or verl's global_step_N / {step}.jsonl dumps / console lines.
-Layout = Literal["nemo_rl", "verl"]
+# Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find): the
+# name of a registered :class:`RunLayout` (NeMo-RL's exp_NNN / step_N, verl's global_step_N / {step}.jsonl dumps).
+Layout = str
+
+
+@runtime_checkable
+class RunLayout(Protocol):
+    """What a trainer's runs leave and how nbtools reads it: the object the readers (metrics, checkpoints, health,
+    the card) ask instead of testing a trainer's name. One per trainer folder (``LAYOUT``).
+
+    Attributes:
+        name: the layout's name (``Trainer.layout``, ``OutputDirs.layout``).
+        metric_names: friendly name (``reward``, ``accuracy``, ``kl`` ...) -> candidate scalar tags, first present
+            wins (``*`` globs).
+        metric_prefixes: the first path components of the tags only this trainer logs (``metrics.framework_of``).
+        console_log: whether its scalars are printed as console lines (``metrics.read_verl_log`` reads those).
+        pod_local_roots: pod directories its runs write relative results/logs under (a gke ``wipe`` clears
+            ``<root>/<experiment>`` there).
+        rehearsal_writer: ``module:Class`` of the writer the CPU rehearsal leaves these files with
+            (``nbtools.rehearsal.writers.Writer``), imported when a rehearsal imitates this trainer.
+    """
+
+    name: str
+    metric_names: dict[str, tuple[str, ...]]
+    metric_prefixes: tuple[str, ...]
+    console_log: bool
+    rehearsal_writer: str
+    pod_local_roots: tuple[str, ...]
+
+    def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
+        """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and
+        ``latest_checkpoint`` read it); False leaves it to ``nbtools.checkpoints``' own ``step_N`` reader."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +108,9 @@ class Trainer(Protocol):
         miniature: True for the CPU stand-in on this machine (no GPUs, images, pods or fit estimate).
         eval_plan: how its runs are evaluated (:data:`EvalPlan`).
         code_on_storage: its source runs from the shared storage (copied there by the provisioning plan).
-        metric_family: the key of its scalar names in ``trainers.METRIC_NAMES``.
-        layout: which trainer's files its runs leave (:data:`Layout`).
+        metric_family: the key of its scalar names in ``trainers.METRIC_NAMES`` (its layout's name).
+        layout: which trainer's files its runs leave: a :class:`RunLayout`'s name (``trainers.layout(name)``).
+        citation: ``(name, BibTeX)`` a model card cites.
     """
 
     name: str
@@ -110,10 +141,10 @@ class Trainer(Protocol):
         """The command of a data-preparation job run before training, or None where the trainer needs none."""
 
     def job_env(self, cfg: Experiment) -> dict[str, str]:
-        """Environment variables the trainer's job needs (never secrets)."""
+        """Environment variables the trainer's job needs (never secrets; a cluster trainer: the shared HF_HOME too)."""
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        """Job metadata besides name/hash/backend/role (image, release, where it writes)."""
+        """Job metadata besides name/hash/backend/role (a cluster trainer: image, release, where it writes)."""
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: CodePresent = None) -> None:
         """Add the trainer's own findings (its keys, versions, source) to ``report``."""
@@ -140,3 +171,14 @@ class Trainer(Protocol):
 
     def hub_tag(self) -> str:
         """The model card's tag for the trainer."""
+
+
+def cluster_metadata(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:
+    """A cluster trainer's job metadata: the image, the trainer's own entries, then where the run writes."""
+    return {"nbtools.image": cfg.images.resolved_image, **own, "nbtools.log_dir": cfg.log_dir,
+            "nbtools.checkpoint_dir": cfg.checkpoint_dir}
+
+
+def cluster_env(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:
+    """A cluster trainer's job environment: the shared HF cache (``storage.hf_home``), then the trainer's own."""
+    return {**({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {}), **own}

@@ -6,14 +6,19 @@ Chromium (Playwright's own browser download cannot work here); the rehearsal is 
 ``experiments/local.yaml`` (fewer steps, free Ray ports) passed as the notebooks' ``CONFIG`` parameter.
 
 Two parts, one runs dir laid out as ``make demo``'s (``<runs>/notebooks/`` holds the executed copies):
-1. Live: 03 submits, 04 watches the curves grow while the job runs, 05 drives the explorer; 04 and 05 are saved.
+1. Live: 03 submits, 04 watches the curves grow while the job runs, then overlays this run with a second one (a real
+   rehearsal of the health corpus, passed as 04's ``COMPARE``: two traces a panel, raw and smoothed in the hover,
+   the x axis switched to relative time), 05 drives the explorer; 04 and 05 are saved.
 2. Saved: ``nbtools.demo.run_demo`` runs 01, 06 and 07 into the same runs dir (not the lab's notebooks again) and
    freezes and checks every executed copy, the lab's included, as ``make demo`` does. Then 01, 04, 05 and 07 are
    opened as a user opens them: untrusted first (JupyterLab sanitises their HTML), then trusted and reopened. In both,
    every figure cell shows an image or a plotly plot, the explorer's snapshot keeps its colours (a coloured row, a
    histogram bar), no widget shows the "disconnected" icon or an error, and no output names this machine's absolute
    paths; the model card is opened as JupyterLab's Markdown preview.
-Screenshots go to ``runs/browser/``.
+3. 01 opened with the backend set the way a user sets it — ``backend: gke`` in the ``settings.yaml`` beside the
+   notebook, nothing typed in the notebook — and Run All: the check cell says it was a dry run and no plan state
+   was written. The lab runs without gcloud, kubectl or helm on its PATH, so a real apply could not have completed.
+Screenshots go to ``runs/browser/``; ``docs/images/`` keeps small copies of a few for the README.
 """
 
 from __future__ import annotations
@@ -79,10 +84,19 @@ def workspace(tmp_path_factory):
         nb = next((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))
         shutil.copy(nb, src / nb.name)
         names[prefix] = nb.name
+    # the run 04 overlays on the live one: a real rehearsal of local.yaml (another seed) from the health corpus
+    shutil.copytree(ROOT / "tests" / "assets" / "health-corpus" / "healthy-seed1", work / "compare" / "healthy-seed1")
+    # 01 as a user moving to GKE opens it: the shared settings file beside the notebook says gke, the cell says nothing
+    gke = work / "gke"
+    gke.mkdir()
+    shutil.copy(src / names["01"], gke / names["01"])
+    shutil.copy(ROOT / "experiments" / "gke-b200-gemma3-1b.yaml", work / "gke-b200-gemma3-1b.yaml")
+    (gke / "settings.yaml").write_text("backend: gke\nexperiment: ../gke-b200-gemma3-1b.yaml\n")
     # 03 is left while its job runs (the lab's copy is never a finished notebook): it runs beside the runs dir
     (work / "live").mkdir()
     params = {"03": {"BACKEND": "local", "CONFIG": "../experiment.yaml"},
-              "04": {"BACKEND": "local", "CONFIG": "../../experiment.yaml", "REFRESH_SECONDS": 2.0},
+              "04": {"BACKEND": "local", "CONFIG": "../../experiment.yaml", "REFRESH_SECONDS": 2.0,
+                     "COMPARE": ["../../compare/healthy-seed1/logs"]},
               "05": {"BACKEND": "local", "CONFIG": "../../experiment.yaml"}}
     for prefix, p in params.items():
         papermill.execute_notebook(str(src / names[prefix]), str((work / "live" if prefix == "03" else executed) /
@@ -110,6 +124,10 @@ def lab(workspace):
            "NBTOOLS_RUNS_DIR": str(workspace["runs"])}
     # the venv's kernelspec and labextensions (widgets, plotly) live in sys.prefix: keep them on the data path
     env["JUPYTER_PATH"] = str(Path(sys.prefix) / "share" / "jupyter")
+    from repo_tools import load_tool  # no gcloud, kubectl or helm: 01 on gke can complete only as a dry run
+
+    nopath = load_tool("path_without").build(home / "path", {"gcloud", "kubectl", "helm"})
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(nopath)])
     (home / "config").mkdir(parents=True)
     (home / "config" / "jupyter_server_config.json").write_text(json.dumps({  # nothing fetched from outside
         "ServerApp": {"allow_root": True, "port_retries": 0},
@@ -235,6 +253,38 @@ def _points(page) -> int:
         d => (d.data || []).filter(t => t.hoverinfo !== 'skip').reduce((n, t) => n + (t.x ? t.x.length : 0), 0)))""")
 
 
+def _output_of(page, source: str):
+    """The output area of the open notebook's code cell whose source contains ``source`` (scrolled into view)."""
+    i = page.evaluate("""(s) => window.jupyterapp.shell.currentWidget.content.widgets.filter(c => c.model.type === 'code')
+        .findIndex(c => c.model.sharedModel.getSource().includes(s))""", source)
+    assert i >= 0, source
+    out = page.locator(".jp-MainAreaWidget:not(.lm-mod-hidden) .jp-CodeCell").nth(i).locator(".jp-OutputArea")
+    out.scroll_into_view_if_needed()
+    return out
+
+
+def _look_at_overlay(ui: Lab, cfg) -> None:
+    """04's overlay as rendered: two runs (two hover traces a panel), raw and smoothed in the hover, axis buttons."""
+    out = _output_of(ui.page, "plots.overlay(")
+    plot = out.locator(".js-plotly-plot").first
+    plot.wait_for(timeout=30_000)
+    fig = plot.evaluate("""d => ({meta: d.layout.meta, xtitle: d.layout.xaxis.title.text,
+        traces: d.data.filter(t => t.hoverinfo !== 'skip' && (t.yaxis || 'y') === 'y').map(t => t.name)})""")
+    assert fig["meta"]["nbtools"] == "overlay" and len(fig["traces"]) == 2, fig
+    assert fig["traces"][1] == "healthy-seed1/exp_001" and fig["traces"][0].startswith(f"{cfg.name}/exp_"), fig
+    drag = plot.locator(".nsewdrag").first
+    box = drag.bounding_box()
+    for f in (0.06, 0.08, 0.1):  # early steps: both runs have values there
+        ui.page.mouse.move(box["x"] + box["width"] * f, box["y"] + box["height"] / 2, steps=3)
+    ui.page.wait_for_timeout(300)
+    label = " ".join(ui.page.locator(".hoverlayer text").all_text_contents())
+    assert all(f"{run} · reward" in label for run in fig["traces"]) and "smoothed " in label and "raw " in label, label
+    ui.shot("04_overlay", out)
+    plot.locator(".updatemenu-button", has_text="relative").click()
+    ui.page.wait_for_function("(d) => d.layout.xaxis.title.text.startsWith('relative')", arg=plot.element_handle(),
+                              timeout=10_000)
+
+
 def _plot(page):
     """The output holding 04's interactive curves (scrolled into view for the screenshot)."""
     plot = page.locator(".js-plotly-plot").first
@@ -307,6 +357,8 @@ def _drive(workspace, ui: Lab) -> None:
     job.wait(timeout=600, raise_on_failure=True)
     ui.wait_done(180)  # watch() returns when the job ends; the rest of 04 runs
     ui.shot("04_monitor_done")
+    ui.shot("04_health_panel", _output_of(ui.page, "health.display.panel"))
+    _look_at_overlay(ui, cfg)
     assert _points(ui.page) >= grown > first
     assert not ui.widget_errors(), ui.widget_errors()
     ui.save()  # the executed copy a user keeps (the demo's check freezes and checks it below)
@@ -404,6 +456,24 @@ def _saved(workspace, ui: Lab) -> None:
     print(f"demo 01, 06, 07: {time.monotonic() - t0:.0f} s ({', '.join(f'{k[:2]} {v:.0f} s' for k, v in result.timings.items())})")
     look_at_saved(workspace, ui, SAVED)
     look_at_card(workspace, ui)
+    look_at_01_on_gke(workspace, ui)
+
+
+def look_at_01_on_gke(workspace, ui: Lab) -> None:
+    """01 with the backend set once in the settings file beside it (``backend: gke``), Run All: a dry run."""
+    t0 = time.monotonic()
+    ui.reopen(f"gke/{workspace['names']['01']}")
+    ui.run_all()
+    ui.wait_done(240)
+    cells = _cells(ui.page)
+    verdict = cells[-1][4]
+    assert "gke" in cells[1][4] or "gke" in ui.page.inner_text(".jp-Notebook"), "01 did not take the settings' backend"
+    assert "dry run: nothing was changed;" in verdict and "set APPLY = True" in verdict, verdict
+    assert not list(workspace["runs"].rglob("provision-state.json")), "a dry run records no progress"
+    ui.shot("01_gke_dry_run", _output_of(ui.page, "plan.apply(dry_run=not APPLY)"))  # the steps that would run
+    ui.shot("01_gke_verdict", _output_of(ui.page, "gke.outcome(result)"))
+    assert not ui.widget_errors(), ui.widget_errors()
+    print(f"01 on gke (settings.yaml): {time.monotonic() - t0:.0f} s")
 
 
 def look_at_saved(workspace, ui: Lab, saved: dict) -> None:

@@ -483,3 +483,69 @@ def test_h1_and_h2_on_a_checkpoint_the_rehearsal_wrote(rehearsal_step, tmp_path)
     r = ck.merge(step, tmp_path / "hf", progress=False)
     merged = _tensors(r.out)
     assert r.verified and merged.keys() == true.keys() and all(torch.equal(true[k], v) for k, v in merged.items())
+
+
+# -- #41 gap: "verified" reads every byte of every .distcp file (zip CRC-32 of each record; records tile the file) --
+
+
+def _flip_inside_a_tensor(w: Path, name: str) -> None:
+    """Flip one bit in the middle of the largest raw tensor chunk stored in ``w/name`` (still a finite number)."""
+    from nbtools.checkpoints._sources import _read_dcp
+
+    chunks = [c for st in _read_dcp(w, "").values() for c in st.chunks if c.path.name == name and c.start >= 0]
+    c = max(chunks, key=lambda c: c.nbytes)
+    with open(w / name, "r+b") as fh:
+        fh.seek(c.start + c.nbytes // 2)
+        byte = fh.read(1)
+        fh.seek(c.start + c.nbytes // 2)
+        fh.write(bytes([byte[0] ^ 0x04]))
+
+
+@pytest.mark.parametrize("key", ["v1", "ts"])
+def test_a_bit_flip_inside_a_distcp_tensor_is_not_verified(base, tmp_path, key):
+    """The merge copied raw byte spans, so one flipped bit inside a shard merged as ``verified: true``."""
+    step = _copy(base, key, tmp_path)
+    _flip_inside_a_tensor(step / WEIGHTS[key], "__1_0.distcp")
+    with pytest.raises(CheckpointError, match=r"__1_0\.distcp \(model\.[\w.]+, bytes \d+\.\.\d+\): the bytes of "
+                                              r"\S+/data/\d+ do not match the CRC-32 torch\.save recorded") as e:
+        _merge(step, tmp_path / "hf")
+    assert "re-copy the complete step_N directory" in e.value.fix and not (tmp_path / "hf").exists()
+
+
+def test_bytes_appended_to_a_distcp_file_are_refused(base, tmp_path):
+    step = _copy(base, "v1", tmp_path)
+    with open(step / WEIGHTS["v1"] / "__0_0.distcp", "ab") as fh:
+        fh.write(b"\0" * 100)
+    with pytest.raises(CheckpointError, match=r"__0_0\.distcp is \d+ bytes, but its \.metadata records end at byte "
+                                              r"\d+: 100 bytes were appended"):
+        _merge(step, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("key", ["v1", "ts"])
+def test_one_distcp_file_copied_over_another_is_not_verified(base, tmp_path, key):
+    """Two ranks of even shards write files of one layout, so a copy passed every offset check and merged rank 0's
+    rows twice; the records' CRC-32s are now compared across files."""
+    import shutil
+
+    step = _copy(base, key, tmp_path)
+    w = step / WEIGHTS[key]
+    shutil.copyfile(w / "__0_0.distcp", w / "__1_0.distcp")
+    with pytest.raises(CheckpointError, match=r"__1_0\.distcp holds exactly the bytes of __0_0\.distcp: one shard "
+                                              r"file was copied over another"):
+        _merge(step, tmp_path / "hf")
+    good = _merge(base / key / "step_1", tmp_path / "good")
+    assert good.verified and any(n.startswith("zip CRC-32 of every record of the 2 shard files checked; the records "
+                                              "tile each file") for n in good.notes)
+
+
+def test_the_crc_check_reads_the_same_with_and_without_the_short_path(base, monkeypatch):
+    """zip64 records, long directories and comments go through zipfile instead of the two-pread short path."""
+    from nbtools.checkpoints import _crc
+
+    w = base / "v1" / "step_1" / WEIGHTS["v1"]
+    fast = _crc.check_dcp_files(w, fix="f")
+    monkeypatch.setattr(_crc, "_zip_entries", lambda *a: None)
+    from transformers import LlamaForCausalLM
+
+    weights = sum(t.numel() * 2 for t in LlamaForCausalLM(tiny_config()).state_dict().values())  # bf16 bytes
+    assert _crc.check_dcp_files(w, fix="f") == fast and fast[0] > weights

@@ -30,6 +30,8 @@ READS = {
     ("trajectories", "logs"): (0, "2 steps"), ("trajectories", "exp"): (0, "2 steps"),
     ("checkpoints", "experiment"): (0, "step_2"), ("checkpoints", "run"): (0, "step_2"),
     ("checkpoints", "checkpoints"): (0, "step_2"),
+    **{("explore", k): (0, "step 2 · page 1/") for k in ("experiment", "run", "logs", "exp")},
+    **{("rescore", k): (0, "0 rewards changed") for k in ("experiment", "run", "logs", "exp")},
 }
 FIXES = {  # a refusal that can name the right path names it
     ("merge", "checkpoints"): "the newest: {run}/checkpoints/step_2",
@@ -52,7 +54,9 @@ def paths(rehearsal_run, tmp_path_factory):
             "missing": base / "nothing-here"}
 
 
-def _argv(command: str, path: Path, tmp: Path) -> list[str]:
+def _argv(command: str, path: Path, tmp: Path, experiment: Path) -> list[str]:
+    if command == "rescore":  # the run's own mix: the re-scoring reproduces every stored reward
+        return ["rescore", str(path), "--experiment", str(experiment)]
     if command == "merge":
         return ["merge", str(path), str(tmp / "merged")]
     if command == "diagnose":
@@ -61,7 +65,8 @@ def _argv(command: str, path: Path, tmp: Path) -> list[str]:
 
 
 # merge on a step dir, its one right kind, is a real merge: tests/checkpoints and tests/integration/test_cli.py run it
-CASES = [(c, k) for c in ("health", "metrics", "trajectories", "checkpoints", "merge", "diagnose") for k in KINDS
+CASES = [(c, k) for c in ("health", "metrics", "trajectories", "checkpoints", "merge", "diagnose", "explore", "rescore")
+         for k in KINDS
          if (c, k) != ("merge", "step")]
 
 
@@ -69,7 +74,7 @@ CASES = [(c, k) for c in ("health", "metrics", "trajectories", "checkpoints", "m
 def test_every_command_reads_the_right_thing_or_refuses_with_the_fix(command, kind, paths, tmp_path, capfd,
                                                                      monkeypatch):
     monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(paths["run"].parent))  # the experiment file's runs are the copy's
-    code = main(_argv(command, paths[kind], tmp_path))
+    code = main(_argv(command, paths[kind], tmp_path, paths["experiment"]))
     out, err = capfd.readouterr()
     if (command, kind) in READS:
         want_code, text = READS[command, kind]

@@ -72,8 +72,10 @@ DOUBLES = Path(__file__).resolve().parent
 FAKE_HF_TOKEN = "hf_SIMULATEDgkeTOKENnotARealOne0000"
 KUBERAY_ASSET = TESTS / "assets" / "kuberay" / "v1.7.0" / "ray.io_rayclusters.yaml"
 NEMO_RL_ASSET = TESTS / "assets" / "nemo-rl" / "v0.7.0" / "examples" / "configs"
-# the image's Python path: no nbtools (sim_image/sitecustomize.py); vLLM is its test double (the trainers' images ship vLLM)
+# the image's Python path: no nbtools (sim_image/sitecustomize.py); vLLM is its test double (the trainers' images ship
+# vLLM), or with ``SimGke(vllm_python=...)`` the bridge to real vLLM in that venv (vllm_bridge/)
 IMAGE_PYTHONPATH = os.pathsep.join([str(DOUBLES / "sim_image"), str(DOUBLES / "vllm_double")])
+REAL_VLLM_PYTHONPATH = os.pathsep.join([str(DOUBLES / "sim_image"), str(DOUBLES / "vllm_bridge")])
 
 
 @functools.cache
@@ -128,6 +130,9 @@ class SimGke:
         rehearsal: changes to the rehearsal section the NeMo-RL doubles train with (the "image"), e.g.
             ``{"warmup_steps": 60}``.
         ready_after: seconds a new pod stays Pending before it is Running and Ready.
+        vllm_python: the python of a venv with real vLLM (tools/vllm_venv.sh): the pods' ``vllm`` is then the bridge to
+            it (vllm_bridge/), so an evaluation job's generations are real vLLM's, loaded from where the job reads the
+            model; None: vLLM's test double (vllm_double/).
         isolate: only the pods (the Ray head's processes) see the run's files at the mount path ``data_dir``; this
             machine reads them from the bucket, as on GKE (sim_files.py; needs ``unshare --mount`` as root).
         experiment: the file in ``experiments/`` the sim experiment is written from; a verl one runs the verl stand-in
@@ -137,7 +142,7 @@ class SimGke:
     def __init__(self, root: str | os.PathLike, *, name: str = "sim-grpo", steps: int = 300, ray: bool = True,
                  mirror: bool = True, provisioned: bool = False, changes: dict[str, Any] | None = None,
                  rehearsal: dict[str, Any] | None = None, ready_after: float = 0.2, head_cpus: int = 4,
-                 isolate: bool = True, experiment: str = "gke-b200-gemma3-1b.yaml"):
+                 isolate: bool = True, experiment: str = "gke-b200-gemma3-1b.yaml", vllm_python: str | None = None):
         self.root = Path(root).resolve()
         self.name, self.steps = name, steps
         self._want_ray, self._want_mirror, self._provisioned = ray, mirror, provisioned
@@ -145,6 +150,8 @@ class SimGke:
         self.ready_after, self.head_cpus = ready_after, head_cpus
         self.data_dir = self.root / "data"  # the pods' /data (storage.mount_path); empty here when isolated
         self.isolated = isolate
+        self.vllm_python = vllm_python
+        self.image_pythonpath = REAL_VLLM_PYTHONPATH if vllm_python else IMAGE_PYTHONPATH
         self.backing_dir = self.root / "pods" / "data" if isolate else self.data_dir  # where the pods' files are
         self.flush_dir = self.root / "pods" / "flush"  # a job's exiting processes ask the gcsfuse stand-in here
         self.code_dir = self.root / "opt" / "nemo-rl"  # the image's /opt/nemo-rl (trainer.code_dir)
@@ -237,7 +244,8 @@ class SimGke:
         cfg = nbtools.config.load(ROOT / "experiments" / "local.yaml", backend="local", overrides={
             "ray.port": _free_port(), "ray.dashboard_port": _free_port(), "ray.num_cpus": self.head_cpus})
         gpus = yaml.safe_load(self.experiment_yaml.read_text())["cluster"]
-        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": IMAGE_PYTHONPATH, "HF_HUB_OFFLINE": "1",
+        env = {"NBTOOLS_RUNS_DIR": str(self.head_dir), "PYTHONPATH": self.image_pythonpath, "HF_HUB_OFFLINE": "1",
+               "SIM_VLLM_PYTHON": self.vllm_python or "",
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
                "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else "",
                # the verl stand-in trains answers written "#### X"; the vLLM double's text says them so too
@@ -274,7 +282,8 @@ class SimGke:
     def _image_env(self) -> dict[str, str]:
         """The environment of the sim's pods: the image's ``python`` first on PATH, no nbtools, the Ray head."""
         env = {**os.environ, "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               "PYTHONPATH": IMAGE_PYTHONPATH, "HF_HUB_OFFLINE": "1", "HF_TOKEN": FAKE_HF_TOKEN}
+               "PYTHONPATH": self.image_pythonpath, "HF_HUB_OFFLINE": "1", "HF_TOKEN": FAKE_HF_TOKEN,
+               "SIM_VLLM_PYTHON": self.vllm_python or ""}
         if self.head is not None and self.head.gcs_address:
             env["RAY_ADDRESS"] = self.head.gcs_address
         return env

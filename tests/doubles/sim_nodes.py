@@ -12,23 +12,37 @@ disk is empty.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 from ports import free_port
 from sim_files import pods_launcher
 
-__all__ = ["WorkerNodes", "PATIENT_RAY"]
+__all__ = ["WorkerNodes", "PATIENT_RAY", "PATIENT_GET_NODE", "OWN_SOCKETS"]
 
 # ``ray start`` for a worker node, waiting up to 5 min (not Ray's fixed 30 s: ray/_private/node.py, Node.__init__'s
 # ``raylet_start_wait_time_s``) for its raylet to register with the head's GCS, which on a loaded 2-core machine takes
-# longer; everything else is Ray's own CLI.
-PATIENT_RAY = """
-import sys, time
+# longer, but only while that raylet (a child of ``ray start``) is alive: a raylet that stopped on a failed start-up
+# check (its wait for the agent's ports, on a busy machine) never registers: ``ray start`` now exits at once and
+# WorkerNodes._wait starts the node again, instead of after 5 min (test_gke_verl's set-up, two worker nodes, once took
+# 378 s on CI instead of 14); everything else is Ray's own CLI.
+PATIENT_GET_NODE = """
+import time
+import psutil
 import ray._private.services as services
 _get_node = services.get_node
+def _raylet_alive():
+    for p in psutil.Process().children():
+        try:
+            if p.name() == "raylet" and p.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            pass
+    return False
 def get_node(*args, **kwargs):
     end = time.monotonic() + 300
     while True:
@@ -37,8 +51,28 @@ def get_node(*args, **kwargs):
         except RuntimeError:
             if time.monotonic() > end:
                 raise
+            if not _raylet_alive():
+                raise RuntimeError("the raylet of this node exited before it registered with the GCS") from None
             time.sleep(1)
 services.get_node = get_node
+"""
+# Each node's own raylet and object store socket names (from the environment ``_spawn`` gives it): left to Ray, two
+# nodes starting at once on this one machine take the same free name in the head's session dir
+# (ray/_private/node.py, _prepare_socket_file -> _make_inc_temp) and the second raylet dies on "bind: Address already
+# in use" (seen on CI: the verl experiment's two worker nodes). This Ray's `ray start` has no option for them
+# (its RayParams has the fields), so they are set on the RayParams it builds.
+OWN_SOCKETS = """
+import os
+import ray._private.parameter as parameter
+_init = parameter.RayParams.__init__
+def _init_own_sockets(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.raylet_socket_name = os.environ["SIM_NODE_RAYLET_SOCKET"]
+    self.plasma_store_socket_name = os.environ["SIM_NODE_PLASMA_SOCKET"]
+parameter.RayParams.__init__ = _init_own_sockets
+"""
+PATIENT_RAY = PATIENT_GET_NODE + OWN_SOCKETS + """
+import sys
 from ray.scripts.scripts import main
 sys.exit(main())
 """
@@ -53,20 +87,29 @@ class WorkerNodes:
         self.gcs_address, self.dashboard_url, self.count, self.gpus = gcs_address, dashboard_url, count, gpus
         self.env, self.ray_cli = env, [python]  # the venv's Python, running PATIENT_RAY
         self.procs: list[subprocess.Popen] = []
+        self.sockets: Path | None = None  # the nodes' raylet and object store sockets (_spawn)
 
     def disk(self, i: int) -> Path:
         """Worker ``i``'s local disk on this machine (what its pod sees at sim_files.LOCAL_DISK)."""
         return self.root / f"worker-{i}" / "disk"
 
     def start(self, *, timeout: float = 600) -> WorkerNodes:
-        self.procs = [self._spawn(i) for i in range(self.count)]
-        self._wait(timeout)
+        self.sockets = Path(tempfile.mkdtemp(prefix="simnodes-"))  # short: a socket path has at most 107 bytes
+        try:
+            self.procs = [self._spawn(i) for i in range(self.count)]
+            self._wait(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _spawn(self, i: int) -> subprocess.Popen:
         log = self.root / f"worker-{i}" / "ray-start.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         ports = [str(free_port()) for _ in range(6)]
+        sockets = {"SIM_NODE_RAYLET_SOCKET": self.sockets / f"raylet.{i}", "SIM_NODE_PLASMA_SOCKET": self.sockets / f"plasma.{i}"}
+        for path in sockets.values():  # a failed try's, before the node is started again (OWN_SOCKETS)
+            path.unlink(missing_ok=True)
         cmd = [*pods_launcher(self.backing, self.mount, self.disk(i)), *self.ray_cli, "-c", PATIENT_RAY, "start", "--block",
                "--address", self.gcs_address, "--num-gpus", str(self.gpus), "--num-cpus", "2",
                "--object-store-memory", str(100 << 20), "--node-manager-port", ports[0], "--object-manager-port", ports[1],
@@ -74,7 +117,7 @@ class WorkerNodes:
                "--runtime-env-agent-port", ports[4], "--metrics-export-port", ports[5], "--disable-usage-stats"]
         env = {**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "120000",
-               "RAY_raylet_start_wait_time_s": "120"}
+               "RAY_raylet_start_wait_time_s": "120", **{k: str(v) for k, v in sockets.items()}}
         env.pop("RAY_ADDRESS", None)
         with open(log, "wb") as out:
             return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -133,6 +176,8 @@ class WorkerNodes:
                 pass
             _kill_session(p.pid)
         self.procs = []
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 def _kill_session(sid: int) -> None:

@@ -21,7 +21,7 @@ import nbtools
 from nbtools.rewards import nemo_rl_env
 from nbtools.rewards._ship import ENV_NAME_KEY
 from nbtools.trainers import nemo_rl
-from nbtools.trainers.releases import NEMO_RL
+from nbtools.trainers.nemo_rl import NEMO_RL
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_nbtools_tables_agree_with_the_release_facts(version):
 
 @pytest.mark.parametrize("version", sorted(nemo_rl_releases.RELEASES))
 def test_per_release_artifacts_agree_with_the_release_facts(version):
-    from nbtools.trainers.releases import NEMO_RL
+    from nbtools.trainers.nemo_rl import NEMO_RL
 
     row, ours = nemo_rl_releases.facts(version), NEMO_RL[version]
     assert (ours.val_dumps, ours.baseline_reward, ours.data_validation) == (

@@ -81,3 +81,14 @@ def test_a_storage_url_this_machine_reads_stays_the_fast_path(sim_gke, ray_cfg_h
     assert cfg.url(f"{sim_gke.data_dir}/x") == str(tmp_path / "x")
     assert storage.read_text(cfg.url(f"{sim_gke.data_dir}/x")) == "local"
 
+
+
+def test_a_confirmed_wipe_deletes_the_runs_results_through_the_cluster(sim_gke, ray_cfg_hidden):
+    """Notebook 09's wipe on a cluster whose disk this machine cannot see: one short job deletes each directory there."""
+    cfg, _ = ray_cfg_hidden
+    other = f"{sim_gke.data_dir}/other-run-{uuid.uuid4().hex[:6]}"
+    _on_cluster(cfg, f"mkdir -p {cfg.checkpoint_dir}/step_3 {other} && touch {cfg.checkpoint_dir}/step_3/w {other}/keep")
+    done = nbtools.backends.get(cfg).wipe(confirm=cfg.name)
+    assert list(done.actions["action"]) == ["removed", "absent"] and done.stopped, done.actions
+    assert storage.info(cfg.url(cfg.checkpoint_dir)) is None and storage.info(cfg.url(f"{other}/keep")) is not None
+    assert list(nbtools.backends.get(cfg).wipe(confirm=cfg.name).actions["action"]) == ["absent", "absent"]

@@ -21,7 +21,7 @@ from sim_verl_checkout import transfer_queue_image, write_verl_checkout
 
 from nbtools import config, trainers
 from nbtools.launch import lint
-from nbtools.trainers.releases import VERL
+from nbtools.trainers.verl import VERL
 
 ROOT = Path(__file__).resolve().parents[2]
 

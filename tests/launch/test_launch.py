@@ -75,7 +75,8 @@ EXPECTED = {
         "actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4 "
         "actor_rollout_ref.actor.strategy=fsdp2 algorithm.kl_ctrl.kl_coef=0.001 trainer.total_epochs=2 "
         "trainer.total_training_steps=null",
-        {"PYTHONUNBUFFERED": "1", **GIB_A4, "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",
+        {"PYTHONUNBUFFERED": "1", **{k: v for k, v in GIB_A4.items() if k != "NCCL_NET"},  # the blog's plugin path
+         "HF_HOME": "/data/huggingface_cache", "PYTHONPATH": "/data/verl",                 # chooses the network
          "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so", "NCCL_DEBUG": "INFO"},
     ),
     "tutorial-003-qwen3-1.7b-deepscaler": (
@@ -347,3 +348,28 @@ def test_secrets_never_enter_the_spec(monkeypatch):
 def test_secret_names_are_refused_as_plain_env_vars():
     with pytest.raises(ConfigError, match="fix: remove it and set `secrets.hf_token"):  # now at config validation
         build(_cfg("tutorial-004-qwen2.5-1.5b", **{"trainer.env_vars": {"HF_TOKEN": "x"}}))
+
+
+# ---------------------------------------------------------------- each registry asked once (issue 43)
+def test_submit_resolves_the_trainer_and_the_backend_once(monkeypatch):
+    """The launch path asks each registry once and passes the objects down: building the job once asked
+    ``trainers.get`` three times (the command, the env, the metadata) and ``backends.get`` twice. (The
+    config's derived paths, ``cfg.log_dir`` and the like, ask the backend for themselves; only launch's calls count.)"""
+    import sys
+    calls = {"trainers": 0, "backends": 0}
+    real_t, real_b = nbtools.trainers.get, nbtools.backends.get
+
+    def count(name, real):
+        def wrapped(cfg, **kw):
+            calls[name] += sys._getframe(1).f_globals["__name__"].startswith("nbtools.launch")
+            return real(cfg, **kw)
+        return wrapped
+
+    monkeypatch.setattr(nbtools.trainers, "get", count("trainers", real_t))
+    monkeypatch.setattr(nbtools.backends, "get", count("backends", real_b))
+    cfg = _cfg("tutorial-000-gemma3-1b-it")
+    calls.update(trainers=0, backends=0)
+    spec = build(cfg)
+    assert calls == {"trainers": 1, "backends": 1}
+    assert spec.metadata["nbtools.image"] == cfg.images.resolved_image  # the trainer's metadata, not a branch
+    assert spec.runtime_env["env_vars"]["HF_HOME"] == cfg.storage.hf_home

@@ -112,3 +112,37 @@ def test_each_recommended_variant_names_its_tutorial_and_comments_each_differenc
     unexplained = sorted(k for k in differ if k.rsplit(".", 1)[-1] not in header and k not in header
                          and not k.startswith(("trainer.env_vars", "secrets.", "cluster.", "gcp.", "storage.", "ray.")))
     assert not unexplained, f"{variant}: differences without a comment: {unexplained}"
+
+
+# Tutorial 002's runtime-env.yaml, its NCCL/Gloo variables as the blog prints them ("Scaling Reinforcement Learning with
+# verl on GKE"; esaaren/verl-on-gke job/runtime-env.yaml): the plugin library named directly, no NCCL_NET.
+BLOG_002_NCCL = {
+    "NCCL_DEBUG": "INFO", "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so", "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_NET_CHUNKSIZE": "131072", "NCCL_NVLS_CHUNKSIZE": "524288",
+    "NCCL_IB_ADAPTIVE_ROUTING": "1", "NCCL_IB_QPS_PER_CONNECTION": "4", "NCCL_IB_TC": "52", "NCCL_IB_FIFO_TC": "84",
+    "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config_a4.txtpb", "GLOO_SOCKET_IFNAME": "eth0",
+}
+
+
+def test_tutorial_002_job_env_is_the_blogs_without_nbtools_own_network_choice():
+    """#42 left: nbtools added GKE's NCCL_NET=gIB next to the blog's NCCL_NET_PLUGIN, two choices of NCCL's network
+    the blog never makes together; the user's plugin library now replaces nbtools' NCCL_NET."""
+    from nbtools.launch import runtime_env
+
+    env = runtime_env.env_vars(nbtools.config.load(ROOT / "experiments" / "tutorial-002-verl-qwen2.5-32b.yaml"))
+    assert {k: env.get(k) for k in BLOG_002_NCCL} == BLOG_002_NCCL
+    assert "NCCL_NET" not in env and "/usr/local/nvidia/lib64" in env["LD_LIBRARY_PATH"]
+    assert runtime_env.env_vars(nbtools.config.load(ROOT / "experiments" / "gke-b200-verl.yaml"))["NCCL_NET"] == "gIB"
+
+
+@pytest.mark.parametrize("net, severity", [("IB", "blocking"), ("gIB", "warning")])
+def test_nccl_net_beside_nccl_net_plugin_is_a_finding_that_names_the_fix(net, severity):
+    path = ROOT / "experiments" / "tutorial-002-verl-qwen2.5-32b.yaml"
+    env = {**nbtools.config.load(path).trainer.env_vars, "NCCL_NET": net}
+    report = nbtools.launch.lint(nbtools.config.load(path, overrides={"trainer.env_vars": env}), code_present=True)
+    found = [f for f in report.findings if f.rule == "nccl-net"]
+    assert [(f.severity, f.key) for f in found] == [(severity, "trainer.env_vars.NCCL_NET")]
+    assert "remove `trainer.env_vars.NCCL_NET` and keep `NCCL_NET_PLUGIN: /usr/local/gib/lib64/libnccl-net_internal.so`" \
+        in found[0].fix
+    assert not [f for f in nbtools.launch.lint(nbtools.config.load(path), code_present=True).findings
+                if f.rule == "nccl-net"]

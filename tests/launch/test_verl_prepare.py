@@ -25,7 +25,7 @@ import pytest
 from nbtools import config
 from nbtools.launch import verl_prepare as jobs
 from nbtools.trainers import LintReport
-from nbtools.trainers import verl_prepare as vp
+from nbtools.trainers.verl import prepare as vp
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENT = ROOT / "experiments" / "gke-b200-verl.yaml"

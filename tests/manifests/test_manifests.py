@@ -247,3 +247,14 @@ def test_nccl_installer_feeds_the_host_paths_the_workers_mount(name):
     worker = manifests.raycluster(cfg)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     mounted = {v["hostPath"]["path"] for v in worker["volumes"] if "hostPath" in v}
     assert all(any(p == m or p.startswith(m + "/") for m in mounted) for p in installed), (installed, mounted)
+
+
+@pytest.mark.parametrize("name", ["tutorial-002-verl-qwen2.5-32b", "gke-b200-verl"])
+def test_ray_session_dirs_are_emptydirs_as_in_tutorial_002(name):
+    """#42 left: tutorial 002's RayCluster keeps Ray's /tmp on pod emptyDirs (head /tmp/ray, workers /tmp), so the
+    session logs outlive a restart of the Ray container; nbtools' pods wrote them to the container's writable layer."""
+    rc = manifests.raycluster(nbtools.config.load(ROOT / "experiments" / f"{name}.yaml"))
+    for group, path in ((rc["spec"]["headGroupSpec"], "/tmp/ray"), (rc["spec"]["workerGroupSpecs"][0], "/tmp")):
+        spec = group["template"]["spec"]
+        mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+        assert {v["name"]: v for v in spec["volumes"]}[mounts[path]] == {"name": mounts[path], "emptyDir": {}}

@@ -13,6 +13,8 @@ from pathlib import Path
 import papermill
 import pytest
 
+import nbtools
+
 ROOT = Path(__file__).resolve().parents[2]
 NB_DIR = ROOT / "notebooks"
 COMMON = {"BACKEND": ("str", '""'), "CONFIG": ("str", '""')}  # "": the shared settings (notebooks/settings.yaml)
@@ -20,9 +22,9 @@ KNOBS = {
     "01_provision_gke": {"APPLY": ("bool", "False")},  # safe by default: a dry run until APPLY
     "02_ray_cluster": {"TIMEOUT": ("float", "0.0")},
     "03_launch_grpo": {"STOP": ("bool", "False")},
-    "04_monitor": {"REFRESH_SECONDS": ("float", "30.0")},
+    "04_monitor": {"REFRESH_SECONDS": ("float", "30.0"), "COMPARE": ("list", "[]")},
     "05_trajectories": {"STEP": ("int", "-1")},
-    "06_merge_checkpoint": {"OVERWRITE": ("bool", "False")},
+    "06_merge_checkpoint": {"OVERWRITE": ("bool", "False"), "STEP": ("int", "-1")},  # -1: the best step
     "07_evaluate_compare": {"SAMPLES": ("int", "8")},
     "08_rewards": {"NEW_WEIGHT": ("float", "0.3")},
     "09_cleanup": {"APPLY": ("bool", "False"), "CONFIRM": ("str", '""'), "DELETE_BUCKET": ("str", '""')},
@@ -81,3 +83,29 @@ def test_demo_output_has_no_kernel_transport_warning(tmp_path):
     assert executed["metadata"]["papermill"]["parameters"] == {"BACKEND": "local"}
     # the deliberately unparsable comment above is papermill's warning, the one the real notebooks must not have
     assert out.count("Unable to parse line 1") == 2, out
+
+
+def test_06_merges_the_step_papermill_injects(tmp_path, monkeypatch):
+    """#42 left: 06's STEP sat in a later cell (``STEP = None``), so ``papermill -p STEP 2`` was overwritten and 06
+    merged the best step. Its cells run here in order, up to the choice, after papermill's own parameter injection."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    monkeypatch.chdir(NB_DIR)
+    experiment = str(ROOT / "experiments" / "local.yaml")
+    root = Path(nbtools.config.load(experiment, backend="local").checkpoints_url)
+    for n, accuracy in ((2, 0.2), (4, 0.9)):  # step 4 is the best: only an honoured STEP picks step 2
+        (root / f"step_{n}" / "policy" / "weights").mkdir(parents=True)
+        (root / f"step_{n}" / "policy" / "weights" / ".metadata").write_bytes(b"x")
+        (root / f"step_{n}" / "training_info.json").write_text(json.dumps({"total_steps": n, "val:accuracy": accuracy}))
+    for params, want in (({"STEP": 2}, "step_2"), ({}, "step_4")):
+        nb = parameterize_notebook(load_notebook_node(str(NB_DIR / "06_merge_checkpoint.ipynb")),
+                                   {"BACKEND": "local", "CONFIG": experiment, **params})
+        ns: dict = {}
+        for cell in (c for c in nb.cells if c.cell_type == "code"):
+            exec(compile(cell.source, "06_merge_checkpoint.ipynb", "exec"), ns)  # noqa: S102 - the notebook's cells
+            if "step" in ns:
+                break
+        assert ns["step"].name == want, params
+

@@ -18,7 +18,7 @@ Doubles kept, and why (verl at these releases cannot run them on this CPU machin
   methods run unbound on a namespace, and 0.9.1's TransferQueue read (``tq.kv_batch_get``) is answered from memory;
 - ``verl/workers/fsdp_workers.py``'s per-GPU mini-batch check runs in ``ActorRolloutRefWorker.__init__`` after
   ``torch.distributed`` and a device mesh exist: the lint's rule for it is checked by
-  tests/trainers/test_verl_validation.py against the facts (tag and path in ``nbtools/trainers/_verl_validate.py``);
+  tests/trainers/test_verl_validation.py against the facts (tag and path in ``nbtools/trainers/verl/_validate.py``);
 - checkpoints: verl's FSDP checkpoint manager and model merger are not run here (not attempted in this change); the
   merge tests use the project's writer of verl's layout (tests/checkpoints).
 

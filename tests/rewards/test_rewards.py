@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -695,3 +696,18 @@ def test_rescore_summary_reads_as_a_sentence_not_a_series_repr():
     assert text.startswith("re-scored 12 samples in 3 groups over 2 steps: mean reward 0.889 → 0.5, 4 rewards changed")
     assert "within 1.2e-07" in text and "dtype" not in text and "0.8888" not in text
     assert "<td>old mean reward</td><td>0.889</td>" in s._repr_html_() and s["changed_rewards"] == 4
+
+
+@pytest.mark.parametrize("response", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_the_shipped_example_reward_survives_adversarial_input(response):
+    """experiments/my_rewards.py is what users copy: a 2,000,000-digit answer once raised int()'s digit limit."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_example_rewards", Path(__file__).resolve().parents[2] / "experiments" / "my_rewards.py")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        score, _ = module.closeness("42", response)
+    finally:
+        rewards.unregister("closeness")
+    assert 0.0 <= score <= 1.0

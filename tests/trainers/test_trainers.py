@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import typing
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_each_backend_runs_the_trainer_the_registry_names():
         assert isinstance(t, trainers.Trainer), f"{type(t).__name__} does not implement every Trainer verb"
 
 
-@pytest.mark.parametrize("release", sorted(trainers.NEMO_RL))
+@pytest.mark.parametrize("release", sorted(nemo_rl.NEMO_RL))
 def test_every_nemo_rl_release_is_complete(release):
     """One entry in releases.NEMO_RL, plus what the config and the package data need for it; nothing else."""
     cfg = _cfg("gke-b200-gemma3-1b.yaml", **{"images.nemo_rl_version": release})
@@ -45,17 +46,17 @@ def test_every_nemo_rl_release_is_complete(release):
     assert trainer.release == release and isinstance(trainer, trainers.Trainer)
     assert release in config.NEMO_RL_VERSIONS, "the cluster image and Ray pin of the release"
     allowed = typing.get_args(typing.get_type_hints(config.ImagesConfig)["nemo_rl_version"])
-    assert set(allowed) == set(trainers.NEMO_RL) == set(config.NEMO_RL_VERSIONS)
+    assert set(allowed) == set(nemo_rl.NEMO_RL) == set(config.NEMO_RL_VERSIONS)
     assert trainers.known_configs(release), f"nbtools/data/nemo_rl_keys_{release}.json (tools/gen_nemo_rl_keys.py)"
-    assert trainer.job(cfg).command.split(" && ")[1].split()[2] == trainers.NEMO_RL[release].entrypoint
+    assert trainer.job(cfg).command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
 
 
 def test_the_release_table_chooses_the_entry_point_that_honours_a_reward_mix(monkeypatch):
     """A release whose plain entry point ignores a reward environment names the one that honours it, as data."""
     cfg = _cfg("gke-b200-gemma3-1b.yaml", **{"images.nemo_rl_version": "v0.5.0"})
     assert nemo_rl.entry_script(cfg) == "examples/run_grpo_math.py"
-    patched = trainers.releases.NemoRlRelease("v0.5.0", "examples/run_grpo_math.py", "examples/run_grpo.py")
-    monkeypatch.setitem(trainers.NEMO_RL, "v0.5.0", patched)
+    patched = nemo_rl.NemoRlRelease("v0.5.0", "examples/run_grpo_math.py", "examples/run_grpo.py")
+    monkeypatch.setitem(nemo_rl.NEMO_RL, "v0.5.0", patched)
     assert nemo_rl.entry_script(cfg) == "examples/run_grpo_math.py"  # no mix: the plain one
     mixed = cfg.replace(**{"trainer.reward_functions": [{"name": "math_expr", "weight": 1.0}]})
     assert nemo_rl.entry_script(mixed) == "examples/run_grpo.py"
@@ -85,10 +86,9 @@ def test_the_package_wires_the_registries_into_the_config():
 # The test fails on any other, and on an entry that no longer matches (so the list stays true).
 # (Data files such as nbtools/data/recipes.yaml, the tutorials' runs, are not .py files and name trainers freely.)
 ALLOWED = {
+    "nbtools/_trainer_folders.py": "the registry itself: each trainer.kind and its folder, as dotted names",
     "nbtools/config/_tables.py": "trainer.kind's default value: the config is the floor and cannot ask the registry",
     "nbtools/backends/_types.py": "LOCAL_SECTIONS: the config section named `rehearsal`, which only a local run reads",
-    "nbtools/rehearsal/writers.py": "the rehearsal's writers keyed by trainers.Layout, the value trainers.get(cfg).layout "
-                                    "names (a registry, not a branch on the trainer)",
 }
 
 
@@ -135,3 +135,84 @@ def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
                 unknown.append((role, name))
     assert not unknown, f"names verl v0.7.0 does not log: {unknown}"
     assert trainers.METRIC_NAMES["verl"]["kl"], "no KL name for verl"
+
+
+# Trainer names in code (identifiers, imports, string constants equal to a trainer's kind or layout) outside
+# nbtools/trainers/ and the registry's table, per file, by ast (docstrings and comments may cite upstream freely).
+# A ratchet (2026-11-28: 36 files, 212 names; 37 files, 226 names before the one-folder-per-trainer move): a file may not gain a name
+# and no new file may name a trainer. What remains is verl's own readers (checkpoints/_verl*, trajectories/_verl,
+# rehearsal's verl writer) still to move into trainers/verl/, and the backends'/launch's branches on trainer facts.
+TRAINER_NAMES_LEFT: dict[str, int] = {
+    "nbtools/_layout.py": 5,
+    "nbtools/checkpoints/__init__.py": 7,
+    "nbtools/checkpoints/_listing.py": 7,
+    "nbtools/checkpoints/_merge.py": 6,
+    "nbtools/checkpoints/_remote.py": 1,
+    "nbtools/checkpoints/_verl.py": 24,
+    "nbtools/checkpoints/_verl_merge.py": 8,
+    "nbtools/cli/_kinds.py": 4,
+    "nbtools/cli/_metrics.py": 7,
+    "nbtools/cli/_prepare.py": 4,
+    "nbtools/config/__init__.py": 1,
+    "nbtools/config/_sections.py": 12,
+    "nbtools/config/_tables.py": 4,
+    "nbtools/evals/generate_job.py": 5,
+    "nbtools/evals/job.py": 6,
+    "nbtools/evals/vllm_generate.py": 1,
+    "nbtools/gke/_steps.py": 13,
+    "nbtools/health/__init__.py": 1,
+    "nbtools/health/_contract.py": 1,
+    "nbtools/launch/_attempts.py": 6,
+    "nbtools/launch/_outputs.py": 4,
+    "nbtools/launch/_prepare.py": 2,
+    "nbtools/launch/_rules_reward.py": 3,
+    "nbtools/launch/lint.py": 5,
+    "nbtools/launch/verl_prepare.py": 7,
+    "nbtools/metrics.py": 4,
+    "nbtools/rehearsal/artifacts.py": 2,
+    "nbtools/rehearsal/writers.py": 14,
+    "nbtools/rewards/__init__.py": 2,
+    "nbtools/rewards/_advantages.py": 1,
+    "nbtools/rewards/_builtins.py": 3,
+    "nbtools/rewards/_rescore.py": 2,
+    "nbtools/rewards/_ship.py": 2,
+    "nbtools/rewards/nemo_rl_env.py": 3,
+    "nbtools/trajectories/__init__.py": 27,
+    "nbtools/trajectories/_verl.py": 8,
+}
+_TRAINER_NAME = re.compile(r"(?<![a-z])(nemo_?rl|verl)(?![a-z])", re.I)
+
+
+def _trainer_names(path: Path) -> int:
+    hits = 0
+    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        hits += bool(
+            (isinstance(n, ast.Constant) and isinstance(n.value, str) and re.fullmatch(r"nemo-rl|nemo_rl|verl", n.value))
+            or (isinstance(n, ast.Name) and _TRAINER_NAME.search(n.id))
+            or (isinstance(n, ast.Attribute) and _TRAINER_NAME.search(n.attr))
+            or (isinstance(n, (ast.FunctionDef, ast.ClassDef)) and _TRAINER_NAME.search(n.name))
+            or (isinstance(n, ast.alias) and _TRAINER_NAME.search(n.name + (n.asname or "")))
+            or (isinstance(n, ast.ImportFrom) and n.module and _TRAINER_NAME.search(n.module)))
+    return hits
+
+
+def test_trainer_names_outside_the_trainer_folders_only_shrink():
+    found = {}
+    for p in (ROOT / "nbtools").rglob("*.py"):
+        rel = p.relative_to(ROOT)
+        if rel.parts[1] == "trainers" or rel.name == "_trainer_folders.py":
+            continue
+        if n := _trainer_names(p):
+            found[str(rel)] = n
+    grew = {f: (TRAINER_NAMES_LEFT.get(f, 0), n) for f, n in found.items() if n > TRAINER_NAMES_LEFT.get(f, 0)}
+    assert not grew, ("trainer names outside nbtools/trainers/ (before, now); ask the trainer or its layout "
+                      f"(nbtools.trainers.get(cfg), nbtools.trainers.layouts()) instead: {grew}")
+    shrank = {f: (n, found.get(f, 0)) for f, n in TRAINER_NAMES_LEFT.items() if found.get(f, 0) < n}
+    assert not shrank, f"fewer trainer names than TRAINER_NAMES_LEFT says: lower those counts (was, now): {shrank}"
+
+
+def test_the_trainer_name_walk_sees_names_in_code_not_in_prose(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text('"""verl and NeMo-RL in a docstring."""\nfrom nbtools.checkpoints import latest_verl\n'
+                   'if kind == "verl":\n    pass\n# nemo_rl in a comment\n')
+    assert _trainer_names(src) == 2  # the imported name and the constant

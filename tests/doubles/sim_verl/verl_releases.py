@@ -2,7 +2,7 @@
 
 TEST DATA, not nbtools: every fact names where it was read (verl-project/verl at the tag, the path), so the stand-in
 built on it refuses or ignores what the real release would, and a launch that relies on something the release does
-not do fails in the tests as it would on the cluster. nbtools keeps its own table (``nbtools/trainers/releases.py``);
+not do fails in the tests as it would on the cluster. nbtools keeps its own table (``nbtools/trainers/verl/_releases.py``);
 tests compare the two, they never share one.
 
 Tags: v0.7.0 = commit f9c855f7cf04d603c9546bc01776c74806a879c1, v0.9.0 = commit 483b8a009ba3a97563edee3a19887e4862b8094a.

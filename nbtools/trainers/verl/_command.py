@@ -16,7 +16,7 @@ from nbtools import _layout
 from nbtools._escape import sh
 from nbtools.config import Experiment
 from nbtools.trainers.nemo_rl import hydra_unquote, hydra_value, parse_override
-from nbtools.trainers.releases import VERL, VerlRelease
+from nbtools.trainers.verl._releases import VERL, VerlRelease
 
 __all__ = ["code_dir", "data_dir", "rollout_dir", "validation_dir", "tensorboard_dir", "overrides", "effective", "command",
            "fields", "ignored", "IGNORED", "NBTOOLS_ONLY", "REFUSED",
@@ -30,7 +30,7 @@ PREPROCESS = {"gsm8k": "examples/data_preprocess/gsm8k.py", "math": "examples/da
 
 
 def known_release(cfg: Experiment) -> bool:
-    """Whether ``trainer.verl_ref`` is a release nbtools carries facts for (``trainers.releases.VERL``)."""
+    """Whether ``trainer.verl_ref`` is a release nbtools carries facts for (``trainers.verl.VERL``)."""
     return cfg.trainer.verl_ref in VERL
 
 
@@ -111,7 +111,7 @@ REFUSED: tuple[str, ...] = ("trainer.reward_functions", "trainer.reward_module")
 
 def _has(cfg: Experiment, key: str) -> bool:
     from nbtools.trainers._tree import has_key
-    from nbtools.trainers._verl_tree import verl_tree
+    from nbtools.trainers.verl._tree import verl_tree
 
     tree = verl_tree(cfg.trainer.verl_ref) or verl_tree(list(VERL)[-1]) or {}
     return has_key(tree, key)

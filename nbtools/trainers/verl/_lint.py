@@ -16,14 +16,15 @@ from pathlib import Path
 from nbtools import backends
 from nbtools.config import Experiment
 from nbtools.errors import Fix
-from nbtools.trainers import _tree, verl
+from nbtools.trainers import _tree
+from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
-from nbtools.trainers._verl_tree import verl_tree
-from nbtools.trainers._verl_validate import check_validation
+from nbtools.trainers.verl._tree import verl_tree
+from nbtools.trainers.verl._validate import check_validation
 from nbtools.trainers.nemo_rl import hydra_value, parse_override
-from nbtools.trainers.releases import VERL
-from nbtools.trainers.verl_prepare import check_data, check_weights
+from nbtools.trainers.verl._releases import VERL
+from nbtools.trainers.verl.prepare import check_data, check_weights
 
 __all__ = ["check_verl"]
 
@@ -61,7 +62,7 @@ def _keys(cfg: Experiment, r: LintReport) -> None:
             "warning", "verl-keys", "trainer.verl_ref",
             f"nbtools has no key table for verl {ref!r}, so no override was checked against its config (Hydra refuses "
             "an unknown `key=value` when the job starts)",
-            f"pin a release nbtools knows ({', '.join(VERL)}), or add one: an entry in nbtools/trainers/releases.py and "
+            f"pin a release nbtools knows ({', '.join(VERL)}), or add one: an entry in nbtools/trainers/verl/_releases.py and "
             "its verl/trainer/config/_generated_ppo_trainer.yaml under tests/assets/verl/<tag>/ (tools/gen_verl_keys.py)",
         ))
         return

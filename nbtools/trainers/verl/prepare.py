@@ -35,7 +35,7 @@ PARTIAL = ".nbtools-prepare.partial"
 
 def data_files(cfg: Experiment) -> list[str]:
     """The parquet files the training command names (``data.train_files``, ``data.val_files``; overrides win)."""
-    from nbtools.trainers import verl
+    from nbtools.trainers.verl import _command as verl
 
     eff = verl.effective(cfg)
     out = []

@@ -1,17 +1,17 @@
-"""NeMo-RL, one release at a time (``trainers.releases.NEMO_RL``), run from its container on the cluster."""
+"""NeMo-RL, one release at a time (``trainers.nemo_rl.NEMO_RL``), run from its container on the cluster."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from nbtools.config import Experiment
-from nbtools.trainers import nemo_rl
+from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
-from nbtools.trainers._nemo_rl_lint import check_nemo_rl
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
+from nbtools.trainers.nemo_rl._lint import check_nemo_rl
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
 from nbtools.trainers._tree import config_tree
-from nbtools.trainers.releases import NEMO_RL, NemoRlRelease
+from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
 
 __all__ = ["NemoRl"]
 
@@ -28,6 +28,8 @@ class NemoRl:
     miniature = False
     eval_plan = "run-eval-job"
     code_on_storage = False  # the image holds the checkout (/opt/nemo-rl)
+    citation = ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
+                    "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}")  # (name, BibTeX) a model card cites
     metric_family = "nemo_rl"
     layout = "nemo_rl"
 
@@ -62,10 +64,10 @@ class NemoRl:
 
     def job_env(self, cfg: Experiment) -> dict[str, str]:
         # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
-        return {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"}
+        return cluster_env(cfg, {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return {"nbtools.nemo_rl_version": self.release}
+        return cluster_metadata(cfg, {"nbtools.nemo_rl_version": self.release})
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
         check_nemo_rl(cfg, report)

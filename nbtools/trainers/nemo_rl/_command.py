@@ -25,7 +25,7 @@ from nbtools._escape import sh
 from nbtools.config import Experiment
 from nbtools.rewards import ENTRY_MODULE, reward_overrides
 from nbtools.trainers import _tree
-from nbtools.trainers.releases import NEMO_RL
+from nbtools.trainers.nemo_rl._releases import NEMO_RL
 
 __all__ = [
     "Override",
@@ -111,7 +111,7 @@ def parse_override(text: str) -> tuple[str, str, str | None]:
 
 
 def entry_script(cfg: Experiment) -> str:
-    """The release's GRPO script (``trainers.releases.NEMO_RL``); with a reward mix, the one that honours it.
+    """The release's GRPO script (``trainers.nemo_rl.NEMO_RL``); with a reward mix, the one that honours it.
 
     With ``trainer.reward_functions`` the script must build its environment by name: v0.5.0's ``run_grpo_math.py``
     hard-codes the math environment and would train on the math reward without a word.

@@ -21,10 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 from nbtools.config import Experiment
-from nbtools.trainers import _tree, verl
+from nbtools.trainers import _tree
+from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import Finding, LintReport
-from nbtools.trainers._verl_tree import verl_tree
-from nbtools.trainers.releases import VERL
+from nbtools.trainers.verl._tree import verl_tree
+from nbtools.trainers.verl._releases import VERL
 
 __all__ = ["check_validation", "composed"]
 

@@ -1,4 +1,4 @@
-"""verl, one release at a time (``trainers.releases.VERL``), run from its source on the shared storage."""
+"""verl, one release at a time (``trainers.verl.VERL``), run from its source on the shared storage."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
-from nbtools.trainers import verl
+from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob
-from nbtools.trainers._verl_lint import check_verl
-from nbtools.trainers.releases import VERL, VerlRelease
+from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
+from nbtools.trainers.verl._lint import check_verl
+from nbtools.trainers.verl._releases import VERL, VerlRelease
 
 __all__ = ["Verl"]
 
@@ -30,6 +30,14 @@ class Verl:
     miniature = False
     eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
     code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
+    # HybridFlow, the paper behind verl, as published at EuroSys 2025 (verl's README, v0.7.0: "accepted to EuroSys
+    # 2025"; its BibTeX there is the arXiv preprint, kept here as the eprint)
+    citation = ("verl", "@inproceedings{sheng2025hybridflow,\n  title         = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
+                 "  author        = {Sheng, Guangming and Zhang, Chi and Ye, Zilingfeng and Wu, Xibin and Zhang, Wang and "
+                 "Zhang, Ru and Peng, Yanghua and Lin, Haibin and Wu, Chuan},\n"
+                 "  booktitle     = {Proceedings of the Twentieth European Conference on Computer Systems (EuroSys '25)},\n"
+                 "  publisher     = {ACM},\n  year          = {2025},\n  eprint        = {2409.19256},\n"
+                 "  archivePrefix = {arXiv}\n}")  # (name, BibTeX) a model card cites
     metric_family = "verl"
     layout = "verl"
 
@@ -71,10 +79,10 @@ class Verl:
         env = {"PYTHONPATH": verl.code_dir(cfg)}
         if cfg.logging.tensorboard:
             env["TENSORBOARD_DIR"] = verl.tensorboard_dir(cfg)
-        return env
+        return cluster_env(cfg, env)
 
     def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return {}
+        return cluster_metadata(cfg, {})
 
     def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
         check_verl(cfg, report, code_present)

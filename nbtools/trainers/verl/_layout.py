@@ -1,0 +1,65 @@
+"""What a verl run leaves and how it is read: ``global_step_N`` checkpoints (FSDP shards; ``nbtools.checkpoints``'
+verl reader), ``{step}.jsonl`` dumps under the dirs nbtools points ``trainer.rollout_data_dir`` /
+``validation_data_dir`` at, TensorBoard under ``TENSORBOARD_DIR``, console lines, and its scalar names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["VerlLayout", "LAYOUT"]
+
+
+@dataclass(frozen=True)
+class VerlLayout:
+    """verl's files (see :class:`nbtools.trainers.RunLayout`)."""
+
+    name: str = "verl"
+    # checked against verl's metric_utils / ray_trainer names (tests/assets/verl/*/metric_tags.json)
+    metric_names: dict[str, tuple[str, ...]] = field(default_factory=lambda: {
+        "reward": ("critic/score/mean", "critic/rewards/mean"),
+        "accuracy": ("val-core/*/acc/mean@*", "val-core/*/reward/mean@*"),
+        "generation_length": ("response_length/mean",),
+        # v0.7.0 logs the in-reward KL as actor/reward_kl_penalty (ray_trainer.apply_kl_penalty); no critic/kl
+        "kl": ("actor/kl_loss", "actor/ppo_kl", "actor/reward_kl_penalty"),
+        "loss": ("actor/pg_loss",),
+        "grad_norm": ("actor/grad_norm",),
+        "entropy": ("actor/entropy",),
+        # share of responses at the generation limit (verl/trainer/ppo/metric_utils.py compute_data_metrics)
+        "truncation": ("response_length/clip_ratio",),
+        "val_length": ("val-aux/*/response_length/mean@*",),
+        "step_time": ("timing_s/step",),
+        "generation_time": ("timing_s/gen",),
+        "training_time": ("timing_s/update_actor",),
+        "throughput": ("perf/throughput",),
+        "no_signal": (),
+        # verl v0.7.0 verl/workers/fsdp_workers.py update_actor: perf/mfu/actor, perf/max_memory_*_gb (GiB); 0.9.x's
+        # V1 trainer prefixes the actor worker's metrics (verl/trainer/ppo/v1/trainer_base.py at v0.9.1:
+        # rename_dict(output["metrics"], "actor/") over engine_workers.py's perf/max_memory_allocated_gb)
+        "mfu": ("perf/mfu/actor",),
+        "memory": ("perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"),
+    })
+    metric_prefixes: tuple[str, ...] = ("critic", "actor", "timing_s", "response_length", "perf")
+    rehearsal_writer: str = "nbtools.rehearsal.writers:VerlWriter"  # what the CPU rehearsal writes these files with
+    # where a run's relative results/ and logs/ land on the pods (``wipe`` removes <root>/<experiment> there)
+    pod_local_roots: tuple[str, ...] = ()
+    console_log: bool = True  # it prints its scalars as console lines (``metrics.read_verl_log``)
+
+    def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
+        """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
+        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+
+        return checkpoints.is_verl_dir(checkpoint_dir)
+
+    def list_checkpoints(self, checkpoint_dir: str | Path):
+        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+
+        return checkpoints.list_verl_checkpoints(checkpoint_dir)
+
+    def latest_checkpoint(self, checkpoint_dir: str | Path):
+        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+
+        return checkpoints.latest_verl(checkpoint_dir)
+
+
+LAYOUT = VerlLayout()
