@@ -6,12 +6,17 @@ of hidden size 64, what ``bench_merge.py --tiny`` writes).
 The model is a plain module tree with HF Llama parameter names (no transformers import per rank), built on the
 meta device, ``fully_shard`` per layer and root, ``to_empty`` on CPU, seeded init of each local shard, then
 ``dcp.save({"model": get_model_state_dict(m)}, FileSystemWriter(dir))`` - NeMo-RL's DTensor v1 layout.
+``--verl-actor DIR`` also writes the same weights as verl v0.7.0 does (``fsdp_checkpoint_manager.py``: each rank
+``torch.save``s ``model.state_dict()``, DTensors, to ``model_world_size_{W}_rank_{R}.pt``; rank 0 writes
+``fsdp_config.json``), for bench_ckpt_read.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -62,6 +67,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=22)
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--verl-actor", help="also write verl's global_step_N/actor rank files of these weights here")
     ap.add_argument("--tiny", action="store_true", help="the dims of bench_merge.py's tiny model (overrides the others)")
     a = ap.parse_args()
     if a.tiny:
@@ -85,6 +91,12 @@ def main() -> None:
         for p in model.parameters():
             p.to_local().normal_(0, 0.02, generator=g)
     dcp.save({"model": get_model_state_dict(model)}, storage_writer=dcp.FileSystemWriter(a.out))
+    if a.verl_actor:
+        actor, world = Path(a.verl_actor), dist.get_world_size()
+        actor.mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), actor / f"model_world_size_{world}_rank_{rank}.pt")
+        if rank == 0:
+            (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}, indent=4))
     dist.barrier()
     if rank == 0:
         print(f"wrote {a.out} in {time.perf_counter() - t0:.1f} s", flush=True)

@@ -33,6 +33,7 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     "bench_trajectories.py": (["--tiny"], "checksums identical across Python methods: True", True),
     # bench_merge --tiny writes its checkpoint with bench_merge_make_ckpt.py --tiny under torch.distributed.run
     "bench_merge.py": (["--tiny"], "generated ", True),
+    "bench_ckpt_read.py": (["--tiny"], "same contents read by both sides of every pair: True", True),
     "bench_ray_head.py": (["--tiny"], "re-attach (second up)", True),
     "bench_rehearsal.py": (["--tiny"], "learning targets met on", True),
     # helper scripts that a benchmark above runs in its tiny mode
@@ -43,7 +44,7 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     # until then only its imports and argument parser run here
     "fit_calibrate.py": (["--help"], "--cases", False),
 }
-RUN_BY = {"bench_merge_make_ckpt.py": BENCH / "bench_merge.py",
+RUN_BY = {"bench_merge_make_ckpt.py": BENCH / "bench_merge.py",  # and by bench_ckpt_read.py
           "bench_health_corpus.py": ROOT / "tests" / "health" / "test_corpus.py"}
 
 

@@ -225,6 +225,11 @@ def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFr
 
 
 # --- rank files: inert unpickling ------------------------------------------------------------------------------
+# Kept over torch.load(weights_only=True) (issue 43 item 4), measured by benchmarks/bench_ckpt_read.py (0.54 GB,
+# 4 ranks, 588 records, 2026-11-28): torch.load(map_location="meta") takes 2.3x the wall and 3.0x the CPU time
+# (7x warm, in one process: its weights-only unpickler is pure Python), torch.load(mmap=True) 3.3x; reading every
+# byte through mmap'd tensors takes 1.19x and 1.27x the peak RSS of our pread of these spans. torch's reader is the
+# referee: tests/checkpoints/test_verl.py::test_byte_spans_equal_torchs_own_reader.
 
 class _Inert:
     """Stands for a class named in the pickle (DTensor, DeviceMesh, Shard, …): keeps args and state, runs nothing."""

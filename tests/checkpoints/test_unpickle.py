@@ -112,3 +112,30 @@ def test_getattr_of_os_system_is_refused():
     with pytest.raises(ForbiddenGlobal, match=r"__builtin__\.__import__"):  # getattr(__import__("os"), "system")
         _load(b"\x80\x02c__builtin__\ngetattr\n(c__builtin__\n__import__\nX\x02\x00\x00\x00ostRX\x06\x00\x00\x00"
               b"systemtR.")
+
+
+class _Touch:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_dcps_own_metadata_reader_runs_a_crafted_file_ours_refuses_it(tmp_path):
+    """Why ``load_dcp_metadata`` is kept over DCP's ``FileSystemReader(dir).read_metadata()`` (issue 43 item 4;
+    benchmarks/bench_ckpt_read.py measures both): torch's is a plain ``pickle.load``, so a ``.metadata`` written by
+    anyone with access to the bucket runs code on the machine that merges. Should torch make it safe, the last
+    assert fails: then swap to it."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    marker = tmp_path / "pwned"
+    (tmp_path / ".metadata").write_bytes(pickle.dumps(_Touch(marker)))
+    with pytest.raises(CheckpointError, match=r"asks to import pathlib\..*Path\.touch"):
+        load_dcp_metadata(tmp_path / ".metadata")
+    assert not marker.exists()
+    try:
+        FileSystemReader(str(tmp_path)).read_metadata()
+    except Exception:  # noqa: BLE001, S110 - the crafted object is no Metadata; what matters is what ran
+        pass
+    assert marker.exists(), "torch's read_metadata no longer runs a crafted pickle: swap load_dcp_metadata for it"

@@ -256,13 +256,21 @@ class _Evil:
         return (Path.touch, (_Evil.marker,))
 
 
-def test_crafted_pickle_is_not_run(runs, tmp_path):
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])  # 2: torch.save's default
+def test_crafted_pickle_is_not_run(runs, tmp_path, protocol):
+    """A crafted rank file is refused by name before anything is called, whichever protocol pickled it."""
     d = _copy(runs, tmp_path)
     _Evil.marker = tmp_path / "pwned"
     rank0 = d / "global_step_2" / "actor" / "model_world_size_2_rank_0.pt"
-    torch.save({"model.embed_tokens.weight": _Evil()}, rank0, pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(CheckpointError, match="asks to import pathlib"):
+    torch.save({"model.embed_tokens.weight": _Evil()}, rank0, pickle_protocol=protocol)
+    refusal = r"asks to import (pathlib\.Path|builtins\.getattr)"  # protocol 2: getattr(Path, "touch")
+    with pytest.raises(CheckpointError, match=refusal) as e:
         ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
+    assert "do not use this checkpoint" in e.value.fix and not _Evil.marker.exists()
+    from nbtools.checkpoints._verl import read_verl_sources
+
+    with pytest.raises(CheckpointError, match=refusal):
+        read_verl_sources(d / "global_step_2")
     assert not _Evil.marker.exists()
 
 
@@ -319,3 +327,26 @@ def test_listing_in_a_bucket(runs, tmp_path, monkeypatch):
         assert ck.latest(url) == f"{url}/global_step_2"
         chosen = ck.best(url, metric=None)  # notebook 06 shows the chosen step's name, as for NeMo-RL's step_N
         assert chosen == f"{url}/global_step_2" and chosen.name == "global_step_2"
+
+
+def test_byte_spans_equal_torchs_own_reader(runs):
+    """The rank files are read by our allow-list unpickler, kept over torch's (issue 43 item 4) because
+    ``torch.load(map_location="meta", weights_only=True)`` (a pure-Python unpickler) took 7x its time in
+    benchmarks/bench_ckpt_read.py; torch's reader is the referee: every chunk's file offset, size and the global
+    shape must be what torch itself finds (each storage's ``_checkpoint_offset``)."""
+    import torch.distributed.tensor  # noqa: F401 - registers the DTensor classes as weights-only globals
+
+    from nbtools.checkpoints._verl import read_verl_sources
+
+    actor = runs / "trained" / "global_step_2" / "actor"
+    ours = read_verl_sources(actor)
+    spans: dict[str, list] = {}
+    for rank in range(2):
+        path = actor / f"model_world_size_2_rank_{rank}.pt"
+        for k, v in torch.load(path, map_location="meta", weights_only=True).items():
+            local = v.to_local()
+            assert ours[k].shape == tuple(v.shape) and ours[k].dtype == v.dtype, k
+            if local.numel():
+                start = local.untyped_storage()._checkpoint_offset + local.storage_offset() * v.dtype.itemsize
+                spans.setdefault(k, []).append((path, start, local.numel() * v.dtype.itemsize, tuple(local.shape)))
+    assert {k: [(c.path, c.start, c.nbytes, c.sizes) for c in st.chunks] for k, st in ours.items()} == spans
