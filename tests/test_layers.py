@@ -182,7 +182,7 @@ def test_private_modules_are_imported_only_by_their_package():
 PACKAGE_LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"nbtools.errors", "nbtools._paths", "nbtools._escape", "nbtools._atomic", "nbtools._pids",
                 "nbtools._ports", "nbtools._progress", "nbtools._table", "nbtools._figure", "nbtools._tfevents",
-                "nbtools._layout", "nbtools._groups",
+                "nbtools._layout", "nbtools._groups", "nbtools._html",
                 "nbtools._trainer_folders"}),  # the trainers' table of dotted names, imported on demand
     ("config", {"nbtools.config"}),
     ("storage and data readers", {"nbtools.storage", "nbtools._rayfs", "nbtools.metrics", "nbtools.overlay", "nbtools.trajectories", "nbtools.checkpoints",
@@ -260,20 +260,20 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # one-folder-per-trainer move (issue 43) empties it.
 # 2026-11-28, one folder per trainer: health -> metrics, health -> trainers, metrics -> trainers and rehearsal -> trainers
 # left the cycle (they ask the layouts through nbtools._trainer_folders); trainers -> checkpoints joined it (below).
+# 2026-11-28, explorer left it: the tag segments live in rewards._text and the shared HTML look in nbtools._html, so
+# rewards.display imports nothing of the explorer.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     # the verl layout reads its global_step_N dirs with nbtools.checkpoints' verl reader; it closes a cycle only through
     # checkpoints -> backends/jobs (the merge-job submission in checkpoints._remote, a jobs-layer concern) -> trainers
     ("nbtools.trainers", "nbtools.checkpoints"),
     ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.launch"),
     ("nbtools.backends", "nbtools.trainers"), ("nbtools.checkpoints", "nbtools.backends"),
-    ("nbtools.explorer", "nbtools.checkpoints"), ("nbtools.explorer", "nbtools.rewards"),
-    ("nbtools.explorer", "nbtools.trajectories"), ("nbtools.fit", "nbtools.trainers"),
+    ("nbtools.fit", "nbtools.trainers"),
     ("nbtools.gke", "nbtools.trainers"), ("nbtools.health", "nbtools.rewards"), ("nbtools.health", "nbtools.trajectories"),
     ("nbtools.launch", "nbtools.backends"), ("nbtools.launch", "nbtools.fit"), ("nbtools.launch", "nbtools.health"),
     ("nbtools.launch", "nbtools.rehearsal"), ("nbtools.launch", "nbtools.rewards"),
     ("nbtools.launch", "nbtools.trainers"), ("nbtools.launch", "nbtools.trajectories"),
     ("nbtools.rehearsal", "nbtools.rewards"),
-    ("nbtools.rewards", "nbtools.explorer"),
     ("nbtools.rewards", "nbtools.rehearsal"), ("nbtools.rewards", "nbtools.trainers"),
     ("nbtools.trainers", "nbtools.backends"), ("nbtools.trainers", "nbtools.rehearsal"),
     ("nbtools.trainers", "nbtools.rewards"), ("nbtools.trajectories", "nbtools.rewards"),
@@ -285,7 +285,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.jobs"),
     ("nbtools.backends", "nbtools.launch"), ("nbtools.card", "nbtools"), ("nbtools.checkpoints", "nbtools.backends"),
     ("nbtools.checkpoints", "nbtools.jobs"), ("nbtools.jobs", "nbtools"),
-    ("nbtools.rewards", "nbtools.explorer"), ("nbtools.rewards", "nbtools.rehearsal"),
+    ("nbtools.rewards", "nbtools.rehearsal"),
     ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools"), ("nbtools.trainers", "nbtools.jobs"),
 }
 

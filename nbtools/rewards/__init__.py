@@ -42,7 +42,15 @@ from nbtools.rewards._ship import (
     reward_overrides,
     reward_py_modules,
 )
-from nbtools.rewards._text import extract_answer, gsm8k_answer, last_boxed, split_think_answer, tag_span
+from nbtools.rewards._text import (
+    Segment,
+    extract_answer,
+    gsm8k_answer,
+    last_boxed,
+    split_think_answer,
+    tag_segments,
+    tag_span,
+)
 
 __all__ = [
     "ENTRY_MODULE",
@@ -63,6 +71,8 @@ __all__ = [
     "gsm8k_answer",
     "split_think_answer",
     "tag_span",
+    "Segment",
+    "tag_segments",
     "last_boxed",
     "format_reward",
     "math_expr",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["tag_span", "extract_answer", "split_think_answer", "last_boxed", "gsm8k_answer"]
+__all__ = ["tag_span", "Segment", "tag_segments", "extract_answer", "split_think_answer", "last_boxed", "gsm8k_answer"]
 
 _GSM8K_ANSWER = re.compile(r"#### (-?[0-9.,]+)")  # no nested quantifier: linear on any input
 
@@ -104,3 +105,43 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[begin:i]
     return None
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of text and what it is: any of ``think``/``answer`` (tag content), ``tag`` (the tag itself),
+    ``match`` (a search hit)."""
+
+    text: str
+    kinds: frozenset[str]
+
+
+def tag_segments(text: str | None, *, think_tag: str = "think", answer_tag: str = "answer",
+                 pattern: re.Pattern | None = None) -> list[Segment]:
+    """Split ``text`` at the tag spans the reward functions see and at search matches.
+
+    Example:
+        >>> [(s.text, sorted(s.kinds)) for s in tag_segments("<answer>7</answer>")]
+        [('<answer>', ['answer', 'tag']), ('7', ['answer']), ('</answer>', ['answer', 'tag'])]
+    """
+    if not isinstance(text, str) or not text:
+        return []
+    marks: list[tuple[int, int, str]] = []
+    for tag, kind in ((think_tag, "think"), (answer_tag, "answer")):
+        span = tag_span(text, tag) if tag else None
+        if span is None:
+            continue
+        a, b = span
+        opened, closed = a - len(f"<{tag}>"), b + len(f"</{tag}>")
+        marks += [(opened, closed, kind), (opened, a, "tag"), (b, closed, "tag")]
+    if pattern is not None:
+        marks += [(m.start(), m.end(), "match") for m in pattern.finditer(text) if m.end() > m.start()]
+    cuts = sorted({0, len(text), *(p for m in marks for p in m[:2])})
+    out = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        kinds = frozenset(k for s, e, k in marks if s <= a and b <= e)
+        if out and out[-1].kinds == kinds:
+            out[-1] = Segment(out[-1].text + text[a:b], kinds)
+        else:
+            out.append(Segment(text[a:b], kinds))
+    return out

@@ -8,7 +8,9 @@ import os
 import numpy as np
 
 from nbtools._escape import html as _h
+from nbtools._html import inline_styles, segments_html
 from nbtools.rewards._rescore import RescoreResult
+from nbtools.rewards._text import tag_segments
 
 __all__ = ["plot_rescore", "compare_view", "flipped_groups", "group_html"]
 
@@ -95,9 +97,6 @@ def flipped_groups(result: RescoreResult, which: str = "gained a signal") -> lis
 
 def group_html(result: RescoreResult, group: int) -> str:
     """One group's samples, old vs new reward and advantage, responses left-aligned with their tags highlighted."""
-
-    from nbtools.explorer import inline_styles, segments_html, tag_segments
-
     s = result.samples[result.samples["group"] == group]
     if s.empty:
         return inline_styles("<div class='nbx'>no samples in this group</div>")
