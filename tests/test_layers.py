@@ -261,7 +261,8 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # 2026-11-28, one folder per trainer: health -> metrics, health -> trainers, metrics -> trainers and rehearsal -> trainers
 # left the cycle (they ask the layouts through nbtools._trainer_folders); trainers -> checkpoints joined it (below).
 # 2026-11-28, explorer left it: the tag segments live in rewards._text and the shared HTML look in nbtools._html, so
-# rewards.display imports nothing of the explorer.
+# rewards.display imports nothing of the explorer. trainers -> backends left it: the backend chooses what its jobs run
+# (Backend.job_trainer: the local backend's rehearsal), and trainers.get takes the backend or asks cfg.runs_on().
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     # the verl layout reads its global_step_N dirs with nbtools.checkpoints' verl reader; it closes a cycle only through
     # checkpoints -> backends/jobs (the merge-job submission in checkpoints._remote, a jobs-layer concern) -> trainers
@@ -275,7 +276,7 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
     ("nbtools.launch", "nbtools.trainers"), ("nbtools.launch", "nbtools.trajectories"),
     ("nbtools.rehearsal", "nbtools.rewards"),
     ("nbtools.rewards", "nbtools.rehearsal"), ("nbtools.rewards", "nbtools.trainers"),
-    ("nbtools.trainers", "nbtools.backends"), ("nbtools.trainers", "nbtools.rehearsal"),
+    ("nbtools.trainers", "nbtools.rehearsal"),
     ("nbtools.trainers", "nbtools.rewards"), ("nbtools.trajectories", "nbtools.rewards"),
 }
 

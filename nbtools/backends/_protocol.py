@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment, Secret
     from nbtools.gke._plan import Plan
     from nbtools.storage import RunStorage
+    from nbtools.trainers import Trainer
 
 __all__ = ["Backend"]
 
@@ -20,8 +21,6 @@ class Backend(Protocol):
     Attributes:
         name: the registry name (``local`` / ``gke`` / ``ray``).
         cfg: the experiment it was built from.
-        runs_rehearsal: True where jobs run the CPU rehearsal in place of ``trainer.kind`` (local; see
-            ``nbtools.trainers.get``).
         secrets_from: where a job's secrets come from: ``kubernetes`` (Secrets the pods read), ``this-machine``
             (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
         provisions: whether ``provision_plan()`` is applied on this backend (gke), so its steps (e.g. copying verl to
@@ -32,10 +31,13 @@ class Backend(Protocol):
 
     name: str
     cfg: Experiment
-    runs_rehearsal: bool
     secrets_from: str
     provisions: bool
     unread_sections: tuple[str, ...]
+
+    def job_trainer(self, trainer: Trainer) -> Trainer:
+        """What this backend's jobs run for ``trainer`` (``trainer.kind`` at its release): itself on a cluster; the
+        CPU rehearsal that writes its files where there are no GPUs (local). ``nbtools.trainers.get`` asks here."""
 
     @property
     def dashboard_url(self) -> str:

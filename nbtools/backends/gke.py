@@ -50,7 +50,6 @@ class GkeBackend:
     name = "gke"
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
-    runs_rehearsal = False  # jobs run trainer.kind
     unread_sections = LOCAL_SECTIONS
 
     def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):
@@ -317,7 +316,7 @@ class GkeBackend:
 
         name = self.cfg.name
         if roots is None:
-            roots = trainers.layout(trainers.get(self.cfg).layout).pod_local_roots
+            roots = trainers.layout(trainers.get(self.cfg, self).layout).pod_local_roots
         return wipe_targets(name, [self.checkpoint_dir, self.log_dir] + [f"{r.rstrip('/')}/{name}" for r in roots])
 
     def wipe(self, *, confirm: str, roots: tuple[str, ...] | None = None) -> Teardown:
@@ -345,6 +344,10 @@ class GkeBackend:
         from nbtools import gke
 
         return gke.destroy_plan(self.cfg, delete_bucket=delete_bucket)
+
+    def job_trainer(self, trainer):
+        """``trainer.kind`` itself: the cluster has its GPUs."""
+        return trainer
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:

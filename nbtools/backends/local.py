@@ -51,7 +51,6 @@ class LocalBackend:
     name = "local"
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
-    runs_rehearsal = True  # this machine has no GPUs for the trainer: the CPU rehearsal stands in
     unread_sections = ("gcp", "cluster", "storage", "images", "trainer")  # the rehearsal trains in this Python
 
     def __init__(self, cfg: Experiment):
@@ -178,10 +177,18 @@ class LocalBackend:
 
         return gke.Plan.empty("destroy", "local backend: nothing was provisioned")
 
+    def job_trainer(self, trainer):
+        """The CPU rehearsal in place of ``trainer``: this machine has no GPUs for it; the rehearsal writes its files."""
+        from nbtools.trainers import Rehearsal
+
+        return Rehearsal(self.cfg, trainer)
+
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
-        """Nothing of this backend's own (the rehearsal it runs checks its rules: ``nbtools.trainers``)."""
-        return []
+        """The rules of the rehearsal this backend runs (its model shape, ranks, faults and logged metrics)."""
+        from nbtools.trainers import Rehearsal
+
+        return Rehearsal.check(cfg)
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.cfg.name!r}, dashboard={self.dashboard_url})"

@@ -38,7 +38,6 @@ class RayBackend:
     name = "ray"
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
     provisions = False  # someone else's cluster: nothing is provisioned
-    runs_rehearsal = False  # jobs run trainer.kind
     unread_sections = (*LOCAL_SECTIONS, "gcp", "cluster", "storage")  # someone else's cluster
 
     def __init__(self, cfg: Experiment):
@@ -170,6 +169,10 @@ class RayBackend:
         from nbtools import gke
 
         return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
+
+    def job_trainer(self, trainer):
+        """``trainer.kind`` itself: the cluster has its GPUs."""
+        return trainer
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:

@@ -416,6 +416,11 @@ class Experiment:
         """Where this machine reads a path the cluster's jobs write (e.g. an eval's ``save_path``)."""
         return _paths.Url(self._backend().storage.url(cluster_path))
 
+    def runs_on(self):
+        """The backend this experiment's jobs run on (``nbtools.backends.get(self)``, contributed; see ``_contrib``),
+        for the registries beside it that must ask it without importing it (``trainers.get``: what the jobs run)."""
+        return self._backend()
+
     def _backend(self):
         """The backend that derives where things are (contributed by ``nbtools.backends``; see ``_contrib``)."""
         if CONTRIBUTIONS.place is None:

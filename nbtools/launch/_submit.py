@@ -85,7 +85,8 @@ def build(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
         >>> spec.entrypoint.startswith("cd /opt/nemo-rl && python -u examples/run_grpo")
         True
     """
-    return build_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg))
+    backend = backend or backends.get(cfg)
+    return build_for(cfg, trainer or trainers.get(cfg, backend), backend)
 
 
 def build_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend) -> LaunchSpec:
@@ -151,7 +152,8 @@ def submit(
     """
     from nbtools import jobs
 
-    trainer, backend = trainers.get(cfg), backends.get(cfg)  # each registry asked once; the objects are passed down
+    backend = backends.get(cfg)  # each registry asked once; the objects are passed down
+    trainer = trainers.get(cfg, backend)
     spec = build_for(cfg, trainer, backend)
     try:
         return jobs.attach(spec.address, spec.submission_id)

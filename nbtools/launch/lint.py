@@ -112,7 +112,8 @@ def lint(
         >>> nbtools.launch.lint(cfg, existing_steps=[10, 20], resume=True).warnings[0].rule
         'existing-checkpoints'
     """
-    return lint_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg), cluster_gpus=cluster_gpus,
+    backend = backend or backends.get(cfg)
+    return lint_for(cfg, trainer or trainers.get(cfg, backend), backend, cluster_gpus=cluster_gpus,
                     existing_steps=existing_steps, resume=resume, client_ray_version=client_ray_version,
                     ignore_fit=ignore_fit, code_present=code_present, reward_contract=reward_contract)
 

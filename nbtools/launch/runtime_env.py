@@ -89,7 +89,8 @@ def env_vars(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
         ConfigError: ``trainer.env_vars`` holds a secret (HF_TOKEN, WANDB_API_KEY) or a token-shaped value; config
             validation reports the same, this guards configs built without it.
     """
-    return env_vars_for(cfg, trainer or trainers.get(cfg), backend or backends.get(cfg))
+    backend = backend or backends.get(cfg)
+    return env_vars_for(cfg, trainer or trainers.get(cfg, backend), backend)
 
 
 def env_vars_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend) -> dict[str, str]:

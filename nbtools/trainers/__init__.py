@@ -16,20 +16,28 @@ from __future__ import annotations
 
 import difflib
 
-from nbtools import _trainer_folders, backends
+from nbtools import _trainer_folders
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
 from nbtools.trainers._fit import FitProfile
-from nbtools.trainers._protocol import (AdvantageRule, CodePresent, EvalPlan, Layout, OutputDirs, RunLayout, Trainer,
-                                        TrainerJob)
+from nbtools.trainers._protocol import (
+    AdvantageRule,
+    CodePresent,
+    EvalPlan,
+    Layout,
+    OutputDirs,
+    RunLayout,
+    Trainer,
+    TrainerJob,
+)
 from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 
 __all__ = [
     "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "register",
-    "layouts", "layout", "RunLayout",
+    "layouts", "layout", "RunLayout", "Rehearsal",
 ]
 
 # The registry: ``nbtools._trainer_folders.TRAINERS`` maps each ``trainer.kind`` to its folder (``nemo_rl/``, ``verl/``);
@@ -78,29 +86,26 @@ def _not_allowed(kind: str) -> str:
             "fix: set `trainer.kind` to one of them")
 
 
-def get(cfg: Experiment) -> Trainer:
-    """The trainer this experiment's jobs run: the rehearsal where the backend runs it, else ``trainer.kind`` at
-    its configured release.
+def get(cfg: Experiment, backend=None) -> Trainer:
+    """The trainer this experiment's jobs run: ``trainer.kind`` at its configured release, as the backend runs it
+    (``Backend.job_trainer``: the local backend's CPU rehearsal stands in for it).
+
+    Args:
+        backend: the experiment's backend where the caller has it (default: ``cfg.runs_on()``).
 
     Example:
         >>> nbtools.trainers.get(cfg).label
         'NeMo-RL'
     """
-    imitated = trainer_class(cfg.trainer.kind)(cfg)
-    return Rehearsal(cfg, imitated) if _rehearses(cfg) else imitated
+    return (backend if backend is not None else cfg.runs_on()).job_trainer(trainer_class(cfg.trainer.kind)(cfg))
 
 
 def checks(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
-    """Configuration problems of the trainer (part of ``config.load``'s report, through ``config.contribute``): the
-    rehearsal's where the backend runs it, and ``trainer.kind``'s."""
-    out = [(("backend", *deps), text) for deps, text in Rehearsal.check(cfg)] if _rehearses(cfg) else []
+    """Configuration problems of ``trainer.kind`` (part of ``config.load``'s report, through ``config.contribute``);
+    the rehearsal's are the local backend's (``backends.rules``)."""
     if cfg.trainer.kind not in _trainer_folders.kinds():
-        return [*out, (("trainer.kind",), _not_allowed(cfg.trainer.kind))]
-    return [*out, *((("trainer.kind", *deps), text) for deps, text in trainer_class(cfg.trainer.kind).check(cfg))]
-
-
-def _rehearses(cfg: Experiment) -> bool:
-    return cfg.backend in backends.REGISTRY and backends.backend_class(cfg.backend).runs_rehearsal
+        return [(("trainer.kind",), _not_allowed(cfg.trainer.kind))]
+    return [(("trainer.kind", *deps), text) for deps, text in trainer_class(cfg.trainer.kind).check(cfg)]
 
 
 def describe(cfg: Experiment) -> list[tuple[str, str]]:

@@ -360,9 +360,9 @@ def test_submit_resolves_the_trainer_and_the_backend_once(monkeypatch):
     real_t, real_b = nbtools.trainers.get, nbtools.backends.get
 
     def count(name, real):
-        def wrapped(cfg, **kw):
+        def wrapped(cfg, *args, **kw):
             calls[name] += sys._getframe(1).f_globals["__name__"].startswith("nbtools.launch")
-            return real(cfg, **kw)
+            return real(cfg, *args, **kw)
         return wrapped
 
     monkeypatch.setattr(nbtools.trainers, "get", count("trainers", real_t))

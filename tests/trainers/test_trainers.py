@@ -38,6 +38,28 @@ def test_each_backend_runs_the_trainer_the_registry_names():
         assert isinstance(t, trainers.Trainer), f"{type(t).__name__} does not implement every Trainer verb"
 
 
+
+def test_the_backend_chooses_what_its_jobs_run():
+    """trainers.get asks the backend (Backend.job_trainer), not the backends registry: the local backend's rehearsal
+    stands in for trainer.kind, a backend handed in is the one asked, and the rehearsal's rules are the local
+    backend's (config.load reports them under its keys)."""
+    cfg = _cfg("local.yaml", backend="local")
+    local = nbtools.backends.get(cfg)
+    rehearsal = trainers.get(cfg, local)
+    assert isinstance(rehearsal, trainers.Rehearsal) and rehearsal.imitates.name == cfg.trainer.kind
+
+    class Cluster:  # a backend whose jobs run trainer.kind itself
+        def job_trainer(self, trainer):
+            return trainer
+
+    assert trainers.get(cfg, Cluster()).name == cfg.trainer.kind
+    with pytest.raises(ConfigError) as e:
+        cfg.replace(**{"rehearsal.hidden_size": 65, "rehearsal.num_heads": 2})
+    assert "rehearsal.hidden_size: 65 is not divisible by num_heads 2" in str(e.value)
+    assert [t for _, t in nbtools.backends.rules(cfg)] == [t for _, t in trainers.Rehearsal.check(cfg)]
+    assert not any(k.startswith("rehearsal.") for keys, _ in trainers.checks(cfg) for k in keys)
+
+
 @pytest.mark.parametrize("release", sorted(nemo_rl.NEMO_RL))
 def test_every_nemo_rl_release_is_complete(release):
     """One entry in releases.NEMO_RL, plus what the config and the package data need for it; nothing else."""

@@ -13,17 +13,16 @@ import json
 import re
 from pathlib import Path
 
-from nbtools import backends
 from nbtools.config import Experiment
 from nbtools.errors import Fix
 from nbtools.trainers import _tree
-from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
+from nbtools.trainers.nemo_rl import hydra_value, parse_override
+from nbtools.trainers.verl import _command as verl
+from nbtools.trainers.verl._releases import VERL
 from nbtools.trainers.verl._tree import verl_tree
 from nbtools.trainers.verl._validate import check_validation
-from nbtools.trainers.nemo_rl import hydra_value, parse_override
-from nbtools.trainers.verl._releases import VERL
 from nbtools.trainers.verl.prepare import check_data, check_weights
 
 __all__ = ["check_verl"]
@@ -191,7 +190,7 @@ def _kl(cfg: Experiment, r: LintReport) -> None:
 def _source(cfg: Experiment, r: LintReport, code_present: CodePresent) -> None:
     r.checked.append("verl-source")
     code = verl.code_dir(cfg)
-    plan_step = backends.get(cfg).provisions and cfg.storage.kind == "gcsfuse" and bool(cfg.storage.bucket) and (
+    plan_step = cfg.runs_on().provisions and cfg.storage.kind == "gcsfuse" and bool(cfg.storage.bucket) and (
         code.startswith(cfg.storage.mount_path.rstrip("/") + "/"))
     how = ("the provisioning plan's steps verl-fetch + verl-source copy verl "
            f"{cfg.trainer.verl_ref} there (nbtools.gke.plan(cfg).apply(dry_run=False), notebook 01)" if plan_step else
