@@ -263,28 +263,24 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # 2026-11-28, explorer left it: the tag segments live in rewards._text and the shared HTML look in nbtools._html, so
 # rewards.display imports nothing of the explorer. trainers -> backends left it: the backend chooses what its jobs run
 # (Backend.job_trainer: the local backend's rehearsal), and trainers.get takes the backend or asks cfg.runs_on().
+# 2026-11-28, checkpoints -> backends left it: merge_in_cluster asks cfg.runs_on() (or the backend it is handed) where
+# the merge job goes; with it, and trainers -> backends gone, 15 edges left at once (fit, gke, health, checkpoints and
+# trajectories are out of the cycle). What is left: two cycles, 7 edges.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
-    # the verl layout reads its global_step_N dirs with nbtools.checkpoints' verl reader; it closes a cycle only through
-    # checkpoints -> backends/jobs (the merge-job submission in checkpoints._remote, a jobs-layer concern) -> trainers
-    ("nbtools.trainers", "nbtools.checkpoints"),
-    ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.launch"),
-    ("nbtools.backends", "nbtools.trainers"), ("nbtools.checkpoints", "nbtools.backends"),
-    ("nbtools.fit", "nbtools.trainers"),
-    ("nbtools.gke", "nbtools.trainers"), ("nbtools.health", "nbtools.rewards"), ("nbtools.health", "nbtools.trajectories"),
-    ("nbtools.launch", "nbtools.backends"), ("nbtools.launch", "nbtools.fit"), ("nbtools.launch", "nbtools.health"),
-    ("nbtools.launch", "nbtools.rehearsal"), ("nbtools.launch", "nbtools.rewards"),
-    ("nbtools.launch", "nbtools.trainers"), ("nbtools.launch", "nbtools.trajectories"),
-    ("nbtools.rehearsal", "nbtools.rewards"),
-    ("nbtools.rewards", "nbtools.rehearsal"), ("nbtools.rewards", "nbtools.trainers"),
-    ("nbtools.trainers", "nbtools.rehearsal"),
-    ("nbtools.trainers", "nbtools.rewards"), ("nbtools.trajectories", "nbtools.rewards"),
+    # gke and ray take job env pieces from launch.runtime_env (gib_nccl_env, secrets_from_env); launch asks the backend
+    ("nbtools.backends", "nbtools.launch"), ("nbtools.launch", "nbtools.backends"),
+    # the rehearsal is a trainer's own code that scores with the rewards; rewards asks the trainer which mix and
+    # advantage rule a run trained with (rewards._run, rewards._rescore) and the rehearsal for its task's ground truth
+    ("nbtools.rehearsal", "nbtools.rewards"), ("nbtools.rewards", "nbtools.rehearsal"),
+    ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools.rehearsal"),
+    ("nbtools.trainers", "nbtools.rewards"),
 }
 
 # Imports of a higher layer (2026-11-27). May only shrink, like the cycle edges.
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("nbtools.launch", "nbtools"),  # came with the 2026-11-27 merges (launch._evidence)
     ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.jobs"),
-    ("nbtools.backends", "nbtools.launch"), ("nbtools.card", "nbtools"), ("nbtools.checkpoints", "nbtools.backends"),
+    ("nbtools.backends", "nbtools.launch"), ("nbtools.card", "nbtools"),
     ("nbtools.checkpoints", "nbtools.jobs"), ("nbtools.jobs", "nbtools"),
     ("nbtools.rewards", "nbtools.rehearsal"),
     ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools"), ("nbtools.trainers", "nbtools.jobs"),

@@ -54,7 +54,7 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
 
 
 def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | None = None, overwrite: bool = False,
-                     timeout: float = 3600, progress: bool = True):
+                     timeout: float = 3600, progress: bool = True, backend=None):
     """Merge a checkpoint of this run into a verified HuggingFace model, where the checkpoint lives.
 
     Args:
@@ -63,6 +63,8 @@ def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | Non
             it; default: the best checkpoint by ``checkpointing.metric_name``.
         out: output dir as the cluster sees it (default ``merged_hf`` beside ``checkpoint_dir``).
         overwrite: redo a merge whose verified output already exists.
+        backend: the experiment's backend where the caller has it (default ``cfg.runs_on()``, the backend the
+            package wired into the config: this data package asks it where the job goes and imports no backends).
 
     Returns:
         MergeResult, with ``url`` where this machine reads the merged model.
@@ -71,12 +73,12 @@ def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | Non
         >>> merged = nbtools.checkpoints.merge_in_cluster(cfg)
         >>> merged.verified, merged.url
     """
-    from nbtools import backends, storage
+    from nbtools import storage
     from nbtools.checkpoints._listing import best
     from nbtools.checkpoints._result import MergeResult
     from nbtools.jobs.carry import helper_id, result_of
 
-    b = backends.get(cfg)
+    b = backend if backend is not None else cfg.runs_on()
     if step is None:
         step = str(best(cfg))
     step_path = b.storage.cluster_path(str(step)) if storage.is_remote(str(step)) else str(step)

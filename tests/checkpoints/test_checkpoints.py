@@ -407,6 +407,37 @@ def test_best_of_an_experiment_ranks_by_its_own_checkpointing_settings(tmp_path,
     assert ck.best(cfg, metric="val:accuracy", higher_is_better=True).name == "step_1"  # explicit wins
     assert ck.best(cfg, metric=None).name == "step_3"  # the latest, as NeMo-RL's metric_name: null
 
+def test_merge_in_cluster_asks_the_backend_it_is_handed(tmp_path, monkeypatch):
+    """The checkpoints package imports no backends: the merge job goes where the backend it is handed (else
+    ``cfg.runs_on()``) says, with that backend's interpreter and job env."""
+    import nbtools
+    from nbtools.checkpoints import _remote
+
+    class Sent(Exception):
+        pass
+
+    def sent(address, step_dir, out_dir, **kw):
+        raise Sent(address, step_dir, out_dir, kw["python"], kw["env_vars"])
+
+    monkeypatch.setattr(_remote, "submit_merge", sent)
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = nbtools.config.load(Path(__file__).resolve().parents[2] / "experiments" / "local.yaml")
+
+    class Head:
+        dashboard_url, python = "http://head.example:8265", "/opt/venv/bin/python"
+
+        def job_env(self):
+            return {"HF_HOME": "/data/hf"}
+
+    with pytest.raises(Sent) as e:
+        ck.merge_in_cluster(cfg, "/data/ckpt/step_3", out="/data/out", backend=Head())
+    assert e.value.args == ("http://head.example:8265", "/data/ckpt/step_3", "/data/out", "/opt/venv/bin/python",
+                            {"HF_HOME": "/data/hf"})
+    with pytest.raises(Sent) as e:
+        ck.merge_in_cluster(cfg, "/data/ckpt/step_3", out="/data/out")
+    assert e.value.args[0] == cfg.dashboard_url == nbtools.backends.get(cfg).dashboard_url
+
+
 @pytest.mark.ray
 def test_merge_in_cluster_runs_as_a_ray_job_carrying_nbtools(ckpts, tmp_path, ray_head, ray_cfg, monkeypatch):
     """The same merge as a job on a REAL local Ray head, shipped with runtime_env py_modules (what GKE runs)."""
