@@ -265,10 +265,9 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # (Backend.job_trainer: the local backend's rehearsal), and trainers.get takes the backend or asks cfg.runs_on().
 # 2026-11-28, checkpoints -> backends left it: merge_in_cluster asks cfg.runs_on() (or the backend it is handed) where
 # the merge job goes; with it, and trainers -> backends gone, 15 edges left at once (fit, gke, health, checkpoints and
-# trajectories are out of the cycle). What is left: two cycles, 7 edges.
+# trajectories are out of the cycle); backends -> launch left with the job env pieces (backends._env: gib_nccl_env,
+# secrets_from_env). What is left: one cycle of rewards, rehearsal and trainers, 5 edges.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
-    # gke and ray take job env pieces from launch.runtime_env (gib_nccl_env, secrets_from_env); launch asks the backend
-    ("nbtools.backends", "nbtools.launch"), ("nbtools.launch", "nbtools.backends"),
     # the rehearsal is a trainer's own code that scores with the rewards; rewards asks the trainer which mix and
     # advantage rule a run trained with (rewards._run, rewards._rescore) and the rehearsal for its task's ground truth
     ("nbtools.rehearsal", "nbtools.rewards"), ("nbtools.rewards", "nbtools.rehearsal"),
@@ -279,8 +278,7 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
 # Imports of a higher layer (2026-11-27). May only shrink, like the cycle edges.
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("nbtools.launch", "nbtools"),  # came with the 2026-11-27 merges (launch._evidence)
-    ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.jobs"),
-    ("nbtools.backends", "nbtools.launch"), ("nbtools.card", "nbtools"),
+    ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.jobs"), ("nbtools.card", "nbtools"),
     ("nbtools.checkpoints", "nbtools.jobs"), ("nbtools.jobs", "nbtools"),
     ("nbtools.rewards", "nbtools.rehearsal"),
     ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools"), ("nbtools.trainers", "nbtools.jobs"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from nbtools.backends._env import SECRET_ENV_NAMES, gib_nccl_env, secrets_from_env
 from nbtools.backends._protocol import Backend
 from nbtools.backends._types import (
     ClusterHandle,
@@ -31,7 +32,7 @@ from nbtools.errors import ConfigError
 
 __all__ = [
     "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "get", "names",
-    "backend_class", "checks", "rules", "describe", "gke_view",
+    "backend_class", "checks", "rules", "describe", "gke_view", "SECRET_ENV_NAMES", "gib_nccl_env", "secrets_from_env",
 ]
 
 # The only place that maps a backend's name to its implementation (imported on first use).

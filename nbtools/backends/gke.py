@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools import kube, manifests
+from nbtools.backends._env import gib_nccl_env
 from nbtools.backends._types import (
     LOCAL_SECTIONS,
     ClusterHandle,
@@ -275,8 +276,6 @@ class GkeBackend:
                 ("storage", self.storage.root)]
 
     def job_env(self) -> dict[str, str]:
-        from nbtools.launch.runtime_env import gib_nccl_env
-
         return gib_nccl_env(self.cfg.cluster.nccl_tuner_config)
 
     def job_secrets(self) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nbtools.backends._env import secrets_from_env
 from nbtools.backends._types import (
     LOCAL_SECTIONS,
     ClusterHandle,
@@ -133,8 +134,6 @@ class RayBackend:
 
     def job_secrets(self) -> dict:
         """Secrets from this machine's environment, delivered in the job's working_dir (never in env_vars)."""
-        from nbtools.launch.runtime_env import secrets_from_env
-
         return secrets_from_env(self.cfg)
 
     def wipe(self, *, confirm: str) -> Teardown:

@@ -22,6 +22,7 @@ import zipfile
 
 from nbtools import backends, trainers
 from nbtools._escape import sh
+from nbtools.backends import SECRET_ENV_NAMES, gib_nccl_env, secrets_from_env
 from nbtools.config import SECRET_ENV_VARS, Experiment, Secret, redact, token_kind
 from nbtools.errors import ConfigError, DependencyError, NbtoolsError
 
@@ -39,28 +40,6 @@ __all__ = [
 ]
 
 SECRETS_FILE = ".nbtools_env"
-SECRET_ENV_NAMES = {"hf_token": "HF_TOKEN", "wandb_api_key": "WANDB_API_KEY"}
-
-# NCCL over Google's gIB plugin on A4 (B200) / A3 Ultra (H200) with RDMA: the variables of the gIB image's
-# /usr/local/gib/scripts/set_nccl_env.sh as GKE's NCCL RDMA guidance and recipes set them (NCCL_NET=gIB, the RoCE
-# traffic classes, the GPU type's tuner file). They are set in ONE place, the job's runtime_env: NeMo-RL forwards the
-# driver's environment to every actor and verl's actors inherit the job's. LD_LIBRARY_PATH is appended to, never
-# replaced: Ray expands ``${LD_LIBRARY_PATH}`` in runtime_env env_vars against the process's own value (ray
-# ``_private/utils.update_envs``), so the image's paths (CUDA, NeMo-RL's) stay in front.
-_GIB_NCCL = {
-    "NCCL_NET": "gIB",
-    "NCCL_CROSS_NIC": "0",
-    "NCCL_NET_GDR_LEVEL": "PIX",
-    "NCCL_P2P_NET_CHUNKSIZE": "131072",
-    "NCCL_NVLS_CHUNKSIZE": "524288",
-    "NCCL_IB_ADAPTIVE_ROUTING": "1",
-    "NCCL_IB_QPS_PER_CONNECTION": "4",
-    "NCCL_IB_TC": "52",
-    "NCCL_IB_FIFO_TC": "84",
-    "GLOO_SOCKET_IFNAME": "eth0",  # not NCCL: torch's Gloo bootstrap on the pod network (tutorial 002's runtime env)
-    "LD_LIBRARY_PATH": "${LD_LIBRARY_PATH}:/usr/local/gib/lib64:/usr/local/nvidia/lib64",
-}
-
 
 # Two ways choose gIB as NCCL's network, and a job uses one: GKE's NCCL_NET=gIB (the gIB image's set_nccl_env.sh;
 # NCCL loads the shim libnccl-net.so from /usr/local/gib/lib64 on LD_LIBRARY_PATH, which loads the gIB transport), or
@@ -68,16 +47,6 @@ _GIB_NCCL = {
 # 002's runtime-env.yaml (esaaren/verl-on-gke job/runtime-env.yaml) does without NCCL_NET. So a user's NCCL_NET_PLUGIN
 # replaces nbtools' NCCL_NET; both in trainer.env_vars is a lint finding (nbtools.launch.lint, rule "nccl-net").
 NET_CHOICE = ("NCCL_NET", "NCCL_NET_PLUGIN")
-
-
-def gib_nccl_env(tuner_config: str) -> dict[str, str]:
-    """NCCL/gIB variables for a GKE A4 / A3 Ultra node, with the GPU type's tuner file (the only place they are set).
-
-    Example:
-        >>> gib_nccl_env("/usr/local/gib/configs/tuner_config_a4.txtpb")["NCCL_NET"]
-        'gIB'
-    """
-    return {**_GIB_NCCL, "NCCL_TUNER_CONFIG_PATH": tuner_config}
 
 
 def env_vars(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
@@ -126,19 +95,6 @@ def secret_values(cfg: Experiment, *, backend: backends.Backend | None = None) -
     (``lint`` reports it).
     """
     return (backend or backends.get(cfg)).job_secrets()
-
-
-def secrets_from_env(cfg: Experiment) -> dict[str, Secret]:
-    """Every configured secret whose env var is set here, keyed by its env-var name in the job."""
-    out: dict[str, Secret] = {}
-    for field_name, job_name in SECRET_ENV_NAMES.items():
-        ref = getattr(cfg.secrets, field_name)
-        if ref is None or not ref.env:
-            continue
-        value = ref.value()
-        if value is not None:
-            out[job_name] = value
-    return out
 
 
 def secrets_prelude() -> str:

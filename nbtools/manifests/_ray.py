@@ -145,7 +145,7 @@ def raycluster(cfg: Experiment) -> dict[str, Any]:
                 "image": cfg.images.resolved_image,
                 "resources": _resources(c.worker_cpu, c.worker_memory, c.gpus_per_node),
                 # NCCL/gIB variables are not set here but once, in the job's runtime_env
-                # (nbtools.launch.runtime_env.gib_nccl_env), which appends to the image's LD_LIBRARY_PATH.
+                # (nbtools.backends.gib_nccl_env), which appends to the image's LD_LIBRARY_PATH.
                 "env": secrets,
                 "securityContext": copy.deepcopy(PTRACE),
                 "volumeMounts": worker_mounts,
