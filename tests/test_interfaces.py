@@ -18,7 +18,7 @@ REGISTRIES = ("nbtools/trainers/", "nbtools/backends/", "nbtools/_trainer_folder
 
 BRANCHES_LEFT: dict[str, int] = {
     "nbtools/card/_facts.py": 1,
-    "nbtools/evals/flow.py": 4,
+    "nbtools/evals/flow.py": 1,
     "nbtools/fit/_gpus.py": 1,
     "nbtools/gke/_steps.py": 1,
     "nbtools/launch/lint.py": 1,

@@ -15,12 +15,15 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from nbtools import _paths, trainers
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
+from nbtools.evals import job as _job
 from nbtools.evals.job import collect, finetuned_model_path
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
@@ -28,6 +31,40 @@ from nbtools.evals.run import evaluate_local
 __all__ = ["evaluate", "evaluate_model", "models", "local_models", "eval_dir"]
 
 Which = Literal["baseline", "fine-tuned"]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a trainer's runs are evaluated (its ``eval_plan``): here on the rehearsal's held-out split (``local``),
+    or by the cluster job ``job`` builds; neither where nbtools has no evaluation for that trainer."""
+
+    local: bool = False
+    job: Callable[..., Any] | None = None
+
+
+def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
+                  max_model_len: int | None):
+    """vLLM generations over the experiment's own test split (so ``dataset`` does not apply), verl's rule."""
+    from nbtools.evals.generate_job import build_generate_job
+
+    return build_generate_job(cfg, model, label=label, num_tests_per_prompt=n, temperature=temperature,
+                              max_new_tokens=max_model_len)
+
+
+def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
+                  max_model_len: int | None):
+    """NeMo-RL's run_eval.py as a Ray job."""
+    return _job.build_eval_job(cfg, model, label=label, dataset=dataset, num_tests_per_prompt=n, temperature=temperature,
+                               max_model_len=max_model_len)
+
+
+# The trainers' eval_plan names (trainers.EvalPlan) -> what this package runs for them; read in one place (_plan).
+PLANS: dict[str, _Plan] = {"held-out-local": _Plan(local=True), "generate-job": _Plan(job=_generate_job),
+                           "run-eval-job": _Plan(job=_run_eval_job)}
+
+
+def _plan(trainer: trainers.Trainer) -> _Plan:
+    return PLANS.get(trainer.eval_plan, _Plan())
 
 
 def eval_dir(cfg: Experiment) -> Path:
@@ -97,7 +134,7 @@ def evaluate(
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
-    model = local_models(cfg)[which] if trainers.get(cfg).eval_plan == "held-out-local" else models(cfg)[which]
+    model = local_models(cfg)[which] if _plan(trainers.get(cfg)).local else models(cfg)[which]
     return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset,
                           max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
 
@@ -128,7 +165,8 @@ def evaluate_model(
     mode = "greedy" if temperature == 0 else f"sampled{n}"
     out = eval_dir(cfg) / f"{label.replace('-', '')}_{mode}"
     trainer = trainers.get(cfg)
-    if trainer.eval_plan == "held-out-local":
+    plan = _plan(trainer)
+    if plan.local:
         from nbtools.rehearsal import task
 
         path = Path(model)
@@ -142,19 +180,11 @@ def evaluate_model(
         )
         result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
         return result
-    if trainer.eval_plan == "generate-job":  # the experiment's own test split, so `dataset` does not apply
-        from nbtools.evals.generate_job import build_generate_job
-
-        spec = build_generate_job(cfg, model, label=f"{label}-{mode}", num_tests_per_prompt=n, temperature=temperature,
-                                  max_new_tokens=max_model_len)
-    elif trainer.eval_plan == "run-eval-job":
-        from nbtools.evals.job import build_eval_job
-
-        spec = build_eval_job(cfg, model, label=f"{label}-{mode}", dataset=dataset, num_tests_per_prompt=n,
-                              temperature=temperature, max_model_len=max_model_len)
-    else:
+    if plan.job is None:
         raise ConfigError(f"trainer.kind: {trainer.name!r} runs have no evaluation job in nbtools; fix: evaluate the "
                           "merged model with a nemo-rl experiment's run_eval.py on the same cluster")
+    spec = plan.job(cfg, model, label=f"{label}-{mode}", n=n, temperature=temperature, dataset=dataset,
+                    max_model_len=max_model_len)
     spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
     job = spec.submit()
     job.wait(timeout=timeout)
