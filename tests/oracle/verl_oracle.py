@@ -64,10 +64,9 @@ def _padded(rows, left):
 
 
 def validate(cases):
+    import verl.trainer.main_ppo as main_ppo
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
-    import verl.trainer.main_ppo as main_ppo
     from verl.utils.config import validate_config
 
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
