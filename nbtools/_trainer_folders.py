@@ -18,7 +18,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-__all__ = ["TRAINERS", "ENV", "register", "kinds", "folder", "layouts", "layout"]
+__all__ = ["TRAINERS", "ENV", "register", "kinds", "folder", "layouts", "layout", "job_trainer"]
 
 # Trainers registered for this process and the jobs it starts (a rehearsal or merge runs in another process):
 # ``kind=package[,kind=package]``, set by :func:`register` and read at every look-up.
@@ -75,3 +75,10 @@ def layout(name: str) -> Any:
     if name not in found:
         raise KeyError(f"no trainer leaves the layout {name!r}; known: {', '.join(sorted(found))}")
     return found[name]
+
+
+def job_trainer(cfg: Any) -> Any:
+    """What ``cfg``'s jobs run (``nbtools.trainers.get``, which says more for an unknown kind): ``trainer.kind``'s
+    class from its folder, as the experiment's backend runs it (``cfg.runs_on().job_trainer``), for the readers below
+    the trainers (the rewards' re-scoring) that ask the run's trainer without importing the trainers."""
+    return cfg.runs_on().job_trainer(folder(cfg.trainer.kind).TRAINER(cfg))

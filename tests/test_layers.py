@@ -266,13 +266,12 @@ PACKAGE_GRAPH = _package_graph(GRAPH)
 # 2026-11-28, checkpoints -> backends left it: merge_in_cluster asks cfg.runs_on() (or the backend it is handed) where
 # the merge job goes; with it, and trainers -> backends gone, 15 edges left at once (fit, gke, health, checkpoints and
 # trajectories are out of the cycle); backends -> launch left with the job env pieces (backends._env: gib_nccl_env,
-# secrets_from_env). What is left: one cycle of rewards, rehearsal and trainers, 5 edges.
+# secrets_from_env); rewards -> trainers left: the re-scoring asks the run's trainer through the leaf registry
+# (_trainer_folders.job_trainer) and AdvantageRule lives in rewards. What is left: rehearsal <-> rewards, 2 edges.
 KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
-    # the rehearsal is a trainer's own code that scores with the rewards; rewards asks the trainer which mix and
-    # advantage rule a run trained with (rewards._run, rewards._rescore) and the rehearsal for its task's ground truth
+    # the rehearsal scores with the rewards; rewards.ground_truth takes the rehearsal task's answers from
+    # nbtools.rehearsal.task (rewards._run): moving that task below both ends the last cycle
     ("nbtools.rehearsal", "nbtools.rewards"), ("nbtools.rewards", "nbtools.rehearsal"),
-    ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools.rehearsal"),
-    ("nbtools.trainers", "nbtools.rewards"),
 }
 
 # Imports of a higher layer (2026-11-27). May only shrink, like the cycle edges.
@@ -280,8 +279,7 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     ("nbtools.launch", "nbtools"),  # came with the 2026-11-27 merges (launch._evidence)
     ("nbtools.backends", "nbtools.gke"), ("nbtools.backends", "nbtools.jobs"), ("nbtools.card", "nbtools"),
     ("nbtools.checkpoints", "nbtools.jobs"), ("nbtools.jobs", "nbtools"),
-    ("nbtools.rewards", "nbtools.rehearsal"),
-    ("nbtools.rewards", "nbtools.trainers"), ("nbtools.trainers", "nbtools"), ("nbtools.trainers", "nbtools.jobs"),
+    ("nbtools.rewards", "nbtools.rehearsal"), ("nbtools.trainers", "nbtools"), ("nbtools.trainers", "nbtools.jobs"),
 }
 
 

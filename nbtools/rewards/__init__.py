@@ -20,7 +20,12 @@ from __future__ import annotations
 import importlib
 
 from nbtools.rewards import _builtins
-from nbtools.rewards._advantages import group_advantages, group_baseline_std, verl_grpo_advantages
+from nbtools.rewards._advantages import (
+    AdvantageRule,
+    group_advantages,
+    group_baseline_std,
+    verl_grpo_advantages,
+)
 from nbtools.rewards._builtins import (
     exact_alnum,
     exact_answer,
@@ -64,6 +69,7 @@ __all__ = [
     "combine",
     "RewardMix",
     "Component",
+    "AdvantageRule",
     "group_advantages",
     "verl_grpo_advantages",
     "group_baseline_std",

@@ -3,6 +3,9 @@ verl does (its whole-group baseline, for re-scoring a verl run)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 
@@ -109,3 +112,23 @@ def verl_grpo_advantages(values: np.ndarray, groups: np.ndarray, *, normalize: b
     if normalize:
         adv = adv / (np.nan_to_num(std) + eps)
     return adv
+
+
+@dataclass(frozen=True)
+class AdvantageRule:
+    """How a trainer turns a group's rewards into advantages (what ``rewards.rescore`` must recompute).
+
+    Attributes:
+        baseline: ``"leave_one_out"`` (NeMo-RL with ``grpo.use_leave_one_out_baseline``: the other G-1 samples' mean),
+            ``"group_mean"`` (NeMo-RL without it), or ``"verl_group_mean"`` (verl's GRPO: the whole group's mean, a
+            one-sample group mean 0 and std 1; ``core_algos.py`` ``compute_grpo_outcome_advantage``).
+        normalize: divide by the group's std (NeMo-RL ``grpo.normalize_rewards``; verl
+            ``algorithm.norm_adv_by_std_in_grpo``).
+    """
+
+    baseline: Literal["leave_one_out", "group_mean", "verl_group_mean"]
+    normalize: bool
+
+    @property
+    def leave_one_out(self) -> bool:
+        return self.baseline == "leave_one_out"

@@ -9,15 +9,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from nbtools import _table, trainers
+from nbtools import _table, _trainer_folders
 from nbtools._escape import html as _h
 from nbtools._groups import group_ids
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
-from nbtools.rewards._advantages import group_advantages, verl_grpo_advantages
+from nbtools.rewards._advantages import AdvantageRule, group_advantages, verl_grpo_advantages
 from nbtools.rewards._mix import RewardMix, combine
 from nbtools.rewards._run import ground_truth as _ground_truth_column
-from nbtools.trainers import AdvantageRule
 
 __all__ = ["RescoreResult", "rescore", "assign_groups"]
 
@@ -234,7 +233,7 @@ def _rule(cfg: Experiment | None, leave_one_out: bool | None, normalize: bool | 
     """The trainer's advantage rule (``trainers.get(cfg).advantage_rule``); what the caller passes wins and means
     NeMo-RL's rule (leave-one-out or group mean)."""
     if cfg is not None and leave_one_out is None:
-        rule = trainers.get(cfg).advantage_rule(cfg)
+        rule = _trainer_folders.job_trainer(cfg).advantage_rule(cfg)
         return rule if normalize is None else AdvantageRule(rule.baseline, bool(normalize))
     loo = leave_one_out if leave_one_out is not None else (cfg.grpo.use_leave_one_out_baseline if cfg else True)
     norm = normalize if normalize is not None else (cfg.grpo.normalize_rewards if cfg else True)

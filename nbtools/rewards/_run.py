@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nbtools import trainers
+from nbtools import _trainer_folders
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 
@@ -18,7 +18,7 @@ __all__ = ["trained_with", "ground_truth"]
 
 def _rehearsal_task(cfg: Experiment) -> bool:
     """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
-    return trainers.get(cfg).miniature or cfg.data.dataset == cfg.rehearsal.task
+    return _trainer_folders.job_trainer(cfg).miniature or cfg.data.dataset == cfg.rehearsal.task
 
 
 def trained_with(cfg: Experiment) -> list[dict[str, Any]]:
@@ -30,7 +30,7 @@ def trained_with(cfg: Experiment) -> list[dict[str, Any]]:
     """
     if _rehearsal_task(cfg):
         return [dict(x) for x in cfg.rehearsal.reward_functions]
-    return trainers.get(cfg).rescore_mix(cfg)
+    return _trainer_folders.job_trainer(cfg).rescore_mix(cfg)
 
 
 def ground_truth(cfg: Experiment) -> Callable[[str], str]:

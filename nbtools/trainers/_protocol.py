@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from nbtools.rewards import AdvantageRule  # the data it describes lives with the advantages
+
 if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
@@ -52,26 +54,6 @@ class RunLayout(Protocol):
     def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
         """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and
         ``latest_checkpoint`` read it); False leaves it to ``nbtools.checkpoints``' own ``step_N`` reader."""
-
-
-@dataclass(frozen=True)
-class AdvantageRule:
-    """How a trainer turns a group's rewards into advantages (what ``rewards.rescore`` must recompute).
-
-    Attributes:
-        baseline: ``"leave_one_out"`` (NeMo-RL with ``grpo.use_leave_one_out_baseline``: the other G-1 samples' mean),
-            ``"group_mean"`` (NeMo-RL without it), or ``"verl_group_mean"`` (verl's GRPO: the whole group's mean, a
-            one-sample group mean 0 and std 1; ``core_algos.py`` ``compute_grpo_outcome_advantage``).
-        normalize: divide by the group's std (NeMo-RL ``grpo.normalize_rewards``; verl
-            ``algorithm.norm_adv_by_std_in_grpo``).
-    """
-
-    baseline: Literal["leave_one_out", "group_mean", "verl_group_mean"]
-    normalize: bool
-
-    @property
-    def leave_one_out(self) -> bool:
-        return self.baseline == "leave_one_out"
 
 
 @dataclass(frozen=True)

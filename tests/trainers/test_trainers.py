@@ -58,6 +58,12 @@ def test_the_backend_chooses_what_its_jobs_run():
     assert "rehearsal.hidden_size: 65 is not divisible by num_heads 2" in str(e.value)
     assert [t for _, t in nbtools.backends.rules(cfg)] == [t for _, t in trainers.Rehearsal.check(cfg)]
     assert not any(k.startswith("rehearsal.") for keys, _ in trainers.checks(cfg) for k in keys)
+    # the readers below the trainers (the rewards' re-scoring) get the same trainer through the leaf registry
+    from nbtools import _trainer_folders
+
+    for c in (cfg, _cfg("gke-b200-verl.yaml")):
+        assert type(_trainer_folders.job_trainer(c)) is type(trainers.get(c))
+    assert _trainer_folders.job_trainer(cfg).imitates.name == cfg.trainer.kind
 
 
 @pytest.mark.parametrize("release", sorted(nemo_rl.NEMO_RL))
