@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nbtools import _trainer_folders
+from nbtools._rehearsal_task import ground_truth_for
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 
@@ -45,8 +46,6 @@ def ground_truth(cfg: Experiment) -> Callable[[str], str]:
         '6'
     """
     if _rehearsal_task(cfg):
-        from nbtools.rehearsal.task import ground_truth_for
-
         return ground_truth_for
     raise NotFoundError(
         f"the answers of dataset {cfg.data.dataset!r} are not in the run's trajectories (NeMo-RL does not log them)",
