@@ -44,7 +44,8 @@ from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools._tfevents import event_files, events
 from nbtools.errors import Fix, NotFoundError
 
-__all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl_log", "read_runs", "select",
+# NAME_MAP comes from __getattr__ (read from the layouts when asked)
+__all__ = ["COLUMNS", "NAME_MAP", "read_tensorboard", "read_hparams", "read_verl_log", "read_runs", "select",  # noqa: F822
            "framework_of", "latest", "ema"]
 
 COLUMNS = ["run", "tag", "step", "value", "wall_time"]

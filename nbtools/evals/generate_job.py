@@ -15,8 +15,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
-from nbtools import trainers
-from nbtools import backends
+from nbtools import backends, trainers
 from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment

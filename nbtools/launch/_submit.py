@@ -13,7 +13,7 @@ from nbtools import _paths, backends, trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import Fix, LintError, NotFoundError
-from nbtools.launch.lint import StepsSource, lint, lint_for
+from nbtools.launch.lint import StepsSource, lint_for
 from nbtools.launch.runtime_env import env_vars_for, secret_values, secrets_prelude, upload_working_dir
 
 __all__ = ["LaunchSpec", "build", "metadata", "send", "submit", "follow"]

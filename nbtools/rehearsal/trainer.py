@@ -35,10 +35,9 @@ SFT_BATCH = 64
 
 
 def load_config(config: str, overrides: list[str], runs_dir: str | None):
-    """The experiment config as the job sees it: YAML + ``key=value`` overrides (values parsed as YAML)."""
-    import yaml
-
-    from nbtools.config import load
+    """The experiment config as the job sees it: YAML + ``key=value`` overrides (values parsed as the config's own YAML
+    reader parses them: ``1e-05``, as verl's Hydra command line writes a learning rate, is a number)."""
+    from nbtools.config import load, load_yaml
 
     if runs_dir:
         os.environ["NBTOOLS_RUNS_DIR"] = str(Path(runs_dir).resolve())
@@ -47,7 +46,7 @@ def load_config(config: str, overrides: list[str], runs_dir: str | None):
         if "=" not in ov:
             raise ConfigError(f"override {ov!r} is not `key=value`; fix: e.g. grpo.max_num_steps=50")
         k, v = ov.split("=", 1)
-        parsed[k.strip()] = yaml.safe_load(v)
+        parsed[k.strip()] = load_yaml(v, what=f"the override {k.strip()}")
     return load(config, backend="local", overrides=parsed)
 
 

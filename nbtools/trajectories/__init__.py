@@ -44,6 +44,7 @@ import os
 from pathlib import Path
 
 from nbtools import storage
+from nbtools._groups import group_ids, group_numbers, uid_sample
 from nbtools._layout import (
     EXP_RE,
     VERL_DUMP_RE,
@@ -54,7 +55,6 @@ from nbtools._layout import (
     resumed_chain,
 )
 from nbtools.errors import Fix, NotFoundError
-from nbtools._groups import group_ids, group_numbers, uid_sample
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
 from nbtools.trajectories._run import FILE_RE, Run

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools._groups import group_numbers
 from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR, step_ranges
 from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
-from nbtools._groups import group_numbers
 
 __all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir"]
 

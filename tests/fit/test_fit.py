@@ -459,7 +459,7 @@ def test_submit_refuses_a_certain_oom_unless_told_to_go_ahead(monkeypatch):
 
     monkeypatch.setattr(nbtools.jobs, "attach", lambda *a, **k: (_ for _ in ()).throw(NotFoundError("no job")))
     sent = []
-    monkeypatch.setattr(launch._submit, "send", lambda spec, cfg: sent.append(spec.submission_id) or "submitted")
+    monkeypatch.setattr(launch._submit, "send_for", lambda spec, secrets: sent.append(spec.submission_id) or "submitted")
     cfg = nbtools.config.load(GKE).replace(**{"trainer.overrides": ["policy.train_micro_batch_size=64"]})
     with pytest.raises(LintError, match="certainly does not fit") as err:
         launch.submit(cfg)

@@ -451,3 +451,10 @@ def test_kill_mid_checkpoint_leaves_tmp_and_rerun_resumes(tmp_path):
     expected = cfg.grpo.learning_rate * ((start + (1 - start) * min(1, warm) / warm) if warm else 1.0)
     assert [e.step for e in acc.Scalars("train/lr")] == [2]
     assert acc.Scalars("train/lr")[0].value == pytest.approx(expected, rel=1e-5)  # scheduler resumed, not restarted
+
+
+def test_an_override_written_the_way_verls_command_line_writes_a_learning_rate_is_a_number():
+    """verl's stand-in hands the rehearsal ``grpo.learning_rate=1e-05`` (Hydra's spelling); PyYAML's safe_load read it as
+    the string '1e-05', which the strict config then refused."""
+    cfg = load_config(str(CONFIG), [*TINY, "grpo.learning_rate=1e-05"], None)
+    assert cfg.grpo.learning_rate == 1e-05

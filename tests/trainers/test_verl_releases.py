@@ -18,8 +18,8 @@ from repo_tools import load_tool
 from nbtools import config, trainers
 from nbtools.launch import lint
 from nbtools.trainers import verl
-from nbtools.trainers.verl import _tree as _verl_tree
 from nbtools.trainers.verl import VERL
+from nbtools.trainers.verl import _tree as _verl_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "tests" / "assets" / "verl"

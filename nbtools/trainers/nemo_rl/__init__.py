@@ -10,9 +10,24 @@ Example:
 from __future__ import annotations
 
 from nbtools.trainers.nemo_rl._command import (
-    DEFAULT_CODE_DIR, DEFAULT_RECIPE, EXPANDABLE, POLICY_ALLOC_KEY, Override, command, command_lines, entry_script,
-    hydra_unquote, hydra_value, local_recipe, overrides, parse_override, recipe_files, recipe_path, recipe_tree,
-    recipe_value, resolved,
+    DEFAULT_CODE_DIR,
+    DEFAULT_RECIPE,
+    EXPANDABLE,
+    POLICY_ALLOC_KEY,
+    Override,
+    command,
+    command_lines,
+    entry_script,
+    hydra_unquote,
+    hydra_value,
+    local_recipe,
+    overrides,
+    parse_override,
+    recipe_files,
+    recipe_path,
+    recipe_tree,
+    recipe_value,
+    resolved,
 )
 from nbtools.trainers.nemo_rl._layout import LAYOUT, NemoRlLayout
 from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease

@@ -10,8 +10,8 @@ from typing import Any
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
 from nbtools.errors import Fix
 from nbtools.trainers import _tree
-from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers._findings import Finding, LintReport
+from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers.nemo_rl._releases import NEMO_RL
 
 __all__ = ["check_nemo_rl"]

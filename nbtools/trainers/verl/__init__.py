@@ -11,8 +11,25 @@ Example:
 from __future__ import annotations
 
 from nbtools.trainers.verl._command import (
-    IGNORED, KL_LOSS_TYPE, NBTOOLS_ONLY, PREPROCESS, REFUSED, code_dir, command, command_lines, data_dir, effective, fields,
-    ignored, known_release, overrides, prepare_command, release, rollout_dir, tensorboard_dir, validation_dir,
+    IGNORED,
+    KL_LOSS_TYPE,
+    NBTOOLS_ONLY,
+    PREPROCESS,
+    REFUSED,
+    code_dir,
+    command,
+    command_lines,
+    data_dir,
+    effective,
+    fields,
+    ignored,
+    known_release,
+    overrides,
+    prepare_command,
+    release,
+    rollout_dir,
+    tensorboard_dir,
+    validation_dir,
 )
 from nbtools.trainers.verl._layout import LAYOUT, VerlLayout
 from nbtools.trainers.verl._releases import VERL, VerlRelease

@@ -47,17 +47,23 @@ class VerlLayout:
 
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
         """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
-        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        from nbtools import (
+            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        )
 
         return checkpoints.is_verl_dir(checkpoint_dir)
 
     def list_checkpoints(self, checkpoint_dir: str | Path):
-        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        from nbtools import (
+            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        )
 
         return checkpoints.list_verl_checkpoints(checkpoint_dir)
 
     def latest_checkpoint(self, checkpoint_dir: str | Path):
-        from nbtools import checkpoints  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        from nbtools import (
+            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
+        )
 
         return checkpoints.latest_verl(checkpoint_dir)
 

@@ -115,7 +115,7 @@ def _fields(cfg: Experiment, r: LintReport) -> None:
         if field not in verl.NBTOOLS_ONLY and text.lstrip("+") != mine:
             r.findings.append(Finding("warning", "verl-fields", field, f"`{field}` does not reach verl: "
                                       f"trainer.overrides[{i}] `{text}` replaces its `{mine}`",
-                                      f"remove one of the two (the override wins as it stands)"))
+                                      "remove one of the two (the override wins as it stands)"))
 
 
 # verl's images are tagged by vLLM release: verlai/verl:vllm011.latest (docs/start/install.rst), vllm024.dev2

@@ -22,10 +22,10 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers import _tree
-from nbtools.trainers.verl import _command as verl
 from nbtools.trainers._findings import Finding, LintReport
-from nbtools.trainers.verl._tree import verl_tree
+from nbtools.trainers.verl import _command as verl
 from nbtools.trainers.verl._releases import VERL
+from nbtools.trainers.verl._tree import verl_tree
 
 __all__ = ["check_validation", "composed"]
 
