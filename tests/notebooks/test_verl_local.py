@@ -41,10 +41,13 @@ def experiment(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NBTOOLS_RUNS_DIR", str(runs))
         yield path, runs
-    import nbtools
+        import nbtools
 
-    cfg = nbtools.config.load(path)
-    nbtools.backends.get(cfg).down(timeout=60)  # 09 stops it; a failure before 09 must not leave the head behind
+        # 09 stops it; a failure before 09 must not leave the head behind. Inside the context: the runs dir decides
+        # which head (outside it, the suite's own runs dir was asked, and the head outlived the test run)
+        cfg = nbtools.config.load(path)
+        nbtools.backends.get(cfg).down(timeout=60)
+        assert nbtools.backends.get(cfg).status().state.name == "STOPPED"
 
 
 @pytest.fixture(scope="module")
