@@ -7,11 +7,11 @@ import difflib
 import re
 from typing import Any
 
+import nbtools.trainers.nemo_rl._command as nemo_rl
 from nbtools.config import NEMO_RL_VERSIONS, Experiment
 from nbtools.errors import Fix
 from nbtools.trainers import _tree
 from nbtools.trainers._findings import Finding, LintReport
-from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers.nemo_rl._releases import NEMO_RL
 
 __all__ = ["check_nemo_rl"]

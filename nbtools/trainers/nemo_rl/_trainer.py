@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import nbtools.trainers.nemo_rl._command as nemo_rl
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
 from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
 from nbtools.trainers._tree import config_tree
-from nbtools.trainers.nemo_rl import _command as nemo_rl
 from nbtools.trainers.nemo_rl._lint import check_nemo_rl
 from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
 

@@ -13,13 +13,13 @@ import json
 import re
 from pathlib import Path
 
+import nbtools.trainers.verl._command as verl
 from nbtools.config import Experiment
 from nbtools.errors import Fix
 from nbtools.trainers import _tree
 from nbtools.trainers._findings import Finding, LintReport
 from nbtools.trainers._protocol import CodePresent
 from nbtools.trainers.nemo_rl import hydra_value, parse_override
-from nbtools.trainers.verl import _command as verl
 from nbtools.trainers.verl._releases import VERL
 from nbtools.trainers.verl._tree import verl_tree
 from nbtools.trainers.verl._validate import check_validation

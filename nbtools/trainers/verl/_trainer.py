@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import nbtools.trainers.verl._command as verl
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
 from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
-from nbtools.trainers.verl import _command as verl
 from nbtools.trainers.verl._lint import check_verl
 from nbtools.trainers.verl._releases import VERL, VerlRelease
 

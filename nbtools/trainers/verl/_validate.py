@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import nbtools.trainers.verl._command as verl
 from nbtools.config import Experiment
 from nbtools.trainers import _tree
 from nbtools.trainers._findings import Finding, LintReport
-from nbtools.trainers.verl import _command as verl
 from nbtools.trainers.verl._releases import VERL
 from nbtools.trainers.verl._tree import verl_tree
 

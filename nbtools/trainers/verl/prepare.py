@@ -24,6 +24,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 
+import nbtools.trainers.verl._command as verl
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
 
@@ -35,8 +36,6 @@ PARTIAL = ".nbtools-prepare.partial"
 
 def data_files(cfg: Experiment) -> list[str]:
     """The parquet files the training command names (``data.train_files``, ``data.val_files``; overrides win)."""
-    from nbtools.trainers.verl import _command as verl
-
     eff = verl.effective(cfg)
     out = []
     for key in ("data.train_files", "data.val_files"):
