@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from ratchet import check_ratchet
+
 ROOT = Path(__file__).resolve().parents[1]
 FLAGS = {"miniature", "eval_plan", "code_on_storage", "runs_rehearsal"}
 REGISTRIES = ("nbtools/trainers/", "nbtools/backends/", "nbtools/_trainer_folders.py")
@@ -49,11 +51,8 @@ def test_no_new_branch_on_what_a_trainer_or_backend_is():
         rel = str(p.relative_to(ROOT))
         if not rel.startswith(REGISTRIES) and (n := branches(p)):
             found[rel] = n
-    grew = {f: (BRANCHES_LEFT.get(f, 0), n) for f, n in found.items() if n > BRANCHES_LEFT.get(f, 0)}
-    assert not grew, ("branches on a trainer's or backend's kind outside the registries (before, now); put the "
-                      f"behaviour in the Trainer or Backend and call it: {grew}")
-    shrank = {f: (n, found.get(f, 0)) for f, n in BRANCHES_LEFT.items() if found.get(f, 0) < n}
-    assert not shrank, f"fewer branches than BRANCHES_LEFT says: lower those counts (was, now): {shrank}"
+    check_ratchet(found, BRANCHES_LEFT, "branches on a trainer's or backend's kind outside the registries",
+                  "put the behaviour in the Trainer or Backend and call it", "BRANCHES_LEFT")
 
 
 def test_the_walk_finds_flag_reads_and_backend_name_tests(tmp_path):

@@ -8,6 +8,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from ratchet import check_ratchet
 
 import nbtools
 from nbtools import config, trainers
@@ -232,11 +233,9 @@ def test_trainer_names_outside_the_trainer_folders_only_shrink():
             continue
         if n := _trainer_names(p):
             found[str(rel)] = n
-    grew = {f: (TRAINER_NAMES_LEFT.get(f, 0), n) for f, n in found.items() if n > TRAINER_NAMES_LEFT.get(f, 0)}
-    assert not grew, ("trainer names outside nbtools/trainers/ (before, now); ask the trainer or its layout "
-                      f"(nbtools.trainers.get(cfg), nbtools.trainers.layouts()) instead: {grew}")
-    shrank = {f: (n, found.get(f, 0)) for f, n in TRAINER_NAMES_LEFT.items() if found.get(f, 0) < n}
-    assert not shrank, f"fewer trainer names than TRAINER_NAMES_LEFT says: lower those counts (was, now): {shrank}"
+    check_ratchet(found, TRAINER_NAMES_LEFT, "trainer names outside nbtools/trainers/",
+                  "ask the trainer or its layout (nbtools.trainers.get(cfg), nbtools.trainers.layouts()) instead",
+                  "TRAINER_NAMES_LEFT")
 
 
 def test_the_trainer_name_walk_sees_names_in_code_not_in_prose(tmp_path):
