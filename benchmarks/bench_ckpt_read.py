@@ -80,7 +80,8 @@ def child(pair: str, side: str, root: Path) -> dict:
     import torch
     import torch.distributed.checkpoint  # noqa: F401 - every module either side imports, before the clock starts
 
-    from nbtools.checkpoints import _unpickle, _verl
+    from nbtools.checkpoints import _unpickle
+    from nbtools.trainers.verl import _checkpoints as _verl
 
     _safe_globals()
     _unpickle.dcp_metadata_globals()

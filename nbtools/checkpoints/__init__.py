@@ -1,4 +1,5 @@
-"""Choose, verify and merge NeMo-RL (and verl FSDP) checkpoints into HuggingFace models (streaming, verified, atomic).
+"""Choose, verify and merge checkpoints into HuggingFace models (streaming, verified, atomic): NeMo-RL's ``step_N``
+here, and every other trainer's through its layout (``nbtools.trainers.layouts()``: verl's ``global_step_N``).
 
 Example:
     >>> step = nbtools.checkpoints.best(cfg)
@@ -10,7 +11,7 @@ Example:
 from __future__ import annotations
 
 from nbtools.checkpoints._listing import (
-    LAYOUTS,
+    NATIVE_LAYOUTS,
     at_step,
     best,
     checkpoint_status,
@@ -31,8 +32,6 @@ from nbtools.checkpoints._remote import (
 )
 from nbtools.checkpoints._result import MergeResult
 from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
-from nbtools.checkpoints._verl import best_verl, is_verl_dir, latest_verl, list_verl_checkpoints
-from nbtools.checkpoints._verl_merge import merge_verl
 
 __all__ = [
     "LAYOUTS",
@@ -56,9 +55,23 @@ __all__ = [
     "submit_merge",
     "megatron_convert_entrypoint",
     "copy_to_local_disk_command",
-    "list_verl_checkpoints",
-    "is_verl_dir",
-    "latest_verl",
-    "best_verl",
-    "merge_verl",
+    "NATIVE_LAYOUTS",
 ]
+
+# A trainer's own reader lives in its folder: these moved there (issue 43); the generic verbs read every trainer's.
+_MOVED = dict.fromkeys(("list_verl_checkpoints", "is_verl_dir", "latest_verl", "best_verl", "merge_verl"),
+                       "nbtools.trainers.verl")
+
+
+def __getattr__(name: str):
+    """``LAYOUTS`` (asks the registered layouts, see ``_listing``); a clear error for a verb that moved to a trainer's
+    folder."""
+    if name == "LAYOUTS":
+        from nbtools.checkpoints import _listing
+
+        return _listing.LAYOUTS
+    if name in _MOVED:
+        raise AttributeError(f"nbtools.checkpoints.{name} moved to {_MOVED[name]}.{name}; fix: call that, or the "
+                             "generic nbtools.checkpoints.list_checkpoints / latest / best / merge, which read every "
+                             "trainer's checkpoints")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

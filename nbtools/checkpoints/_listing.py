@@ -22,19 +22,27 @@ from types import EllipsisType
 
 import pandas as pd
 
-import nbtools.checkpoints._verl as _verl
 from nbtools import _paths, _table, _trainer_folders, storage
 from nbtools._layout import STEP_RE, weights_dir
 from nbtools.config import Experiment
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
-__all__ = ["LAYOUTS", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
+__all__ = ["LAYOUTS", "NATIVE_LAYOUTS", "step_owner", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
            "in_progress", "checkpoint_status"]
 
 STATUS_FILE = "latest_checkpoint_status.json"  # NeMo-RL main: {last_checkpoint_step, last_successful_ckpt_save_completion}
 _TMP_RE = re.compile(r"^tmp_step_(\d+)$")
 
-LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron", _verl.VERL_LAYOUT)
+NATIVE_LAYOUTS = ("dtensor_v1", "v2_torch_save", "v2_safetensors", "consolidated", "megatron")
+
+
+def __getattr__(name: str):
+    """``LAYOUTS``: the weight layouts read here, then those of every registered trainer's own reader
+    (``RunLayout.checkpoint_layouts``: verl's ``verl_fsdp``)."""
+    if name == "LAYOUTS":
+        return NATIVE_LAYOUTS + tuple(n for lay in _trainer_folders.layouts().values() for n in lay.checkpoint_layouts)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def _at(url: str) -> Path:
     """What a listing returns for one of its directories: a ``Path`` on this machine, a ``Url`` (str) elsewhere."""
@@ -104,6 +112,15 @@ def _owner(checkpoint_dir):
     return next((lay for lay in _trainer_folders.layouts().values() if lay.owns_checkpoints(checkpoint_dir)), None)
 
 
+def step_owner(step_dir) -> tuple[object, str] | None:
+    """(the registered layout whose own reader reads this one checkpoint, its weight layout), or None: a ``step_N``
+    read here (``nbtools.trainers.RunLayout.step_layout``)."""
+    for lay in _trainer_folders.layouts().values():
+        if (name := lay.step_layout(step_dir)) is not None:
+            return lay, name
+    return None
+
+
 _INT_FIELDS = ("consumed_samples", "current_step", "current_epoch", "total_steps", "total_valid_tokens")
 _DAMAGED = "the checkpoint is damaged or incomplete; pick another step (or re-copy this one from where training wrote it)"
 
@@ -168,8 +185,8 @@ def detect_layout(step_dir: str | Path) -> str:
         >>> nbtools.checkpoints.detect_layout("runs/local-rehearsal/checkpoints/step_100")
         'v2_safetensors'
     """
-    if _verl.is_verl_step(step_dir):
-        return _verl.VERL_LAYOUT
+    if (owned := step_owner(step_dir)) is not None:  # a trainer's own checkpoint (verl's global_step_N)
+        return owned[1]
     w = _weights_url(_root(step_dir))
     found = _names(w)
     top = found or {}
@@ -316,7 +333,7 @@ def best(source: Experiment | str | Path, metric: str | None | EllipsisType = ..
     if (owner := _owner(checkpoint_dir)) is not None:
         if metric is not None:
             warnings.warn(f"{owner.name} keeps no metrics beside its checkpoints, so {metric!r} cannot rank them here: "
-                          f"returning the latest; use nbtools.checkpoints.best_verl(dir, metric, metrics=frame)",
+                          f"returning the latest; rank them with its metrics frame (nbtools.trainers.{owner.name}.best_{owner.name})",
                           stacklevel=2)
         return owner.latest_checkpoint(checkpoint_dir)
     steps = _steps(checkpoint_dir)

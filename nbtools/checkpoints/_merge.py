@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nbtools.checkpoints._crc import check_dcp_files
 from nbtools.checkpoints._files import parse_size, reuse_existing, write_merged
-from nbtools.checkpoints._listing import detect_layout, weights_dir
+from nbtools.checkpoints._listing import detect_layout, step_owner, weights_dir
 from nbtools.checkpoints._outdir import check_not_overlapping
 from nbtools.checkpoints._remote import megatron_convert_entrypoint
 from nbtools.checkpoints._result import MergeResult
@@ -120,15 +120,11 @@ def merge(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, config=Non
         >>> step = nbtools.checkpoints.best(cfg.checkpoint_dir)
         >>> result = nbtools.checkpoints.merge(step, cfg.run_dir / "merged_hf")
     """
-    from nbtools.checkpoints._verl import is_verl_step
-
     check_not_overlapping(Path(step_dir).expanduser(), Path(out_dir).expanduser(), config=config)  # every layout
-    if is_verl_step(step_dir):  # verl's global_step_N/actor: its own reader, the same writer and checks
-        from nbtools.checkpoints._verl_merge import merge_verl
-
-        return merge_verl(step_dir, out_dir, config=config, overwrite=overwrite, progress=progress,
-                          max_shard_size=max_shard_size, workers=workers, band_mb=band_mb, checksum=checksum,
-                          durable=durable)
+    if (owned := step_owner(step_dir)) is not None:  # a trainer's own checkpoint (verl's global_step_N/actor): its
+        return owned[0].merge(step_dir, out_dir, config=config, overwrite=overwrite, progress=progress,  # reader,
+                              max_shard_size=max_shard_size, workers=workers, band_mb=band_mb,  # our writer
+                              checksum=checksum, durable=durable)
     if checksum == "auto":
         from nbtools.checkpoints._verify import default_checksum
 

@@ -1,7 +1,7 @@
 """verl v0.7.0's run files, written exactly: FSDP checkpoints, generation dumps, console lines, scalar names.
 
 The one writer of verl's layout in nbtools: the rehearsal writes it when the experiment's trainer is verl, and the
-tests write their verl checkpoints with it; the readers (``checkpoints._verl``, ``trajectories._verl``,
+tests write their verl checkpoints with it; the readers (``trainers.verl._checkpoints``, ``trainers.verl._trajectories``,
 ``metrics.read_verl_log``) read what it writes the way they read a real verl run. Facts (verl, tag v0.7.0):
 
 * ``verl/utils/checkpoint/fsdp_checkpoint_manager.py`` ``save_checkpoint``: every rank ``torch.save``s its FSDP

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from verl_checkpoint_writer import exact_state_dict, full_state_dicts, tiny_config, write_verl_run  # noqa: E402
 
 from nbtools import checkpoints as ck  # noqa: E402
+from nbtools.trainers import verl  # noqa: E402
 from nbtools.errors import CheckpointError, ConflictError  # noqa: E402
 
 ASSETS = Path(__file__).parents[1] / "assets" / "verl" / "v0.7.0"
@@ -104,10 +105,10 @@ def test_best_needs_metrics(runs):
     tag = "val-core/openai/gsm8k/acc/mean@1"
     m = pd.DataFrame({"run": "r", "tag": [tag, tag, "x"], "step": [1, 2, 1], "value": [0.7, 0.6, 9.0],
                       "wall_time": 0.0})
-    assert ck.best_verl(d, tag, metrics=m) == d / "global_step_1"
-    assert ck.best_verl(d, tag, metrics=m, higher_is_better=False) == d / "global_step_2"
+    assert verl.best_verl(d, tag, metrics=m) == d / "global_step_1"
+    assert verl.best_verl(d, tag, metrics=m, higher_is_better=False) == d / "global_step_2"
     with pytest.raises(CheckpointError, match="needs a metrics frame"):
-        ck.best_verl(d, tag)
+        verl.best_verl(d, tag)
 
 
 def test_merge_equals_trained_weights(runs, tmp_path):
@@ -169,7 +170,7 @@ def test_a_plain_tensor_is_kept_once(runs, tmp_path):
     """A tensor FSDP did not shard (a persistent buffer) is whole on every rank: kept once, as verl 0.9's merger does
     (fsdp_model_merger.py merge_non_dtensor_shards), not concatenated into one twice its size (v0.7.0's merger); a
     copy that differs between ranks is refused."""
-    from nbtools.checkpoints._verl import read_verl_sources
+    from nbtools.trainers.verl._checkpoints import read_verl_sources
 
     actor = runs / "buffer" / "global_step_6" / "actor"
     with warnings.catch_warnings():
@@ -224,7 +225,7 @@ def _data_entries(path: Path) -> list:
 def test_a_bit_flip_inside_a_tensor_is_not_verified(runs, tmp_path):
     """#41: the merge read raw byte spans, so a bit flip inside a rank file's tensor merged as ``verified: true``;
     every entry's bytes are now checked against the CRC-32 torch.save wrote in the zip directory."""
-    from nbtools.checkpoints._verl import _zip_member_start
+    from nbtools.trainers.verl._checkpoints import _zip_member_start
 
     d = _copy(runs, tmp_path)
     rank1 = d / "global_step_2" / "actor" / "model_world_size_2_rank_1.pt"
@@ -267,7 +268,7 @@ def test_crafted_pickle_is_not_run(runs, tmp_path, protocol):
     with pytest.raises(CheckpointError, match=refusal) as e:
         ck.merge(d / "global_step_2", tmp_path / "out", progress=False)
     assert "do not use this checkpoint" in e.value.fix and not _Evil.marker.exists()
-    from nbtools.checkpoints._verl import read_verl_sources
+    from nbtools.trainers.verl._checkpoints import read_verl_sources
 
     with pytest.raises(CheckpointError, match=refusal):
         read_verl_sources(d / "global_step_2")
@@ -303,7 +304,7 @@ def test_overwrite_never_deletes_the_base_model_given_as_config(runs, tmp_path, 
     assert f"the output directory {base} {'is' if config_as == 'dir' else 'contains'} {cfg}, which the merge" in err
     assert {p.name: p.read_bytes() for p in base.iterdir()} == before  # not a byte of the base model lost
     with pytest.raises(ConflictError, match="which the merge of .*global_step_2 reads"):
-        ck.merge_verl(step / "actor", base, config=cfg, overwrite=True, progress=False)
+        verl.merge_verl(step / "actor", base, config=cfg, overwrite=True, progress=False)
     r = ck.merge(step, tmp_path / "hf", config=cfg, progress=False)  # reading the base model's config is fine
     assert r.verified and r.layout == "verl_fsdp"
 
@@ -336,7 +337,7 @@ def test_byte_spans_equal_torchs_own_reader(runs):
     shape must be what torch itself finds (each storage's ``_checkpoint_offset``)."""
     import torch.distributed.tensor  # noqa: F401 - registers the DTensor classes as weights-only globals
 
-    from nbtools.checkpoints._verl import read_verl_sources
+    from nbtools.trainers.verl._checkpoints import read_verl_sources
 
     actor = runs / "trained" / "global_step_2" / "actor"
     ours = read_verl_sources(actor)
@@ -350,3 +351,12 @@ def test_byte_spans_equal_torchs_own_reader(runs):
                 start = local.untyped_storage()._checkpoint_offset + local.storage_offset() * v.dtype.itemsize
                 spans.setdefault(k, []).append((path, start, local.numel() * v.dtype.itemsize, tuple(local.shape)))
     assert {k: [(c.path, c.start, c.nbytes, c.sizes) for c in st.chunks] for k, st in ours.items()} == spans
+
+
+def test_the_verl_reader_lives_in_its_trainers_folder():
+    """nbtools.checkpoints names no trainer: verl's weight layout comes from its layout, and the verbs that moved to
+    nbtools.trainers.verl say where they went."""
+    assert "verl_fsdp" in ck.LAYOUTS and "verl_fsdp" not in ck.NATIVE_LAYOUTS
+    with pytest.raises(AttributeError, match=r"moved to nbtools\.trainers\.verl\.best_verl"):
+        ck.best_verl  # noqa: B018
+    assert callable(verl.merge_verl) and callable(verl.list_verl_checkpoints)

@@ -40,9 +40,19 @@ class NemoRlLayout:
     pod_local_roots: tuple[str, ...] = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")
     console_log: bool = False  # its scalars are in TensorBoard, not in console lines
 
+    checkpoint_layouts: tuple[str, ...] = ()  # its weight layouts are the ones nbtools.checkpoints reads natively
+
     def owns_checkpoints(self, checkpoint_dir) -> bool:
         """False: ``step_N`` is what ``nbtools.checkpoints`` reads when no other layout claims a directory."""
         return False
+
+    def step_layout(self, step_dir) -> str | None:
+        """None: a ``step_N`` is read (and merged) by ``nbtools.checkpoints`` itself."""
+        return None
+
+    def open_trajectories(self, path: str, **options):
+        """None: ``exp_NNN`` dumps are what ``nbtools.trajectories`` reads natively."""
+        return None
 
 
 LAYOUT = NemoRlLayout()

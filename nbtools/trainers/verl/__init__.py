@@ -37,6 +37,21 @@ from nbtools.trainers.verl._trainer import Verl
 
 TRAINER = Verl
 
+# verl's checkpoint reader and merge read rank files with torch (the optional extra [merge]): imported on first use.
+_CHECKPOINT_VERBS = {"list_verl_checkpoints": "_checkpoints", "is_verl_dir": "_checkpoints", "latest_verl": "_checkpoints",
+                     "best_verl": "_checkpoints", "merge_verl": "_merge"}
+
+
+def __getattr__(name: str):
+    """``list_verl_checkpoints``, ``is_verl_dir``, ``latest_verl``, ``best_verl``, ``merge_verl``, imported when asked."""
+    if name in _CHECKPOINT_VERBS:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_CHECKPOINT_VERBS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = ["TRAINER", "LAYOUT", "Verl", "VerlLayout", "VERL", "VerlRelease", "code_dir", "data_dir", "rollout_dir",
            "validation_dir", "tensorboard_dir", "overrides", "effective", "command", "fields", "ignored", "IGNORED",
-           "NBTOOLS_ONLY", "REFUSED", "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release", "PREPROCESS"]
+           "NBTOOLS_ONLY", "REFUSED", "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release", "PREPROCESS",
+           *_CHECKPOINT_VERBS]

@@ -1,5 +1,5 @@
-"""What a verl run leaves and how it is read: ``global_step_N`` checkpoints (FSDP shards; ``nbtools.checkpoints``'
-verl reader), ``{step}.jsonl`` dumps under the dirs nbtools points ``trainer.rollout_data_dir`` /
+"""What a verl run leaves and how it is read: ``global_step_N`` checkpoints (FSDP shards; ``_checkpoints`` reads and
+``_merge`` merges them), ``{step}.jsonl`` dumps under the dirs nbtools points ``trainer.rollout_data_dir`` /
 ``validation_data_dir`` at, TensorBoard under ``TENSORBOARD_DIR``, console lines, and its scalar names."""
 
 from __future__ import annotations
@@ -45,27 +45,37 @@ class VerlLayout:
     pod_local_roots: tuple[str, ...] = ()
     console_log: bool = True  # it prints its scalars as console lines (``metrics.read_verl_log``)
 
+    checkpoint_layouts: tuple[str, ...] = ("verl_fsdp",)  # the weight layout its steps have (checkpoints.LAYOUTS)
+
+    # Its checkpoint reader and merge (``_checkpoints``, ``_merge``) read rank files with torch, the optional extra
+    # [merge]: imported by the verbs that read checkpoints, never by the trainer itself.
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
         """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
-        from nbtools import (
-            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
-        )
+        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
 
-        return checkpoints.is_verl_dir(checkpoint_dir)
+        return _checkpoints.is_verl_dir(checkpoint_dir)
 
     def list_checkpoints(self, checkpoint_dir: str | Path):
-        from nbtools import (
-            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
-        )
+        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
 
-        return checkpoints.list_verl_checkpoints(checkpoint_dir)
+        return _checkpoints.list_verl_checkpoints(checkpoint_dir)
 
     def latest_checkpoint(self, checkpoint_dir: str | Path):
-        from nbtools import (
-            checkpoints,  # torch, the optional extra [merge]: only a reader of checkpoints needs it
-        )
+        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
 
-        return checkpoints.latest_verl(checkpoint_dir)
+        return _checkpoints.latest_verl(checkpoint_dir)
+
+    def step_layout(self, step_dir: str | Path) -> str | None:
+        """``verl_fsdp`` for a local ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
+        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
+
+        return _checkpoints.VERL_LAYOUT if _checkpoints.is_verl_step(step_dir) else None
+
+    def merge(self, step_dir, out_dir, **options):
+        """``nbtools.checkpoints.merge`` of one of its steps: verl's rank files, the same writer and checks."""
+        from nbtools.trainers.verl._merge import merge_verl  # torch (the [merge] extra)
+
+        return merge_verl(step_dir, out_dir, **options)
 
 
 LAYOUT = VerlLayout()

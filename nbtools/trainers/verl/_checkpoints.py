@@ -1,4 +1,5 @@
-"""verl FSDP checkpoints (``<default_local_dir>/global_step_N/actor/``): list, choose, and locate every shard chunk.
+"""verl FSDP checkpoints (``<default_local_dir>/global_step_N/actor/``): list, choose, and locate every shard chunk
+(what ``nbtools.checkpoints`` reads through verl's layout, ``LAYOUT``).
 
 verl v0.7.0 (``verl/utils/checkpoint/fsdp_checkpoint_manager.py``, ``verl/trainer/ppo/ray_trainer.py``) writes, per
 save, ``global_step_N/actor/model_world_size_{W}_rank_{R}.pt`` (each rank ``torch.save``s its FSDP
@@ -13,7 +14,7 @@ merger (``verl/model_merger/fsdp_model_merger.py``) concatenates the ranks' loca
 ``Shard`` dim and keeps one copy of a ``Replicate`` tensor, and (0.9.x) of a plain tensor: the same rule here.
 
 Example:
-    >>> nbtools.checkpoints.list_verl_checkpoints("checkpoints/verl_grpo_gsm8k/qwen2_5_32b")[["step", "latest"]]
+    >>> nbtools.trainers.verl.list_verl_checkpoints("checkpoints/verl_grpo_gsm8k/qwen2_5_32b")[["step", "latest"]]
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ import pandas as pd
 import torch
 
 from nbtools import _layout, _paths, storage
-from nbtools.checkpoints._sources import Chunk, SourceTensor
-from nbtools.checkpoints._unpickle import ForbiddenGlobal, SafeUnpickler
+from nbtools.checkpoints.parts import Chunk, ForbiddenGlobal, SafeUnpickler, SourceTensor
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
 __all__ = ["VERL_LAYOUT", "VERL_STEP_RE", "TRACKER", "is_verl_dir", "is_verl_step", "verl_actor_dir", "verl_steps",
@@ -155,7 +155,7 @@ def list_verl_checkpoints(run_dir: str | Path) -> pd.DataFrame:
     listings and the small JSON/text files are read, never the weights.
 
     Example:
-        >>> nbtools.checkpoints.list_verl_checkpoints(run_dir)[["step", "world_size", "latest", "problem"]]
+        >>> nbtools.trainers.verl.list_verl_checkpoints(run_dir)[["step", "world_size", "latest", "problem"]]
     """
     d = str(run_dir).rstrip("/") if storage.is_remote(run_dir) else str(Path(run_dir).expanduser())
     if storage.info(d) is None:
@@ -175,7 +175,7 @@ def latest_verl(run_dir: str | Path) -> str | Path:
     """The step ``latest_checkpointed_iteration.txt`` names, else the highest complete ``global_step_N``.
 
     Example:
-        >>> nbtools.checkpoints.latest_verl(run_dir)
+        >>> nbtools.trainers.verl.latest_verl(run_dir)
         PosixPath('.../global_step_200')
     """
     df = list_verl_checkpoints(run_dir)
@@ -198,7 +198,7 @@ def best_verl(run_dir: str | Path, metric: str | None = None, metrics: pd.DataFr
 
     Example:
         >>> df = nbtools.metrics.read_verl_log(log)
-        >>> nbtools.checkpoints.best_verl(run_dir, "val-core/openai/gsm8k/acc/mean@1", metrics=df)
+        >>> nbtools.trainers.verl.best_verl(run_dir, "val-core/openai/gsm8k/acc/mean@1", metrics=df)
     """
     if metric is None:
         return latest_verl(run_dir)
@@ -326,7 +326,7 @@ def check_rank_crcs(actor: str | Path, *, workers: int = 2) -> tuple[int, str]:
     Raises:
         CheckpointError: naming the rank file and entry whose bytes do not match, or the copied rank.
     """
-    from nbtools.checkpoints._crc import check_files, check_zip
+    from nbtools.checkpoints.parts import check_files, check_zip
 
     actor = Path(actor)
     ws, _ = read_verl_world_size(actor)

@@ -1,7 +1,7 @@
 """merge_verl(): a verl ``global_step_N/actor`` -> a verified HuggingFace directory, streamed, written atomically.
 
 The same pipeline as the NeMo-RL merge (:mod:`nbtools.checkpoints._merge`): chunk byte spans (here from the rank
-files, :func:`nbtools.checkpoints._verl.read_verl_sources`) are planned into balanced safetensors files, copied
+files, :func:`nbtools.trainers.verl._checkpoints.read_verl_sources`) are planned into balanced safetensors files, copied
 without holding the model in memory, checked finite, hashed, read back, and renamed into place only when complete.
 
 One deliberate difference from verl's own ``model_merger`` (v0.7.0, ``verl/model_merger/fsdp_model_merger.py``):
@@ -10,7 +10,7 @@ nothing is rounded twice. ``torch_dtype="bfloat16"`` in the merged ``config.json
 Cast the result to bfloat16 and it equals verl's output tensor for tensor (tests/checkpoints/test_verl.py).
 
 Example:
-    >>> step = nbtools.checkpoints.latest_verl("checkpoints/verl_grpo/qwen32b")
+    >>> step = nbtools.trainers.verl.latest_verl("checkpoints/verl_grpo/qwen32b")
     >>> nbtools.checkpoints.merge(step, "merged_hf")   # dispatches here for a verl checkpoint
 """
 
@@ -22,14 +22,8 @@ import os
 import time
 from pathlib import Path
 
-from nbtools.checkpoints._files import reuse_existing, write_merged
-from nbtools.checkpoints._outdir import check_not_overlapping
-from nbtools.checkpoints._result import MergeResult
-from nbtools.checkpoints._verify import (
-    CHECKSUMS,
-    default_checksum,
-)
-from nbtools.checkpoints._verl import TRACKER, VERL_LAYOUT, check_rank_crcs, read_verl_sources, verl_actor_dir
+from nbtools.checkpoints.parts import CHECKSUMS, MergeResult, check_not_overlapping, default_checksum, reuse_existing, write_merged
+from nbtools.trainers.verl._checkpoints import TRACKER, VERL_LAYOUT, check_rank_crcs, read_verl_sources, verl_actor_dir
 from nbtools.errors import CheckpointError, Fix
 
 __all__ = ["merge_verl"]
@@ -101,7 +95,7 @@ def merge_verl(step_dir: str | os.PathLike, out_dir: str | os.PathLike, *, confi
         done = int(tracker.read_text().strip())
         if int(step.name.removeprefix("global_step_") or 0) > done:
             raise CheckpointError(f"{step.name} is newer than {TRACKER} ({done}): verl is still writing it, or the "
-                                  f"save died", fix="merge a finished step (nbtools.checkpoints.latest_verl)")
+                                  f"save died", fix="merge a finished step (nbtools.trainers.verl.latest_verl)")
     if (reused := reuse_existing(out, step, _fingerprint(actor), overwrite, t0)) is not None:
         return reused
     _, crc_note = check_rank_crcs(actor, workers=workers)  # "verified" covers what was read, not only what was written
