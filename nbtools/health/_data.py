@@ -109,18 +109,6 @@ def _latest_run(tb: pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
     return mine[mine["run"] == newest], (float(starts[newest]) if "#" in str(newest) else None)
 
 
-def _older_dumps(traj, started: float, slack: float = 1.0) -> list[int]:
-    """Steps whose verl dump was last written before ``started`` (the relaunch): the earlier run's, not this one's."""
-    out = []
-    for step, path in traj.files("train").items():
-        try:
-            if os.stat(path).st_mtime < started - slack:
-                out.append(step)
-        except OSError:
-            continue
-    return out
-
-
 def load(run, *, config=None, cache: bool = True) -> RunData:
     """Read what the checks need from ``run``: an exp dir, a log_dir or a ``gs://`` URL of either, an ``Experiment``
     (its ``logs_url``) or an open ``trajectories.Run``.
@@ -141,7 +129,7 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
         mix = None
     if hasattr(run, "logs_url") and not isinstance(run, (str, os.PathLike)):
         run = run.logs_url
-    traj = run if isinstance(run, (trajectories.Run, trajectories.VerlRun)) else None
+    traj = run if not isinstance(run, (str, os.PathLike)) and hasattr(run, "read") and hasattr(run, "steps") else None
     where = (traj.remote or str(getattr(traj, "log_dir", None) or traj.path)) if traj is not None else _label(run)
     if traj is None:
         try:
@@ -165,8 +153,8 @@ def load(run, *, config=None, cache: bool = True) -> RunData:
     notes: list[str] = []
     if len(tb):
         tb, started = _latest_run(tb)
-        if started is not None and isinstance(traj, trajectories.VerlRun) and len(records):
-            stale = _older_dumps(traj, started)  # a relaunch into the same dirs leaves the first run's later dumps
+        if started is not None and hasattr(traj, "stale_steps") and len(records):
+            stale = traj.stale_steps(started)  # a relaunch into the same dirs (verl's) leaves the first run's dumps
             if stale:
                 records = records[~records["step"].isin(stale)].reset_index(drop=True)
                 notes.append(f"left out the dumps of steps {stale[0]}..{stale[-1]}: written before the relaunch")

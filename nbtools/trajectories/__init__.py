@@ -1,7 +1,7 @@
 """Read NeMo-RL trajectory dumps (``train_data_step{N}.jsonl``, ``val_data_step{N}.jsonl``) fast and safely.
 
-verl's ``{step}.jsonl`` dumps (``trainer.rollout_data_dir``) open as a :class:`VerlRun` with the same table
-columns (see ``_verl``); ``open_run`` on such a directory returns one.
+Another trainer's dumps open through its layout (``nbtools.trainers.layouts()``, ``open_trajectories``): ``open_run``
+on verl's ``{step}.jsonl`` dumps (``trainer.rollout_data_dir``) returns verl's run, with the same table columns.
 
 Why: a run writes GBs of per-sample records while it trains; people want one step, one record or the whole
 run as a table, at any moment, without ``kubectl exec … | jq`` and without a crash on the line being written.
@@ -43,26 +43,32 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nbtools import storage
+from nbtools import _trainer_folders, storage
 from nbtools._groups import group_ids, group_numbers, uid_sample
-from nbtools._layout import (
-    EXP_RE,
-    VERL_DUMP_RE,
-    VERL_ROLLOUT_DIR,
-    VERL_TENSORBOARD_DIR,
-    VERL_VALIDATION_DIR,
-    exp_dirs,
-    resumed_chain,
-)
+from nbtools._layout import EXP_RE, exp_dirs, resumed_chain
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trajectories._parse import ARRAY_KEYS, COLUMNS
 from nbtools.trajectories._read import ALL_COLUMNS
 from nbtools.trajectories._run import FILE_RE, Run
 from nbtools.trajectories._summary import group_table, step_summary, verdict
-from nbtools.trajectories._verl import VerlRun, is_verl_dump_dir, open_verl_run
 
-__all__ = ["open_run", "group_ids", "group_numbers", "uid_sample", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS",
-           "open_verl_run", "VerlRun"]
+__all__ = ["open_run", "group_ids", "group_numbers", "uid_sample", "Run", "step_summary", "group_table", "verdict", "COLUMNS", "ALL_COLUMNS", "ARRAY_KEYS"]
+
+# A trainer's own reader lives in its folder: these moved there (issue 43); open_run opens every trainer's dumps.
+_MOVED = dict.fromkeys(("open_verl_run", "VerlRun"), "nbtools.trainers.verl")
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        raise AttributeError(f"nbtools.trajectories.{name} moved to {_MOVED[name]}.{name}; fix: call that, or "
+                             "nbtools.trajectories.open_run, which opens every trainer's dumps")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _layouts_run(where: str, **kw):
+    """The run a registered trainer's layout opens at ``where`` (verl's dumps), or None."""
+    return next((run for lay in _trainer_folders.layouts().values()
+                 if (run := lay.open_trajectories(where, **kw)) is not None), None)
 
 
 
@@ -105,13 +111,9 @@ def open_run(path, *, exp: str | int | None = None, think_tag: str = "think", an
     p = Path(where)
     if exp is None and EXP_RE.match(p.name):  # an exp dir: no listing, so opening is O(1) in the run size
         return Run(p, think_tag=think_tag, answer_tag=answer_tag, cache=cache, cache_dir=cache_dir)
-    if exp is None and is_verl_dump_dir(p) and not _has_dumps(p):  # verl's trainer.rollout_data_dir
-        return open_verl_run(p, think_tag=think_tag, answer_tag=answer_tag)
-    dumps = [p / VERL_ROLLOUT_DIR, p / VERL_VALIDATION_DIR]  # a log_dir where nbtools points verl's dumps
-    if exp is None and any(is_verl_dump_dir(d) for d in dumps) and not exp_dirs(p):
-        run = open_verl_run(*(d if d.is_dir() else None for d in dumps), think_tag=think_tag, answer_tag=answer_tag)
-        run.log_dir = p  # where the run's TensorBoard dir is too (health checks read both)
-        return run
+    if exp is None and not _has_dumps(p) and (run := _layouts_run(where, think_tag=think_tag,
+                                                                 answer_tag=answer_tag)) is not None:
+        return run  # another trainer's dumps (verl's rollout_data_dir, or a log_dir holding it)
     exps = exp_dirs(p)
     if exp is not None:
         try:
@@ -162,10 +164,9 @@ def _open_remote(url: str, exp, **kw) -> Run:
                                 fix=Fix("pass one of the listed exp numbers, or exp=None for the latest",
                                         cli="pass one of the listed exp_NNN dirs, or the log_dir for its latest exp_NNN"))
         return Run(None, remote=match[0], **kw)
-    verl = any(VERL_DUMP_RE.match(e.name) for e in entries if not e.is_dir) or any(
-        e.is_dir and e.name in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR) for e in entries)
-    if verl and not exps and not has_dumps:
-        return _open_remote_verl(url, think_tag=kw["think_tag"], answer_tag=kw["answer_tag"])
+    if not exps and not has_dumps and (run := _layouts_run(url, entries=entries, think_tag=kw["think_tag"],
+                                                           answer_tag=kw["answer_tag"])) is not None:
+        return run  # another trainer's dumps, read through a local mirror its layout makes
     if exps and not has_dumps:
         chain = resumed_chain(exps, lambda u: [e.name for e in storage.ls(u)])
         return Run(None, remote=chain[-1], earlier=chain[:-1], **kw)
@@ -173,25 +174,6 @@ def _open_remote(url: str, exp, **kw) -> Run:
         raise NotFoundError(f"expected train_data_step*.jsonl or exp_* dirs in {url}, found "
                             f"{[e.name for e in entries if not e.name.startswith('.')][:8]}", fix=_FIX_NOT_A_RUN)
     return Run(None, remote=url, **kw)
-
-
-def _verl_files(rel: str) -> bool:
-    """The files of a verl run's log dir that its readers open: the ``{step}.jsonl`` dumps (in the dir itself or in
-    its rollout / validation dirs) and the TensorBoard event files (the health checks read both)."""
-    parts = rel.split("/")
-    if len(parts) == 1:
-        return bool(VERL_DUMP_RE.match(rel))
-    if parts[0] in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR):
-        return len(parts) == 2 and bool(VERL_DUMP_RE.match(parts[1]))
-    return parts[0] == VERL_TENSORBOARD_DIR and "tfevents" in parts[-1]
-
-
-def _open_remote_verl(url: str, **kw) -> VerlRun:
-    """verl's dumps in a bucket: a local mirror of the dumps and event files (only new or rewritten objects are
-    fetched), opened as on disk; ``remote`` names the URL. A snapshot: open it again for steps written since."""
-    run = open_run(storage.mirror(url, include=_verl_files), cache=False, **kw)
-    run.remote = url
-    return run
 
 
 def _has_dumps(p: Path) -> bool:

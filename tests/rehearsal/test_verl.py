@@ -128,7 +128,7 @@ def test_dumps_have_verls_fields_and_steps(run):
     assert [r["input"] for r in recs[:4]] == [recs[0]["input"]] * 4  # rollout.n samples of a prompt are adjacent
     vrecs = [json.loads(x) for x in (val / "4.jsonl").read_text().splitlines()]
     assert len(vrecs) == 8 and all(set(r) == DUMP_KEYS | {"reward"} and r["reward"] == r["score"] for r in vrecs)
-    opened = nbtools.trajectories.open_verl_run(rollout, val)
+    opened = nbtools.trainers.verl.open_verl_run(rollout, val)
     assert opened.steps == [1, 2, 3, 4] and opened.read(2)["group"].nunique() == 4
 
 
@@ -164,7 +164,7 @@ def test_the_notebooks_calls_read_the_verl_run(run):
     assert [Path(c).name for c in out.checkpoints] == ["global_step_2", "global_step_3", "global_step_4"]
     assert out.exp_dir == cfg.logs_url
     opened = nbtools.trajectories.open_run(cfg.logs_url)
-    assert isinstance(opened, nbtools.trajectories.VerlRun) and opened.steps == [1, 2, 3, 4]
+    assert isinstance(opened, nbtools.trainers.verl.VerlRun) and opened.steps == [1, 2, 3, 4]
     assert opened.val_steps == [0, 2, 3, 4]
     report = nbtools.health.check(opened, config=cfg)  # reads the dumps and verl's scalars beside them
     assert report.steps[1] == 4 and not report["zero-reward"].message.startswith("not checked"), report["zero-reward"]

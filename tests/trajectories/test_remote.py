@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from nbtools import storage, trajectories
+from nbtools.trainers import verl
 
 BUCKET = "traj-bucket"
 pytestmark = pytest.mark.usefixtures("storage_cache")  # the gcs fixture: tests/conftest.py
@@ -193,13 +194,13 @@ def test_a_verl_run_in_a_bucket_reads_like_the_same_run_on_disk(gcs, tmp_path):
     logs = _verl_logs(tmp_path)
     url = _upload(gcs, logs, "verl1/logs")
     local, remote = trajectories.open_run(logs), trajectories.open_run(url)
-    assert isinstance(remote, trajectories.VerlRun) and remote.remote == url
+    assert isinstance(remote, verl.VerlRun) and remote.remote == url
     assert remote.steps == local.steps == [1, 2, 3] and remote.val_steps == local.val_steps == [0]
     pd.testing.assert_frame_equal(remote.read(), local.read())
     assert remote.record(2, 5)["response"] == local.record(2, 5)["response"] and remote.read(2)["group"].nunique() == 2
     assert len(remote.summary()) == 3 and remote.skipped == 0
     dumps = trajectories.open_run(f"{url}/rollout_data")  # verl's trainer.rollout_data_dir itself
-    assert isinstance(dumps, trajectories.VerlRun) and dumps.steps == [1, 2, 3]
+    assert isinstance(dumps, verl.VerlRun) and dumps.steps == [1, 2, 3]
 
 
 def test_a_verl_step_written_after_opening_is_read_when_opened_again(gcs, tmp_path):

@@ -15,6 +15,7 @@ import os
 import pytest
 
 from nbtools import trajectories as tj
+from nbtools.trainers import verl
 from nbtools.errors import ConfigError, NotFoundError
 
 
@@ -56,7 +57,7 @@ def run_dirs(tmp_path):
 def test_read_columns_groups_and_summary(run_dirs):
     roll, val = run_dirs
     run = tj.open_run(roll)
-    assert isinstance(run, tj.VerlRun) and run.steps == [1, 2, 3]
+    assert isinstance(run, verl.VerlRun) and run.steps == [1, 2, 3]
     df = run.read(2)
     assert list(df.columns[:9]) == list(tj.COLUMNS)
     assert len(df) == 8 and df["idx"].tolist() == list(range(8)) and (df["step"] == 2).all()
@@ -76,7 +77,7 @@ def test_read_columns_groups_and_summary(run_dirs):
 
 def test_validation_record_and_search(run_dirs):
     roll, val = run_dirs
-    run = tj.open_verl_run(roll, val)
+    run = verl.open_verl_run(roll, val)
     assert run.val_steps == [0]
     assert run.read(0, kind="val")["reward"].tolist() == [1.0, 0.0]
     rec = run.record(3, 6)
@@ -125,3 +126,11 @@ def test_explorer_reads_a_verl_run(run_dirs):
     page = data.page(Query(step=2, show="groups with no signal"), size=16)
     assert page.total == 4 and page.rows["response"].str.startswith("<think>work 2.").all()
     assert data.page(Query(step=1, search="weng"), size=16).total == 4
+
+
+def test_verls_reader_lives_in_its_trainers_folder():
+    """nbtools.trajectories names no trainer: open_run reaches verl's reader through its layout, and the names that
+    moved to nbtools.trainers.verl say where they went."""
+    with pytest.raises(AttributeError, match=r"moved to nbtools\.trainers\.verl\.open_verl_run"):
+        tj.open_verl_run  # noqa: B018
+    assert verl.LAYOUT.open_trajectories is not None and verl.VerlRun.__module__ == "nbtools.trainers.verl._trajectories"

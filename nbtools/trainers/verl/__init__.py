@@ -1,7 +1,7 @@
 """verl (verl-project/verl), everything nbtools knows of it in one folder: the GRPO command and how each experiment
 field reaches it (``_command``), the releases (``_releases``) and their key tables (``_tree``), the lint (``_lint``,
 ``_validate``), the preparation jobs' checks (``prepare``), the trainer (``_trainer``: eval plan, citation, fit inputs)
-and the layout of its runs (``_layout``). ``TRAINER`` and ``LAYOUT`` are what the registry asks for.
+and the layout of its runs (``_layout``) with its readers (``_checkpoints``, ``_merge``, ``_trajectories``). ``TRAINER`` and ``LAYOUT`` are what the registry asks for.
 
 Example:
     >>> print(nbtools.trainers.verl.command(cfg))
@@ -37,21 +37,23 @@ from nbtools.trainers.verl._trainer import Verl
 
 TRAINER = Verl
 
-# verl's checkpoint reader and merge read rank files with torch (the optional extra [merge]): imported on first use.
-_CHECKPOINT_VERBS = {"list_verl_checkpoints": "_checkpoints", "is_verl_dir": "_checkpoints", "latest_verl": "_checkpoints",
-                     "best_verl": "_checkpoints", "merge_verl": "_merge"}
+# verl's readers, imported on first use: the checkpoint reader and merge read rank files with torch (the optional
+# extra [merge]); the trajectory reader is what nbtools.trajectories.open_run reaches through LAYOUT.
+_READERS = {"list_verl_checkpoints": "_checkpoints", "is_verl_dir": "_checkpoints", "latest_verl": "_checkpoints",
+            "best_verl": "_checkpoints", "merge_verl": "_merge", "open_verl_run": "_trajectories",
+            "VerlRun": "_trajectories"}
 
 
 def __getattr__(name: str):
-    """``list_verl_checkpoints``, ``is_verl_dir``, ``latest_verl``, ``best_verl``, ``merge_verl``, imported when asked."""
-    if name in _CHECKPOINT_VERBS:
+    """verl's readers (``_READERS``), imported when asked."""
+    if name in _READERS:
         import importlib
 
-        return getattr(importlib.import_module(f"{__name__}.{_CHECKPOINT_VERBS[name]}"), name)
+        return getattr(importlib.import_module(f"{__name__}.{_READERS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["TRAINER", "LAYOUT", "Verl", "VerlLayout", "VERL", "VerlRelease", "code_dir", "data_dir", "rollout_dir",
            "validation_dir", "tensorboard_dir", "overrides", "effective", "command", "fields", "ignored", "IGNORED",
            "NBTOOLS_ONLY", "REFUSED", "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release", "PREPROCESS",
-           *_CHECKPOINT_VERBS]
+           *_READERS]

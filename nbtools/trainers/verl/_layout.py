@@ -77,5 +77,12 @@ class VerlLayout:
 
         return merge_verl(step_dir, out_dir, **options)
 
+    def open_trajectories(self, path: str, **options):
+        """``nbtools.trajectories.open_run`` of a directory with no NeMo-RL dumps: its ``{step}.jsonl`` dumps (a
+        ``VerlRun``), or None when there are none."""
+        from nbtools.trainers.verl._trajectories import open_trajectories  # pandas, read on first use
+
+        return open_trajectories(path, **options)
+
 
 LAYOUT = VerlLayout()

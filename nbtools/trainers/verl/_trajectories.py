@@ -17,7 +17,7 @@ Live-safe like :class:`nbtools.trajectories.Run`: only complete lines are read, 
 line (not JSON, not an object, a ``uid`` that is not a string or number) is skipped and listed in ``problems``.
 
 Example:
-    >>> run = nbtools.trajectories.open_verl_run("outputs/rollouts", validation_dir="outputs/val")
+    >>> run = nbtools.trajectories.open_run("outputs/rollouts")   # through verl's layout (``open_trajectories``)
     >>> nbtools.trajectories.step_summary(run.read(run.steps[-1]))
 """
 
@@ -33,11 +33,12 @@ from pathlib import Path
 import pandas as pd
 
 from nbtools._groups import group_numbers
-from nbtools._layout import VERL_DUMP_RE, VERL_TENSORBOARD_DIR, step_ranges
+from nbtools import storage
+from nbtools._layout import VERL_DUMP_RE, VERL_ROLLOUT_DIR, VERL_TENSORBOARD_DIR, VERL_VALIDATION_DIR, exp_dirs, step_ranges
 from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
 
-__all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir"]
+__all__ = ["VERL_FILE_RE", "VerlRun", "open_verl_run", "is_verl_dump_dir", "open_trajectories"]
 
 VERL_FILE_RE = VERL_DUMP_RE
 _BASE = ("step", "idx", "prompt", "response", "env_observation", "reward", "generation_length", "input_length",
@@ -244,7 +245,7 @@ class VerlRun:
 
     def summary(self, step: int | range | list[int] | None = None) -> pd.DataFrame:
         """Per-step summary (:func:`nbtools.trajectories.step_summary`), GRPO groups by ``group``."""
-        from nbtools.trajectories._summary import step_summary
+        from nbtools.trajectories import step_summary
 
         return step_summary(self.read(step), group_by="group")
 
@@ -263,6 +264,18 @@ class VerlRun:
     def pending(self) -> dict[str, int]:
         """{file: bytes after its last newline} for files still being written."""
         return dict(self._pending)
+
+    def stale_steps(self, started: float, slack: float = 1.0) -> list[int]:
+        """Steps whose dump was last written before ``started`` (a relaunch into the same dirs): the earlier run's
+        (the health checks leave them out; a NeMo-RL relaunch writes a new ``exp_NNN`` instead)."""
+        out = []
+        for step, path in self.files("train").items():
+            try:
+                if os.stat(path).st_mtime < started - slack:
+                    out.append(step)
+            except OSError:
+                continue
+        return out
 
     def __repr__(self) -> str:
         s = self.steps
@@ -295,7 +308,7 @@ def open_verl_run(rollout_dir: str | os.PathLike | None, validation_dir: str | o
         NotFoundError: neither directory exists.
 
     Example:
-        >>> run = nbtools.trajectories.open_verl_run("/data/runs/r1/rollouts", "/data/runs/r1/validation")
+        >>> run = nbtools.trainers.verl.open_verl_run("/data/runs/r1/rollouts", "/data/runs/r1/validation")
     """
     given = [Path(p).expanduser() for p in (rollout_dir, validation_dir) if p is not None]
     if not given or not any(p.is_dir() for p in given):
@@ -303,3 +316,46 @@ def open_verl_run(rollout_dir: str | os.PathLike | None, validation_dir: str | o
                             fix="pass trainer.rollout_data_dir (and trainer.validation_data_dir); verl writes "
                                 "{step}.jsonl there only when they are set")
     return VerlRun(rollout_dir, validation_dir, think_tag=think_tag, answer_tag=answer_tag)
+
+
+def open_trajectories(path: str, *, entries=None, think_tag: str = "think", answer_tag: str = "answer") -> VerlRun | None:
+    """``nbtools.trajectories.open_run`` of a directory that holds no NeMo-RL dumps: a :class:`VerlRun` when it is verl's
+    ``rollout_data_dir`` or a log dir where nbtools points verl's dumps, else None.
+
+    Args:
+        path: a local directory or a URL.
+        entries: the URL's listing the caller already made (``storage.ls``), so a bucket is listed once.
+    """
+    if storage.is_remote(path):
+        names = entries if entries is not None else storage.ls(path)
+        if any(VERL_DUMP_RE.match(e.name) for e in names if not e.is_dir) or any(
+                e.is_dir and e.name in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR) for e in names):
+            run = _open_local(storage.mirror(path, include=_verl_files), think_tag=think_tag, answer_tag=answer_tag)
+            if run is not None:
+                run.remote = path
+            return run
+        return None
+    return _open_local(Path(path), think_tag=think_tag, answer_tag=answer_tag)
+
+
+def _open_local(p: Path, **kw) -> VerlRun | None:
+    if is_verl_dump_dir(p):  # verl's trainer.rollout_data_dir
+        return open_verl_run(p, **kw)
+    dumps = [p / VERL_ROLLOUT_DIR, p / VERL_VALIDATION_DIR]  # a log_dir where nbtools points verl's dumps
+    if any(is_verl_dump_dir(d) for d in dumps) and not exp_dirs(p):
+        run = open_verl_run(*(d if d.is_dir() else None for d in dumps), **kw)
+        run.log_dir = p  # where the run's TensorBoard dir is too (health checks read both)
+        return run
+    return None
+
+
+def _verl_files(rel: str) -> bool:
+    """The files of a verl run's log dir that its readers open: the ``{step}.jsonl`` dumps (in the dir itself or in
+    its rollout / validation dirs) and the TensorBoard event files (the health checks read both). A snapshot: open
+    it again for steps written since (only new or rewritten objects are fetched)."""
+    parts = rel.split("/")
+    if len(parts) == 1:
+        return bool(VERL_DUMP_RE.match(rel))
+    if parts[0] in (VERL_ROLLOUT_DIR, VERL_VALIDATION_DIR):
+        return len(parts) == 2 and bool(VERL_DUMP_RE.match(parts[1]))
+    return parts[0] == VERL_TENSORBOARD_DIR and "tfevents" in parts[-1]
