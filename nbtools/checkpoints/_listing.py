@@ -27,7 +27,7 @@ from nbtools._layout import STEP_RE, weights_dir
 from nbtools.config import Experiment
 from nbtools.errors import CheckpointError, Fix, NotFoundError
 
-__all__ = ["LAYOUTS", "NATIVE_LAYOUTS", "step_owner", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
+__all__ = ["NATIVE_LAYOUTS", "step_owner", "list_checkpoints", "overview", "latest", "best", "detect_layout", "read_training_info", "weights_dir",
            "in_progress", "checkpoint_status"]
 
 STATUS_FILE = "latest_checkpoint_status.json"  # NeMo-RL main: {last_checkpoint_step, last_successful_ckpt_save_completion}

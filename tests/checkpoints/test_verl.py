@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
 from verl_checkpoint_writer import exact_state_dict, full_state_dicts, tiny_config, write_verl_run  # noqa: E402
 
 from nbtools import checkpoints as ck  # noqa: E402
-from nbtools.trainers import verl  # noqa: E402
 from nbtools.errors import CheckpointError, ConflictError  # noqa: E402
+from nbtools.trainers import verl  # noqa: E402
 
 ASSETS = Path(__file__).parents[1] / "assets" / "verl" / "v0.7.0"
 

@@ -102,7 +102,7 @@ def test_one_nan_reward_in_the_window_poisons_the_step(tmp_path):
 
 @pytest.mark.parametrize("score", [math.nan, "n/a"])
 def test_a_verl_dump_whose_scores_are_nan_or_text_is_unhealthy(tmp_path, score):
-    from nbtools.rehearsal.verl_layout import dump_generations
+    from nbtools.trainers.verl.files import dump_generations
 
     for step in (1, 2):
         dump_generations(tmp_path / "rollout_data", step, inputs=["q"] * 2, outputs=["#### 1", "#### 2"],
@@ -149,7 +149,7 @@ def test_a_relaunch_into_the_same_verl_log_dir_is_judged_on_the_new_run(tmp_path
 
     from torch.utils.tensorboard import SummaryWriter
 
-    from nbtools.rehearsal.verl_layout import dump_generations
+    from nbtools.trainers.verl.files import dump_generations
 
     def launch(steps, good: bool):
         w = SummaryWriter(str(tmp_path / "tensorboard"))

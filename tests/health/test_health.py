@@ -126,7 +126,7 @@ def test_the_command_line_offers_health_and_stop_when_unhealthy():
 def test_a_verl_gsm8k_runs_answer_format_is_gsm8ks_answer_line(tmp_path):
     """verl's GSM8K rule reads ``#### N`` (v0.7.0 verl/utils/reward_score/gsm8k.py): with the experiment, answers in
     that form are parseable and tagged answers are not; the message names what the rule reads."""
-    from nbtools.rehearsal.verl_layout import dump_generations
+    from nbtools.trainers.verl.files import dump_generations
 
     cfg = nbtools.config.load(Path(__file__).resolve().parents[2] / "experiments" / "gke-b200-verl.yaml")
     assert health.parse_targets(nbtools.rewards.trained_with(cfg)) == [("gsm8k", "")]

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import nbtools
-from nbtools.rehearsal import verl_layout
+from nbtools.trainers.verl import files as verl_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "experiments" / "local-verl.yaml"

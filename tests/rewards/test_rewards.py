@@ -671,7 +671,7 @@ def test_a_verl_gsm8k_run_rescores_with_verls_rule_and_the_answers_its_dumps_car
     from pathlib import Path
 
     from nbtools import config, trajectories
-    from nbtools.rehearsal.verl_layout import dump_generations
+    from nbtools.trainers.verl.files import dump_generations
 
     outputs = ["48 + 24 = 72 #### 72", "so \\boxed{72}", "#### 71", "#### 72", "#### 10", "#### 1,0", "10", "#### 9"]
     scores = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0]

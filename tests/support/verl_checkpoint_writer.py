@@ -1,5 +1,5 @@
 """Test helper: write real verl v0.7.0 FSDP checkpoints (``global_step_N/actor/``) with torch.distributed on CPU,
-through nbtools' one writer of verl's layout (``nbtools.rehearsal.verl_layout``, which the rehearsal uses too).
+through nbtools' one writer of verl's layout (``nbtools.trainers.verl.files``, which the rehearsal uses too).
 
 SOURCE: verl v0.7.0 (github.com/volcengine/verl, tag v0.7.0, Apache-2.0), read, not copied:
 - ``verl/utils/checkpoint/fsdp_checkpoint_manager.py`` ``save_checkpoint``: every rank ``torch.save``s
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from checkpoint_writer import tiny_tokenizer
 
-from nbtools.rehearsal import verl_layout
+from nbtools.trainers.verl import files as verl_layout
 
 
 def verl_shard_placement(world: int):

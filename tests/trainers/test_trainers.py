@@ -173,12 +173,7 @@ def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
 # rehearsal's verl writer) still to move into trainers/verl/, and the backends'/launch's branches on trainer facts.
 TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/_layout.py": 5,
-    "nbtools/checkpoints/__init__.py": 7,
-    "nbtools/checkpoints/_listing.py": 7,
-    "nbtools/checkpoints/_merge.py": 6,
     "nbtools/checkpoints/_remote.py": 1,
-    "nbtools/checkpoints/_verl.py": 24,
-    "nbtools/checkpoints/_verl_merge.py": 8,
     "nbtools/cli/_kinds.py": 4,
     "nbtools/cli/_metrics.py": 7,
     "nbtools/cli/_prepare.py": 4,
@@ -199,15 +194,12 @@ TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/launch/verl_prepare.py": 7,
     "nbtools/metrics.py": 4,
     "nbtools/rehearsal/artifacts.py": 2,
-    "nbtools/rehearsal/writers.py": 14,
     "nbtools/rewards/__init__.py": 2,
     "nbtools/rewards/_advantages.py": 1,
     "nbtools/rewards/_builtins.py": 3,
     "nbtools/rewards/_rescore.py": 2,
     "nbtools/rewards/_ship.py": 2,
     "nbtools/rewards/nemo_rl_env.py": 3,
-    "nbtools/trajectories/__init__.py": 27,
-    "nbtools/trajectories/_verl.py": 8,
 }
 _TRAINER_NAME = re.compile(r"(?<![a-z])(nemo_?rl|verl)(?![a-z])", re.I)
 

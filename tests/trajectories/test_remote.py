@@ -175,7 +175,7 @@ def test_checkpoints_are_listed_and_ranked_in_a_bucket_without_reading_weights(g
 def _verl_logs(root):
     """A verl run's log dir as nbtools points verl there: ``rollout_data/{step}.jsonl`` (two GRPO groups of 4 per
     step, verl's interleaved repeat), ``validation_data/0.jsonl``, and a TensorBoard dir."""
-    from nbtools.rehearsal.verl_layout import dump_generations
+    from nbtools.trainers.verl.files import dump_generations
 
     logs = root / "logs"
     for step in (1, 2, 3):

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from nbtools import trajectories as tj
-from nbtools.trainers import verl
 from nbtools.errors import ConfigError, NotFoundError
+from nbtools.trainers import verl
 
 
 def dump_generations(dump_path, step, inputs, outputs, gts, scores, reward_extra_infos_dict):

@@ -20,7 +20,7 @@ import pytest
 
 from nbtools import rewards
 from nbtools import trajectories as tj
-from nbtools.rehearsal.verl_layout import dump_generations
+from nbtools.trainers.verl.files import dump_generations
 
 PROMPTS = ["q0 what is 1+1", "q1 what is 2+2", "q2 what is 3+3", "q3 what is 4+4"]
 N = 4

@@ -35,7 +35,7 @@ class NemoRlLayout:
     })
     # the first path component of the tags only NeMo-RL logs (how ``metrics.framework_of`` tells runs apart)
     metric_prefixes: tuple[str, ...] = ("train", "validation", "timing", "performance")
-    rehearsal_writer: str = "nbtools.rehearsal.writers:NemoRlWriter"  # what the CPU rehearsal writes these files with
+    rehearsal_writer: str = "nbtools.trainers.nemo_rl.rehearsal_writer:NemoRlWriter"  # what the CPU rehearsal writes these files with
     # where a run's relative results/ and logs/ land on the pods (``wipe`` removes <root>/<experiment> there)
     pod_local_roots: tuple[str, ...] = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")
     console_log: bool = False  # its scalars are in TensorBoard, not in console lines

@@ -40,7 +40,7 @@ class VerlLayout:
         "memory": ("perf/max_memory_allocated_gb", "actor/perf/max_memory_allocated_gb"),
     })
     metric_prefixes: tuple[str, ...] = ("critic", "actor", "timing_s", "response_length", "perf")
-    rehearsal_writer: str = "nbtools.rehearsal.writers:VerlWriter"  # what the CPU rehearsal writes these files with
+    rehearsal_writer: str = "nbtools.trainers.verl.rehearsal_writer:VerlWriter"  # what the CPU rehearsal writes these files with
     # where a run's relative results/ and logs/ land on the pods (``wipe`` removes <root>/<experiment> there)
     pod_local_roots: tuple[str, ...] = ()
     console_log: bool = True  # it prints its scalars as console lines (``metrics.read_verl_log``)

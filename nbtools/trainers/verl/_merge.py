@@ -22,9 +22,22 @@ import os
 import time
 from pathlib import Path
 
-from nbtools.checkpoints.parts import CHECKSUMS, MergeResult, check_not_overlapping, default_checksum, reuse_existing, write_merged
-from nbtools.trainers.verl._checkpoints import TRACKER, VERL_LAYOUT, check_rank_crcs, read_verl_sources, verl_actor_dir
+from nbtools.checkpoints.parts import (
+    CHECKSUMS,
+    MergeResult,
+    check_not_overlapping,
+    default_checksum,
+    reuse_existing,
+    write_merged,
+)
 from nbtools.errors import CheckpointError, Fix
+from nbtools.trainers.verl._checkpoints import (
+    TRACKER,
+    VERL_LAYOUT,
+    check_rank_crcs,
+    read_verl_sources,
+    verl_actor_dir,
+)
 
 __all__ = ["merge_verl"]
 

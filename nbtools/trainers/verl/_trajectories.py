@@ -32,9 +32,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from nbtools._groups import group_numbers
 from nbtools import storage
-from nbtools._layout import VERL_DUMP_RE, VERL_ROLLOUT_DIR, VERL_TENSORBOARD_DIR, VERL_VALIDATION_DIR, exp_dirs, step_ranges
+from nbtools._groups import group_numbers
+from nbtools._layout import (
+    VERL_DUMP_RE,
+    VERL_ROLLOUT_DIR,
+    VERL_TENSORBOARD_DIR,
+    VERL_VALIDATION_DIR,
+    exp_dirs,
+    step_ranges,
+)
 from nbtools._tfevents import event_files, events
 from nbtools.errors import ConfigError, Fix, NotFoundError
 

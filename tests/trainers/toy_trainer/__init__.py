@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools.rehearsal.writers import NemoRlWriter
 from nbtools.trainers import AdvantageRule, Finding, LintReport, OutputDirs, TrainerJob
+from nbtools.trainers.nemo_rl.rehearsal_writer import NemoRlWriter
 
 MARKER = "toy-run.json"
 
