@@ -9,10 +9,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from nbtools._version import __version__
 from nbtools.config import contribute
 from nbtools.errors import DependencyError
-
-__version__ = "0.1.0"
 
 # every public submodule (a module or package not named _x), found once in the package folder, not listed by hand
 _SUBMODULES = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools import gke as provisioning
 from nbtools import kube, manifests
 from nbtools.backends._env import gib_nccl_env
 from nbtools.backends._types import (
@@ -88,9 +89,7 @@ class GkeBackend:
     def api(self):
         """The Kubernetes ``ApiClient`` (the ``gke_<project>_<region>_<cluster>`` context when present)."""
         if self._api is None:
-            from nbtools.gke import context_name
-
-            prefer = context_name(self.cfg) if self.cfg.gcp.project else None
+            prefer = provisioning.context_name(self.cfg) if self.cfg.gcp.project else None
             self._api = kube.connect(kubeconfig=self.kubeconfig, context=self.context, prefer_context=prefer)
         return self._api
 
@@ -134,9 +133,7 @@ class GkeBackend:
     def _context(self) -> str | None:
         if self.context is not None:
             return self.context
-        from kubernetes import config
-
-        from nbtools.gke import context_name
+        from kubernetes import config  # the kubernetes client (the [gke] extra)
 
         if not self.cfg.gcp.project:
             return None
@@ -144,7 +141,7 @@ class GkeBackend:
             contexts, _ = config.list_kube_config_contexts(config_file=kube.kubeconfig_file(self.kubeconfig))
         except Exception:  # noqa: BLE001 - no kubeconfig: connect() reports it
             return None
-        return context_name(self.cfg) if any(c["name"] == context_name(self.cfg) for c in contexts) else None
+        return provisioning.context_name(self.cfg) if any(c["name"] == provisioning.context_name(self.cfg) for c in contexts) else None
 
     def pods(self) -> pd.DataFrame:
         """Head and worker pods of the experiment's RayCluster (pod, type, phase, ready, node)."""
@@ -335,14 +332,10 @@ class GkeBackend:
         return Teardown(self.name, pd.DataFrame(rows, columns=["kind", "name", "action"]), "removed " + " ".join(paths))
 
     def provision_plan(self):
-        from nbtools import gke
-
-        return gke.plan(self.cfg)
+        return provisioning.plan(self.cfg)
 
     def destroy_plan(self, *, delete_bucket: str | None = None):
-        from nbtools import gke
-
-        return gke.destroy_plan(self.cfg, delete_bucket=delete_bucket)
+        return provisioning.destroy_plan(self.cfg, delete_bucket=delete_bucket)
 
     def job_trainer(self, trainer):
         """``trainer.kind`` itself: the cluster has its GPUs."""

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nbtools import gke as provisioning
 from nbtools.backends import _head
 from nbtools.backends._proc import _alive
 from nbtools.backends._types import (
@@ -167,15 +168,13 @@ class LocalBackend:
 
     def provision_plan(self):
         """Nothing to provision here: the plan this experiment would run on GKE, shown and never applied."""
-        from nbtools import backends, gke
+        from nbtools import backends  # its package facade (gke_view), which imports this module
 
-        return gke.plan(backends.gke_view(self.cfg), applicable=False,
+        return provisioning.plan(backends.gke_view(self.cfg), applicable=False,
                         note="local backend: nothing to provision; this is what the same experiment needs on GKE")
 
     def destroy_plan(self, *, delete_bucket: str | None = None):
-        from nbtools import gke
-
-        return gke.Plan.empty("destroy", "local backend: nothing was provisioned")
+        return provisioning.Plan.empty("destroy", "local backend: nothing was provisioned")
 
     def job_trainer(self, trainer):
         """The CPU rehearsal in place of ``trainer``: this machine has no GPUs for it; the rehearsal writes its files."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nbtools import gke as provisioning
+from nbtools import jobs
 from nbtools.backends._env import secrets_from_env
 from nbtools.backends._types import (
     LOCAL_SECTIONS,
@@ -73,8 +75,6 @@ class RayBackend:
 
     def up(self, *, timeout: float | None = None, progress: bool = True) -> ClusterHandle:
         """Check that the Jobs API answers at ``ray.address`` and hand back a handle (nothing is started)."""
-        from nbtools import jobs
-
         try:
             jobs.list_jobs(self.dashboard_url)
         except NotReadyError as e:
@@ -158,16 +158,14 @@ class RayBackend:
     def provision_plan(self):
         """Nothing to provision (the cluster exists): the plan the same experiment would need on GKE, shown and never
         applied, as on the local backend (notebook 01 validates its gcloud flags either way)."""
-        from nbtools import backends, gke
+        from nbtools import backends  # its package facade (gke_view), which imports this module
 
-        return gke.plan(backends.gke_view(self.cfg), applicable=False,
+        return provisioning.plan(backends.gke_view(self.cfg), applicable=False,
                         note=f"backend 'ray': the cluster at {self.dashboard_url} already exists, nothing to provision; "
                              "this is what the same experiment needs on GKE")
 
     def destroy_plan(self, *, delete_bucket: str | None = None):
-        from nbtools import gke
-
-        return gke.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
+        return provisioning.Plan.empty("destroy", "backend 'ray': nbtools provisioned nothing")
 
     def job_trainer(self, trainer):
         """``trainer.kind`` itself: the cluster has its GPUs."""

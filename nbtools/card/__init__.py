@@ -92,7 +92,7 @@ def _versions(rehearsal: bool) -> dict[str, str]:
     names = ["transformers", "torch", "safetensors", "huggingface_hub", "nbtools"]
     if rehearsal:
         names.insert(2, "ray")
-    import nbtools
+    from nbtools._version import __version__
 
     out = {}
     for n in names:
@@ -100,16 +100,16 @@ def _versions(rehearsal: bool) -> dict[str, str]:
             out[n] = im.version(n)
         except im.PackageNotFoundError:  # nbtools run from a checkout on PYTHONPATH
             if n == "nbtools":
-                out[n] = nbtools.__version__
+                out[n] = __version__
     return out
 
 
 def _written() -> str:
     import huggingface_hub
 
-    import nbtools
+    from nbtools._version import __version__
 
-    return (f"Card written by nbtools {nbtools.__version__} with huggingface_hub {huggingface_hub.__version__} on "
+    return (f"Card written by nbtools {__version__} with huggingface_hub {huggingface_hub.__version__} on "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
 
 

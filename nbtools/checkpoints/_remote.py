@@ -14,6 +14,7 @@ from nbtools import _paths
 from nbtools._escape import sh, sh_echo, sh_join
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
+from nbtools.jobs import carry
 
 __all__ = ["merge_entrypoint", "submit_merge", "merge_in_cluster", "megatron_convert_entrypoint", "copy_to_local_disk_command"]
 
@@ -42,14 +43,12 @@ def submit_merge(address: str, step_dir: str, out_dir: str, *, submission_id: st
         >>> job = nbtools.checkpoints.submit_merge(cfg.dashboard_url, "/data/x/checkpoints/step_30", "/data/x/merged_hf",
         ...                                        submission_id="x-merge-step-30-1a2b3c4d")
     """
-    from nbtools.jobs.carry import submit_module
-
     args = ["merge", str(step_dir), str(out_dir), "--no-progress"]
     if config:
         args += ["--config", str(config)]
     if overwrite:
         args.append("--overwrite")
-    return submit_module(address, submission_id=submission_id, module="nbtools.checkpoints", args=args, python=python,
+    return carry.submit_module(address, submission_id=submission_id, module="nbtools.checkpoints", args=args, python=python,
                          env_vars=env_vars, metadata={"nbtools.step_dir": str(step_dir)[:200]})
 
 
@@ -76,18 +75,17 @@ def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | Non
     from nbtools import storage
     from nbtools.checkpoints._listing import best
     from nbtools.checkpoints._result import MergeResult
-    from nbtools.jobs.carry import helper_id, result_of
 
     b = backend if backend is not None else cfg.runs_on()
     if step is None:
         step = str(best(cfg))
     step_path = b.storage.cluster_path(str(step)) if storage.is_remote(str(step)) else str(step)
     out = out or finetuned_model_path(cfg)
-    sid = helper_id(cfg.name, f"merge-{storage.name_of(step_path).replace('_', '-')}", step_path, out, overwrite)
+    sid = carry.helper_id(cfg.name, f"merge-{storage.name_of(step_path).replace('_', '-')}", step_path, out, overwrite)
     job = submit_merge(b.dashboard_url, step_path, out, submission_id=sid, overwrite=overwrite, python=b.python,
                        env_vars=b.job_env())
     job.wait(timeout=timeout, progress=progress)
-    data = result_of(job)
+    data = carry.result_of(job)
     return MergeResult(out=Path(data["out"]), tensors=data["tensors"], bytes=data["bytes"], seconds=data["seconds"],
                        layout=data["layout"], verified=data["verified"], checksums=data["checksums"],
                        source=Path(data["source"]) if data.get("source") else None, reused=data["reused"],

@@ -31,9 +31,7 @@ _EXCLUDES = ["**/__pycache__", "**/*.pyc", "**/.ipynb_checkpoints"]
 
 def package_dir() -> Path:
     """The directory of the nbtools package this Python imports (what ``py_modules`` uploads)."""
-    import nbtools
-
-    return Path(nbtools.__file__).resolve().parent
+    return Path(__file__).resolve().parents[1]  # nbtools/jobs/carry.py -> nbtools/
 
 
 def carry_env(env_vars: dict[str, str] | None = None) -> dict[str, Any]:

@@ -200,7 +200,8 @@ def _context(cfg: Experiment, url: str, info, v: StallVerdict) -> dict[str, str]
     which refine ``v`` (``judge_pods``)."""
     from importlib import metadata
 
-    from nbtools import __version__, backends, trainers
+    from nbtools import backends, trainers
+    from nbtools._version import __version__
 
     out: dict[str, str] = {}
     versions = {"nbtools": __version__}

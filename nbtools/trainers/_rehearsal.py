@@ -117,9 +117,9 @@ class Rehearsal:
         return [dict(x) for x in cfg.rehearsal.reward_functions]
 
     def version(self, cfg: Experiment) -> str:
-        import nbtools
+        from nbtools._version import __version__
 
-        return f"nbtools {nbtools.__version__}"
+        return f"nbtools {__version__}"
 
     def hub_tag(self) -> str:
         return "nbtools-rehearsal"
