@@ -27,9 +27,7 @@ def add_prepare(add) -> None:
 
 
 def cmd_prepare(a) -> Out:
-    from nbtools import trainers
-    from nbtools.launch import verl_prepare
-    from nbtools.trainers.verl.prepare import data_present
+    from nbtools import launch, trainers
 
     if a.submit:
         print("nbtools prepare: --submit is deprecated; use --apply (the flag of every command that changes "
@@ -40,15 +38,15 @@ def cmd_prepare(a) -> Out:
     if t.prepare_command(cfg) is None:  # the same decision as the notebook's nbtools.launch.prepare(cfg)
         note = f"{t.label}: this trainer needs no preparation job: nothing to submit"
         return Out({"experiment": cfg.name, "jobs": [], "data_files": {}, "submitted": False, "note": note}, note)
-    specs = verl_prepare.prepare_jobs(cfg)
-    present = data_present(cfg)
+    specs = launch.prepare_jobs(cfg)
+    present = trainers.prepared_data(cfg)
     jobs = [{"submission_id": s.submission_id, "role": s.metadata.get("nbtools.role"), "command": s.command}
             for s in specs]
     lines = [f"{j['role']}: {j['submission_id']}\n    {j['command']}" for j in jobs]
     lines += [f"{f}: {'present' if ok else 'absent' if ok is False else 'not visible from here'}"
               for f, ok in present.items()]
     if a.apply:
-        submitted = verl_prepare.submit_prepare_jobs(cfg)
+        submitted = launch.submit_prepare_jobs(cfg)
         for j, job in zip(jobs, submitted, strict=True):
             j["status"], j["reattached"] = _jsonable(job.status()), job.reattached
         lines.append("submitted: " + ", ".join(f"{j['submission_id']} ({j['status']})" for j in jobs))

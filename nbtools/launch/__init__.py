@@ -26,7 +26,7 @@ from nbtools.launch._attempts import Attempt, attempts, read_attempts
 from nbtools.launch._diagnose import Cause, Diagnosis, diagnose_log
 from nbtools.launch._evidence import stall
 from nbtools.launch._outputs import RunOutputs, outputs
-from nbtools.launch._prepare import Preparation, PreparedJob, prepare
+from nbtools.launch._prepare import Preparation, PreparedJob, prepare, prepare_jobs, submit_prepare_jobs
 from nbtools.launch._retry import attach, diagnose, resubmit
 from nbtools.launch._stall import StallVerdict
 from nbtools.launch._submit import LaunchSpec, build, follow, submit
@@ -41,6 +41,8 @@ __all__ = [
     "follow",
     "outputs",
     "prepare",
+    "prepare_jobs",
+    "submit_prepare_jobs",
     "Preparation",
     "PreparedJob",
     "RunOutputs",

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from nbtools import trainers
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
+from nbtools.launch._submit import LaunchSpec, metadata, send
+from nbtools.launch.runtime_env import env_vars, secret_values, secrets_prelude
 
-__all__ = ["Preparation", "PreparedJob", "prepare"]
+__all__ = ["Preparation", "PreparedJob", "prepare", "prepare_jobs", "submit_prepare_jobs"]
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,35 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
     t = trainers.get(cfg)
     if t.prepare_command(cfg) is None:
         return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
-    from nbtools.launch._submit import send
-    from nbtools.launch.verl_prepare import prepare_jobs
-    from nbtools.trainers.verl.prepare import data_present
-
     specs = prepare_jobs(cfg)
     jobs = [send(spec, cfg) for spec in specs]  # all submitted (or re-attached) before the first wait
     done = []
     for spec, job in zip(specs, jobs, strict=True):
         status = job.wait(timeout)
         done.append(PreparedJob(job.id, spec.metadata.get("nbtools.role", ""), str(status.value), job.reattached))
-    return Preparation(t.label, tuple(done), data_present(cfg))
+    return Preparation(t.label, tuple(done), trainers.prepared_data(cfg))
+
+
+def prepare_jobs(cfg: Experiment) -> list[LaunchSpec]:
+    """The trainer's preparation jobs (``nbtools.trainers.prepare_jobs``: verl's data, then weights when there is a hub
+    model to stage) as the submissions they are, to show or send: the experiment's job env and secrets, the role in
+    the metadata.
+
+    Raises:
+        ConfigError: the trainer has no preparation jobs.
+
+    Example:
+        >>> for spec in nbtools.launch.prepare_jobs(cfg):
+        ...     print(spec.entrypoint)
+    """
+    secrets = secret_values(cfg)
+    prelude = secrets_prelude() if secrets else ""
+    return [LaunchSpec(prelude + j.command, j.submission_id, {"env_vars": {**env_vars(cfg), **j.env}},
+                       metadata(cfg, role=j.role), cfg.backend, cfg.dashboard_url, j.command,
+                       secret_names=tuple(sorted(secrets)))
+            for j in trainers.prepare_jobs(cfg)]
+
+
+def submit_prepare_jobs(cfg: Experiment) -> list:
+    """Submit (or re-attach to) every preparation job; returns the ``nbtools.jobs.Job`` list."""
+    return [send(spec, cfg) for spec in prepare_jobs(cfg)]

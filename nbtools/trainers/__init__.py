@@ -21,6 +21,7 @@ from nbtools.config import Experiment
 from nbtools.errors import ConfigError
 from nbtools.trainers._findings import Finding, LintReport, Severity
 from nbtools.trainers._fit import FitProfile
+from nbtools.trainers._prepare import PrepareJob
 from nbtools.trainers._protocol import (
     AdvantageRule,
     CodePresent,
@@ -37,7 +38,7 @@ from nbtools.trainers._tree import config_tree, known_configs
 __all__ = [
     "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "register",
-    "layouts", "layout", "RunLayout", "Rehearsal",
+    "layouts", "layout", "RunLayout", "Rehearsal", "PrepareJob", "prepare_jobs", "prepared_data",
 ]
 
 # The registry: ``nbtools._trainer_folders.TRAINERS`` maps each ``trainer.kind`` to its folder (``nemo_rl/``, ``verl/``);
@@ -112,3 +113,24 @@ def describe(cfg: Experiment) -> list[tuple[str, str]]:
     """The trainer's row in the experiment's table (``label (release)``)."""
     t = get(cfg)
     return [("trainer", f"{t.name} ({t.release})" if t.release else t.name)]
+
+
+def prepare_jobs(cfg: Experiment) -> list[PrepareJob]:
+    """The jobs ``trainer.kind`` runs before training (its folder's ``prepare_jobs``: verl's data and weights jobs).
+
+    Raises:
+        ConfigError: the trainer has no preparation jobs (naming the fix).
+    """
+    make = getattr(_trainer_folders.folder(cfg.trainer.kind), "prepare_jobs", None)
+    if make is None:
+        raise ConfigError(f"trainer.kind: {cfg.trainer.kind!r} has no preparation jobs (nothing runs before its "
+                          "training); fix: launch it directly, or use a trainer that prepares its data (verl)")
+    return list(make(cfg))
+
+
+def prepared_data(cfg: Experiment) -> dict[str, bool | None]:
+    """The data files ``trainer.kind``'s command reads and whether each is in place (None: not visible from here); {}
+    for a trainer whose folder checks none (its ``data_present``)."""
+    probe = getattr(_trainer_folders.folder(cfg.trainer.kind), "data_present", None)
+    return probe(cfg) if probe is not None else {}
+

@@ -13,8 +13,7 @@ import subprocess
 import pytest
 from sim_gke import SimGke
 
-from nbtools import checkpoints, trainers
-from nbtools.launch import verl_prepare
+from nbtools import checkpoints, launch, trainers
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +29,7 @@ def test_the_sim_runs_nbtools_verl_commands_on_the_stand_in(tmp_path):
         cfg = sim.cfg(**{"grpo.max_val_samples": 8, "checkpointing.save_period": 1})
         t = trainers.get(cfg)
         assert (t.name, t.release, cfg.trainer.code_dir) == ("verl", "v0.7.0", str(sim.verl_dir))
-        prep = _sh(verl_prepare.data_job(cfg).entrypoint, {}, tmp_path)
+        prep = _sh(launch.prepare_jobs(cfg)[0].entrypoint, {}, tmp_path)
         assert prep.returncode == 0 and "(verl test double) wrote" in prep.stdout, prep.stderr[-2000:]
         assert (sim.data_dir / "gsm8k" / "train.parquet").is_file() and (sim.data_dir / "gsm8k" / "test.parquet").is_file()
         run = _sh(t.job(cfg).command, t.job_env(cfg), tmp_path)

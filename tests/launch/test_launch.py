@@ -14,7 +14,7 @@ import pytest
 import nbtools
 from nbtools.config import from_dict, load, to_dict
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.launch import build, lint, recipes, runtime_env, verl_prepare
+from nbtools.launch import build, lint, recipes, runtime_env
 from nbtools.launch.lint import ray_compatibility
 from nbtools.trainers import nemo_rl, verl
 
@@ -198,12 +198,15 @@ def test_local_backend_runs_the_rehearsal(tmp_path, monkeypatch):
 
 def test_verl_prepare_step_is_its_own_job():
     cfg = _cfg("tutorial-002-verl-qwen2.5-32b")
-    spec = verl_prepare.data_job(cfg)  # the one preparation job builder (launch.verl_prepare)
+    spec = nbtools.launch.prepare_jobs(cfg)[0]  # the trainer's jobs (verl's folder), submitted like any job (nbtools.launch)
+    assert spec.metadata["nbtools.role"] == "prepare"
     assert "cd /data/verl; python3 examples/data_preprocess/gsm8k.py --local_save_dir /data/gsm8k/.nbtools-prepare.partial" in spec.entrypoint
     assert spec.submission_id.startswith("verl-qwen2-5-32b-gsm8k-prep-gsm8k-") and spec.submission_id != cfg.submission_id
     assert verl.data_dir(cfg) == "/data/gsm8k"
-    with pytest.raises(ConfigError, match="fix: use a verl experiment"):
-        verl_prepare.prepare_jobs(_cfg("tutorial-004-qwen2.5-1.5b"))
+    with pytest.raises(ConfigError, match="'nemo-rl' has no preparation jobs .*; fix: launch it directly"):
+        nbtools.launch.prepare_jobs(_cfg("tutorial-004-qwen2.5-1.5b"))
+    with pytest.raises(ConfigError, match="fix: use a verl experiment"):  # verl's own builder, handed another trainer's
+        verl.prepare.prepare_jobs(_cfg("tutorial-004-qwen2.5-1.5b"))
 
 
 def test_config_sections_gained_fields_with_defaults():

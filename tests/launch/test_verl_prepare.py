@@ -22,8 +22,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from nbtools import config
-from nbtools.launch import verl_prepare as jobs
+from nbtools import config, launch
+from nbtools.launch import _prepare
 from nbtools.trainers import LintReport
 from nbtools.trainers.verl import prepare as vp
 
@@ -73,6 +73,11 @@ def cfg(tmp_path):
                                               "trainer.python": sys.executable})
 
 
+def _job(cfg, role: str):
+    """The preparation job of ``role`` as submitted (``nbtools.launch.prepare_jobs``: verl's, from its folder)."""
+    return next(s for s in launch.prepare_jobs(cfg) if s.metadata["nbtools.role"] == role)
+
+
 def _run(spec, tmp_path, **env) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     e.update(spec.runtime_env["env_vars"], RUNS_FILE=str(tmp_path / "runs"), PATH=os.environ["PATH"],
@@ -83,7 +88,7 @@ def _run(spec, tmp_path, **env) -> subprocess.CompletedProcess:
 
 def test_data_job_writes_verls_parquet_once(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    spec = jobs.data_job(cfg)
+    spec = _job(cfg, "prepare")
     d = tmp_path / "gsm8k"
     assert vp.data_files(cfg) == [str(d / "train.parquet"), str(d / "test.parquet")]
     r = _run(spec, tmp_path)
@@ -106,7 +111,7 @@ def test_a_data_dir_with_quotes_runs_and_writes_there(cfg, tmp_path, monkeypatch
     d = tmp_path / name
     cfg = cfg.replace(**{"data.data_dir": str(d)})
     assert vp.data_files(cfg) == [str(d / "train.parquet"), str(d / "test.parquet")]
-    spec = jobs.data_job(cfg)
+    spec = _job(cfg, "prepare")
     assert subprocess.run(["bash", "-n", "-c", spec.entrypoint]).returncode == 0
     r = _run(spec, tmp_path)
     assert r.returncode == 0, r.stderr
@@ -119,14 +124,14 @@ def test_a_data_dir_with_quotes_runs_and_writes_there(cfg, tmp_path, monkeypatch
 def test_killed_job_leaves_nothing_that_looks_done_and_lint_blocks(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     d = tmp_path / "gsm8k"
-    r = _run(jobs.data_job(cfg), tmp_path, FAIL_AFTER_TRAIN="1")
+    r = _run(_job(cfg, "prepare"), tmp_path, FAIL_AFTER_TRAIN="1")
     assert r.returncode != 0 and not (d / "train.parquet").exists() and not (d / "test.parquet").exists()
     exists = lambda p: Path(p).exists()  # noqa: E731 - the cluster path is this machine's path here
     rep = LintReport()
     vp.check_data(cfg, rep, exists=exists)
     assert [(f.severity, f.rule) for f in rep.findings] == [("blocking", "verl-data")]
     assert "nbtools prepare" in rep.findings[0].fix and str(d / "train.parquet") in rep.findings[0].message
-    assert _run(jobs.data_job(cfg), tmp_path).returncode == 0  # the next run starts clean and completes
+    assert _run(_job(cfg, "prepare"), tmp_path).returncode == 0  # the next run starts clean and completes
     rep = LintReport()
     vp.check_data(cfg, rep, exists=exists)
     assert rep.findings == [] and rep.checked == ["verl-data"]
@@ -146,7 +151,7 @@ def test_weights_job_stages_into_the_shared_cache(cfg, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     (tmp_path / "site" / "huggingface_hub").mkdir(parents=True)
     (tmp_path / "site" / "huggingface_hub" / "__init__.py").write_text(HUB_DOUBLE)
-    spec = jobs.weights_job(cfg)
+    spec = _job(cfg, "stage-weights")
     assert spec.runtime_env["env_vars"]["HF_HOME"] == "/data/huggingface_cache" and spec.metadata["nbtools.role"] == "stage-weights"
     r = _run(spec, tmp_path, HUB_CALLS=str(tmp_path / "calls"), HF_HOME=str(tmp_path / "hf"))
     assert r.returncode == 0, r.stderr
@@ -154,7 +159,7 @@ def test_weights_job_stages_into_the_shared_cache(cfg, tmp_path, monkeypatch):
     assert call == {"repo_id": "Qwen/Qwen2.5-32B-Instruct", "HF_HOME": str(tmp_path / "hf")}
     assert "nbtools prepare: weights in" in r.stdout
     local = config.load(EXPERIMENT, overrides={"model.name": "/data/models/qwen"})
-    assert jobs.weights_job(local) is None and [s.metadata["nbtools.role"] for s in jobs.prepare_jobs(local)] == ["prepare"]
+    assert vp.weights_job(local) is None and [s.metadata["nbtools.role"] for s in launch.prepare_jobs(local)] == ["prepare"]
 
 
 def test_cli_dry_run(capfd):
@@ -182,7 +187,7 @@ def test_notebook_03s_prepare_is_a_no_op_where_no_job_prepares(name, monkeypatch
     """NeMo-RL and the local rehearsal (of a verl experiment too) need no preparation: nothing submitted, and it says so."""
     import nbtools
 
-    monkeypatch.setattr(jobs, "submit_prepare_jobs", lambda cfg: pytest.fail(f"{name}: a preparation job was submitted"))
+    monkeypatch.setattr(_prepare, "send", lambda *a: pytest.fail(f"{name}: a preparation job was submitted"))
     prep = nbtools.launch.prepare(config.load(ROOT / "experiments" / name))
     assert prep.ok and prep.jobs == () and prep.data_files == {} and "needs no preparation job" in prep.note, prep
     assert "nothing submitted" in prep._repr_html_()

@@ -34,6 +34,7 @@ from nbtools.trainers.verl._command import (
 from nbtools.trainers.verl._layout import LAYOUT, VerlLayout
 from nbtools.trainers.verl._releases import VERL, VerlRelease
 from nbtools.trainers.verl._trainer import Verl
+from nbtools.trainers.verl.prepare import data_present, prepare_jobs
 
 TRAINER = Verl
 
@@ -56,4 +57,4 @@ def __getattr__(name: str):
 __all__ = ["TRAINER", "LAYOUT", "Verl", "VerlLayout", "VERL", "VerlRelease", "code_dir", "data_dir", "rollout_dir",
            "validation_dir", "tensorboard_dir", "overrides", "effective", "command", "fields", "ignored", "IGNORED",
            "NBTOOLS_ONLY", "REFUSED", "command_lines", "prepare_command", "KL_LOSS_TYPE", "release", "known_release", "PREPROCESS",
-           *_READERS]
+           "prepare_jobs", "data_present", *_READERS]

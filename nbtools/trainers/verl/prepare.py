@@ -25,11 +25,13 @@ import posixpath
 from collections.abc import Callable
 
 import nbtools.trainers.verl._command as verl
+from nbtools._escape import sh, sh_echo
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
+from nbtools.trainers._prepare import PrepareJob
 
 __all__ = ["data_files", "targets", "check_data", "data_present", "weights_dir", "check_weights", "is_hub_id",
-           "require_verl", "PARTIAL"]
+           "require_verl", "PARTIAL", "data_job", "weights_job", "prepare_jobs"]
 
 PARTIAL = ".nbtools-prepare.partial"
 
@@ -126,7 +128,7 @@ def check_data(cfg: Experiment, r, exists: Callable[[str], bool] | None = None) 
             "blocking", "verl-data", "data.data_dir",
             f"{', '.join(missing)} not found: verl.trainer.main_ppo reads it at start and fails after the cluster "
             "spent minutes starting Ray and vLLM",
-            Fix("run the preparation job first: nbtools.launch.verl_prepare.submit_prepare_jobs(cfg) (or `nbtools "
+            Fix("run the preparation job first: nbtools.launch.prepare(cfg) (or `nbtools "
                 "prepare EXPERIMENT.yaml --apply`), or point data.data_dir at the parquet files",
                 cli="run the preparation job first: `nbtools prepare EXPERIMENT.yaml --apply`, or point data.data_dir "
                     "at the parquet files"),
@@ -176,3 +178,53 @@ def require_verl(cfg: Experiment) -> None:
     if (cfg.trainer.kind or "") != "verl":
         raise ConfigError(f"trainer.kind: {cfg.trainer.kind!r}; the preparation jobs are verl's (GSM8K -> parquet, "
                           "weights into the shared HF cache); fix: use a verl experiment")
+
+
+def data_job(cfg: Experiment) -> PrepareJob:
+    """The dataset -> parquet job: verl's script into a partial dir, then moved into place (nothing when both files
+    are there)."""
+    verl.prepare_command(cfg)  # raises for a dataset without a known script
+    d, train, test = targets(cfg)
+    python = cfg.trainer.python or "python3"
+    script = verl.PREPROCESS[cfg.data.dataset.lower()]
+    tmp = posixpath.join(d, PARTIAL)
+    q = sh
+    command = "; ".join([
+        "set -e",
+        f"if [ -s {q(train)} ] && [ -s {q(test)} ]; then "
+        f"{sh_echo(f'nbtools prepare: {train} and {test} already exist; nothing to do')}; exit 0; fi",
+        f"rm -rf {q(tmp)}", f"mkdir -p {q(tmp)}",
+        f"cd {q(verl.code_dir(cfg))}",
+        f"{q(python)} {script} --local_save_dir {q(tmp)}",
+        f"test -s {q(tmp + '/train.parquet')}", f"test -s {q(tmp + '/test.parquet')}",
+        f"mv -f {q(tmp + '/test.parquet')} {q(test)}", f"mv -f {q(tmp + '/train.parquet')} {q(train)}",
+        f"rm -rf {q(tmp)}",
+        sh_echo(f"nbtools prepare: wrote {train} and {test}"),
+    ])
+    return PrepareJob("prepare", f"{cfg.name}-prep-{cfg.data.dataset.lower()}-{cfg.config_hash(8)}", command)
+
+
+def weights_job(cfg: Experiment) -> PrepareJob | None:
+    """The weights-staging job, or None when ``model.name`` is a path (nothing to download).
+
+    Raises:
+        ConfigError: the experiment has no shared storage, so there is no cache every node reads.
+    """
+    name = cfg.model.name
+    if not is_hub_id(name):
+        return None
+    home = cfg.storage.hf_home
+    if home is None:
+        raise ConfigError("storage.kind: none gives the nodes no shared HF cache to stage weights into; fix: use "
+                          "storage.kind: gcsfuse (or nfs), or let each node download the model itself")
+    python = cfg.trainer.python or "python3"
+    code = (f"from huggingface_hub import snapshot_download; "
+            f"print('nbtools prepare: weights in', snapshot_download(repo_id={name!r}))")
+    return PrepareJob("stage-weights", f"{cfg.name}-stage-weights-{cfg.config_hash(8)}", f"{sh(python)} -c {sh(code)}",
+                      {"HF_HOME": home})
+
+
+def prepare_jobs(cfg: Experiment) -> list[PrepareJob]:
+    """Both jobs (data, then weights when there is a hub model to stage): what ``nbtools.launch.prepare`` runs."""
+    require_verl(cfg)
+    return [j for j in (data_job(cfg), weights_job(cfg)) if j is not None]
