@@ -103,15 +103,15 @@ def cmd_metrics(a) -> Out:
 
     source = resolve(a.run, want="metrics", flag="RUN", command="metrics").path
     found = storage.info(source)  # a path or a URL (gs://…): the same forms on every storage
-    verl = found is not None and not found.is_dir and "tfevents" not in storage.name_of(source)
-    p = storage.fetch(source, entry=found) if verl else source
-    df = metrics.read_verl_log(p) if verl else metrics.read_tensorboard(p)
-    if df.empty and verl and not _is_text(p):
+    console_log = found is not None and not found.is_dir and "tfevents" not in storage.name_of(source)
+    p = storage.fetch(source, entry=found) if console_log else source
+    df = metrics.read_verl_log(p) if console_log else metrics.read_tensorboard(p)
+    if df.empty and console_log and not _is_text(p):
         raise NotFoundError(f"{p} holds no metrics: it is not text (so not a verl console log) and its name has no "
                             "'tfevents' (so not a TensorBoard event file)",
                             fix="pass an exp_NNN dir, its tensorboard/ dir, an events.out.tfevents.* file or a verl "
                                 "console log")
-    if df.empty and verl:  # a text file with no `step:N - key:value` line: not (yet) a verl console log
+    if df.empty and console_log:  # a text file with no `step:N - key:value` line: not (yet) a verl console log
         raise NotFoundError(f"RUN {a.run}: no verl metric line (`step:N - key:value`) in this text file",
                             fix="pass the run's logs dir (<run>/logs), one exp_NNN dir or an events.out.tfevents.* "
                                 "file; a verl console log has metric lines once its job finished step 1")
@@ -119,7 +119,7 @@ def cmd_metrics(a) -> Out:
     if problems:
         print(f"note: {len(problems)} damaged stretch(es) were skipped; the JSON lists them under 'problems'",
               file=sys.stderr)
-    data = {"source": trainers.CONSOLE_LOG_FAMILY if verl else "tensorboard", "rows": _records(df), "problems": problems}
+    data = {"source": trainers.CONSOLE_LOG_FAMILY if console_log else "tensorboard", "rows": _records(df), "problems": problems}
     if df.empty:
         print(f"note: no scalars in {p} yet (a job logs its first metrics after step 1)", file=sys.stderr)
         return Out({**data, "latest": []}, "" if a.csv else f"no scalars in {p} yet")

@@ -23,7 +23,6 @@ from nbtools.config._contrib import CONTRIBUTIONS, contribute
 from nbtools.config._rules import SECRET_ENV_VARS, _semantic_checks
 from nbtools.config._sections import (
     GPU_TYPES,
-    NEMO_RL_VERSIONS,
     CheckpointingConfig,
     ClusterConfig,
     DataConfig,
@@ -75,7 +74,6 @@ __all__ = [
     "StallConfig",
     "Secret",
     "GPU_TYPES",
-    "NEMO_RL_VERSIONS",
     "load",
     "from_dict",
     "to_dict",

@@ -26,14 +26,18 @@ class Contributions:
     rows: dict[str, Rows] = field(default_factory=dict)
     place: Callable[[Any], Any] | None = None  # cfg -> the object that knows log_dir, dashboard_url, storage.url
     validate: Callable[..., Any] | None = None  # config.from_dict, for Experiment.replace (set by nbtools.config)
+    # ``images.nemo_rl_version`` -> that release's {image, ray, torch} (the trainer folder's release table)
+    release_facts: Callable[[str], dict[str, str]] | None = None
 
 
 CONTRIBUTIONS = Contributions()
 
 
 def contribute(name: str, *, rules: Rule | None = None, rows: Rows | None = None,
-               place: Callable[[Any], Any] | None = None) -> None:
-    """Add a registry's rules (part of ``load``'s report), table rows, and (one registry) the run's places.
+               place: Callable[[Any], Any] | None = None,
+               release_facts: Callable[[str], dict[str, str]] | None = None) -> None:
+    """Add a registry's rules (part of ``load``'s report), table rows, (one registry) the run's places, and (the
+    trainers) the image, Ray and torch of an ``images.nemo_rl_version``.
 
     Re-contributing under the same ``name`` replaces what that name gave before (safe to re-run).
     """
@@ -43,3 +47,5 @@ def contribute(name: str, *, rules: Rule | None = None, rows: Rows | None = None
         CONTRIBUTIONS.rows[name] = rows
     if place is not None:
         CONTRIBUTIONS.place = place
+    if release_facts is not None:
+        CONTRIBUTIONS.release_facts = release_facts

@@ -21,7 +21,6 @@ from nbtools.config._tables import (  # noqa: F401 - re-exported for nbtools.con
     GPU_DRIVER_VERSIONS,
     GPU_TYPES,
     NCCL_INSTALLER_REF,
-    NEMO_RL_VERSIONS,
     VERL_REF,
     VERL_REPO,
 )
@@ -159,11 +158,18 @@ class ImagesConfig:
 
     @property
     def resolved_image(self) -> str:
-        return self.image or NEMO_RL_VERSIONS[self.nemo_rl_version]["image"]
+        return self.image or self.release_facts()["image"]
 
     @property
     def resolved_ray_version(self) -> str:
-        return self.ray_version or NEMO_RL_VERSIONS[self.nemo_rl_version]["ray"]
+        return self.ray_version or self.release_facts()["ray"]
+
+    def release_facts(self) -> dict[str, str]:
+        """The image, Ray pin and torch of the release (the trainer folder's table, contributed; see ``_contrib``)."""
+        if CONTRIBUTIONS.release_facts is None:
+            raise NbtoolsError("no trainer registry is wired into nbtools.config, so a release's image is unknown",
+                               fix="import the nbtools package (`import nbtools`), which wires it in")
+        return CONTRIBUTIONS.release_facts(self.nemo_rl_version)
 
 
 @with_config(_STRICTNESS)

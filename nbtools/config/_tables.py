@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DEFAULT_TRAINER", "GPU_TYPES", "NEMO_RL_VERSIONS", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
+__all__ = ["DEFAULT_TRAINER", "GPU_TYPES", "GPU_DRIVER_VERSIONS", "NCCL_INSTALLER_REF", "VERL_REPO", "VERL_REF"]
 
 # GPU type -> (GCE machine type, NCCL tuner config on the gIB image, GPUs per node, the oldest GKE version for it:
 # Google's tutorial "Fine-tune ... with NeMo RL on GKE" (tutorial 001), GKE_VERSION: "For NVIDIA B200 (180 GB) GPUs,
@@ -46,20 +46,8 @@ def gke_version_too_old(version: str, gpu_type: str) -> str | None:
 # What `trainer.kind` holds when the file says nothing (nbtools.trainers registers the names a file may use).
 DEFAULT_TRAINER = "nemo-rl"
 
-# NeMo-RL release -> pinned Ray (uv.lock), container image, torch (the cluster's image); the trainer's own facts per
-# release (entry point, reward entry point, artifacts) are in nbtools/trainers/nemo_rl/_releases.py
-NEMO_RL_VERSIONS: dict[str, dict[str, str]] = {
-    "v0.5.0": {
-        "ray": "2.49.2",
-        "image": "nvcr.io/nvidia/nemo-rl:v0.5.0",
-        "torch": "2.9.0",
-    },
-    "v0.7.0": {
-        "ray": "2.55.1",
-        "image": "nvcr.io/nvidia/nemo-rl:v0.7.0",
-        "torch": "2.11.0",
-    },
-}
+# A NeMo-RL release's container image, pinned Ray and torch are its trainer folder's (nbtools/trainers/nemo_rl/
+# _releases.py); ``images.resolved_image`` asks them through ``_contrib`` (``CONTRIBUTIONS.release_facts``).
 
 
 # `gcloud container node-pools create --accelerator=...,gpu-driver-version=` values (gcloud 528 --help); omitting the

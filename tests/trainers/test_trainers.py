@@ -73,9 +73,12 @@ def test_every_nemo_rl_release_is_complete(release):
     cfg = _cfg("gke-b200-gemma3-1b.yaml", **{"images.nemo_rl_version": release})
     trainer = trainers.get(cfg)
     assert trainer.release == release and isinstance(trainer, trainers.Trainer)
-    assert release in config.NEMO_RL_VERSIONS, "the cluster image and Ray pin of the release"
+    spec = nemo_rl.NEMO_RL[release]  # the cluster image and Ray pin of the release, in the trainer's folder
+    assert spec.image and spec.ray and spec.torch, "the cluster image, Ray pin and torch of the release"
+    assert (cfg.images.resolved_image, cfg.images.resolved_ray_version) == (spec.image, spec.ray)  # the config asks it
     allowed = typing.get_args(typing.get_type_hints(config.ImagesConfig)["nemo_rl_version"])
-    assert set(allowed) == set(nemo_rl.NEMO_RL) == set(config.NEMO_RL_VERSIONS)
+    assert set(allowed) == set(nemo_rl.NEMO_RL)
+    assert not hasattr(config, "NEMO_RL_VERSIONS"), "the config keeps no copy of a trainer's release table"
     assert trainers.known_configs(release), f"nbtools/data/nemo_rl_keys_{release}.json (tools/gen_nemo_rl_keys.py)"
     assert trainer.job(cfg).command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
 
@@ -175,10 +178,9 @@ TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/_layout.py": 5,
     "nbtools/checkpoints/_remote.py": 1,
     "nbtools/cli/_kinds.py": 4,
-    "nbtools/cli/_metrics.py": 7,
-    "nbtools/config/__init__.py": 1,
-    "nbtools/config/_sections.py": 12,
-    "nbtools/config/_tables.py": 4,
+    "nbtools/cli/_metrics.py": 1,
+    "nbtools/config/_sections.py": 8,
+    "nbtools/config/_tables.py": 3,
     "nbtools/evals/generate_job.py": 5,
     "nbtools/evals/job.py": 6,
     "nbtools/evals/vllm_generate.py": 1,

@@ -30,12 +30,12 @@ from nbtools.trainers.nemo_rl._command import (
     resolved,
 )
 from nbtools.trainers.nemo_rl._layout import LAYOUT, NemoRlLayout
-from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
+from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease, release_facts
 from nbtools.trainers.nemo_rl._trainer import NemoRl
 
 TRAINER = NemoRl
 
-__all__ = ["TRAINER", "LAYOUT", "NemoRl", "NemoRlLayout", "NEMO_RL", "NemoRlRelease", "Override", "DEFAULT_RECIPE",
+__all__ = ["TRAINER", "LAYOUT", "NemoRl", "NemoRlLayout", "NEMO_RL", "NemoRlRelease", "release_facts", "Override", "DEFAULT_RECIPE",
            "DEFAULT_CODE_DIR", "entry_script", "recipe_path", "local_recipe", "recipe_tree", "overrides", "command",
            "command_lines", "hydra_value", "hydra_unquote", "parse_override", "recipe_files", "recipe_value", "resolved",
            "POLICY_ALLOC_KEY", "EXPANDABLE"]

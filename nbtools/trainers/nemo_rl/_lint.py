@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import nbtools.trainers.nemo_rl._command as nemo_rl
-from nbtools.config import NEMO_RL_VERSIONS, Experiment
+from nbtools.config import Experiment
 from nbtools.errors import Fix
 from nbtools.trainers import _tree
 from nbtools.trainers._findings import Finding, LintReport
@@ -44,7 +44,7 @@ def _keys(cfg: Experiment, r: LintReport) -> dict[str, Any]:
     if tree is None:
         known = _tree.known_configs(version)
         near = difflib.get_close_matches(recipe, known, n=1, cutoff=0.5)
-        other = [v for v in NEMO_RL_VERSIONS if v != version and _tree.config_tree(v, recipe) is not None]
+        other = [v for v in NEMO_RL if v != version and _tree.config_tree(v, recipe) is not None]
         r.findings.append(Finding(
             "blocking", "override-keys", "trainer.recipe",
             f"{recipe!r} is not a config file of NeMo-RL {version}" + (f" (it exists in {', '.join(other)})" if other else ""),
@@ -105,7 +105,7 @@ def _added_keys(cfg: Experiment, r: LintReport, tree: dict[str, Any]) -> None:
     r.checked.append("unknown-added-keys")
     version = cfg.images.nemo_rl_version
     known = _tree.version_keys(version)
-    other = [v for v in NEMO_RL_VERSIONS if v != version]
+    other = [v for v in NEMO_RL if v != version]
     for o in nemo_rl.overrides(cfg, tree):
         if not o.add or o.key in known or o.key.startswith(_OPEN):
             continue
