@@ -94,8 +94,9 @@ def merge_in_cluster(cfg: Experiment, step: str | None = None, *, out: str | Non
 
 
 def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None = None,
-                                nemo_rl_dir: str = "/opt/nemo-rl") -> str:
-    """NeMo-RL's own Megatron -> HF converter command (nbtools does not merge ``iter_*`` checkpoints).
+                                code_dir: str = "/opt/nemo-rl") -> str:
+    """NeMo-RL's own Megatron -> HF converter command (nbtools does not merge ``iter_*`` checkpoints), run in
+    ``code_dir``: the NeMo-RL checkout in its image (``trainer.code_dir``).
 
     Submit it with ``nbtools.jobs.submit(address, entrypoint=..., submission_id=...)`` on the cluster.
 
@@ -108,7 +109,7 @@ def megatron_convert_entrypoint(step_dir, out_dir, *, hf_model_name: str | None 
             "--hf-ckpt-path", str(out_dir)]
     if hf_model_name:
         argv += ["--hf-model-name", hf_model_name]
-    return f"cd {sh(nemo_rl_dir)} && {sh_join(argv)}"
+    return f"cd {sh(code_dir)} && {sh_join(argv)}"
 
 
 _CHECK_COPY = r"""

@@ -42,6 +42,13 @@ class RunLayout(Protocol):
             ``<root>/<experiment>`` there).
         rehearsal_writer: ``module:Class`` of the writer the CPU rehearsal leaves these files with
             (``nbtools.rehearsal.writers.Writer``), imported when a rehearsal imitates this trainer.
+        checkpoint_layouts: the weight layouts its own checkpoint reader reports (``checkpoints.LAYOUTS``; () where
+            ``nbtools.checkpoints`` reads its checkpoints natively).
+
+    Its readers live in its folder, and the generic packages reach them only through these methods: a checkpoint
+    directory it owns is listed by its ``list_checkpoints`` / ``latest_checkpoint``; one checkpoint it wrote
+    (``step_layout`` not None) is merged by its ``merge`` (``nbtools.checkpoints.merge``'s options); a directory of
+    its dumps is opened by ``open_trajectories`` (``nbtools.trajectories.open_run``).
     """
 
     name: str
@@ -50,10 +57,19 @@ class RunLayout(Protocol):
     console_log: bool
     rehearsal_writer: str
     pod_local_roots: tuple[str, ...]
+    checkpoint_layouts: tuple[str, ...]
 
     def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
         """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and
         ``latest_checkpoint`` read it); False leaves it to ``nbtools.checkpoints``' own ``step_N`` reader."""
+
+    def step_layout(self, step_dir: Any) -> str | None:
+        """The weight layout of ``step_dir`` when it is one checkpoint this trainer's own reader reads (then its
+        ``merge`` merges it), else None."""
+
+    def open_trajectories(self, path: str, **options: Any) -> Any:
+        """Its run of the dumps at ``path`` (a directory or URL holding no NeMo-RL ``exp_NNN`` dumps), or None when
+        there are none of its dumps there. Options: ``think_tag``, ``answer_tag``, ``entries`` (a URL's listing)."""
 
 
 @dataclass(frozen=True)

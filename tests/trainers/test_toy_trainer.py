@@ -49,6 +49,8 @@ def test_the_registry_hook_adds_a_trainer_from_one_folder(toy, tmp_path, monkeyp
     assert trainers.get(cfg).layout == "toy" and trainers.get(cfg).miniature  # the local backend rehearses it
     assert trainers.METRIC_NAMES["toy"]["toy_signal"] == ("train/reward",)
     assert trainers.CITATIONS["Toy"][0] == "Toy" and trainers.CONSOLE_LOG_FAMILY == "verl"
+    assert all(isinstance(lay, trainers.RunLayout) for lay in trainers.layouts().values())  # every reader hook there
+    assert "toy" in checkpoints.LAYOUTS and "verl_fsdp" in checkpoints.LAYOUTS  # the weight layouts, from the layouts
     report = nbtools.launch.lint(cfg)
     assert report.ok, report.blocking
     own = trainers.LintReport()
@@ -77,6 +79,9 @@ def test_a_local_launch_writes_through_the_toys_layout_and_the_readers_ask_it(to
     listed = checkpoints.list_checkpoints(cfg.checkpoint_dir)
     assert listed.attrs["read_by"] == "toy" and listed["step"].tolist() == [1, 2]  # the toy's layout claimed the dir
     assert checkpoints.latest(cfg.checkpoint_dir).name == "step_2"
+    # every layout is asked about one step and about the dumps; none claims them, so the generic readers read them
+    assert checkpoints.detect_layout(checkpoints.latest(cfg.checkpoint_dir)) in checkpoints.NATIVE_LAYOUTS
+    assert nbtools.trajectories.open_run(cfg.log_dir).steps == [1, 2]
     df = metrics.read_tensorboard(cfg.log_dir)
     signal = metrics.select(df, "toy_signal", framework="toy")
     assert len(signal) == 2 and set(signal["tag"]) == {"train/reward"}  # a friendly name only the toy's layout has

@@ -171,12 +171,15 @@ def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
 
 # Trainer names in code (identifiers, imports, string constants equal to a trainer's kind or layout) outside
 # nbtools/trainers/ and the registry's table, per file, by ast (docstrings and comments may cite upstream freely).
-# A ratchet (2026-11-28: 36 files, 212 names; 37 files, 226 names before the one-folder-per-trainer move): a file may not gain a name
-# and no new file may name a trainer. What remains is verl's own readers (checkpoints/_verl*, trajectories/_verl,
-# rehearsal's verl writer) still to move into trainers/verl/, and the backends'/launch's branches on trainer facts.
+# A ratchet (2026-11-28: 36 files, 212 names; 37 files, 226 names before the one-folder-per-trainer move; 23 files, 85
+# names after verl's checkpoint / trajectory readers, merge, rehearsal writers and preparation jobs moved into their
+# folders): a file may not gain a name and no new file may name a trainer. What remains: config keys and their
+# defaults (images.nemo_rl_version, trainer.verl_repo / verl_ref: the floor cannot ask the registry), public reader
+# names users call (metrics.read_verl_log), verl's on-disk names nbtools points its keys at (_layout's VERL_*, read by
+# cli/_kinds and launch/_outputs, _attempts), NeMo-RL's reward environment and eval job (rewards/nemo_rl_env, evals/job)
+# and the branches on trainer facts in gke/_steps, launch/lint and evals/generate_job.
 TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/_layout.py": 5,
-    "nbtools/checkpoints/_remote.py": 1,
     "nbtools/cli/_kinds.py": 4,
     "nbtools/cli/_metrics.py": 1,
     "nbtools/config/_sections.py": 8,

@@ -28,6 +28,7 @@ class ToyLayout:
     console_log: bool = False
     pod_local_roots: tuple[str, ...] = ()
     rehearsal_writer: str = "tests.trainers.toy_trainer:ToyWriter"
+    checkpoint_layouts: tuple[str, ...] = ("toy",)
 
     def owns_checkpoints(self, checkpoint_dir) -> bool:
         return (Path(checkpoint_dir) / MARKER).is_file()
@@ -41,6 +42,12 @@ class ToyLayout:
 
     def latest_checkpoint(self, checkpoint_dir) -> Path:
         return Path(self.list_checkpoints(checkpoint_dir)["path"].iloc[-1])
+
+    def step_layout(self, step_dir) -> str | None:
+        return None  # its steps are NeMo-RL's step_N: nbtools.checkpoints merges them
+
+    def open_trajectories(self, path, **options):
+        return None  # its dumps are NeMo-RL's exp_NNN: nbtools.trajectories reads them
 
 
 LAYOUT = ToyLayout()
