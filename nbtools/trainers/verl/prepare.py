@@ -15,7 +15,7 @@ shared mount at once (tutorial 002 uploads it beforehand). Two idempotent Ray jo
 when the model is known not to be staged (the run still works, each node downloading it).
 
 Example:
-    >>> for spec in nbtools.launch.verl_prepare.prepare_jobs(cfg):
+    >>> for spec in nbtools.launch.prepare_jobs(cfg):   # the jobs below, as submissions
     ...     print(spec.submission_id, spec.command)
 """
 
