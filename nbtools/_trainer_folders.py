@@ -18,7 +18,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-__all__ = ["TRAINERS", "ENV", "register", "kinds", "folder", "layouts", "layout", "job_trainer"]
+__all__ = ["TRAINERS", "ENV", "register", "kinds", "folder", "layouts", "layout", "job_trainer", "checkpoint_step"]
 
 # Trainers registered for this process and the jobs it starts (a rehearsal or merge runs in another process):
 # ``kind=package[,kind=package]``, set by :func:`register` and read at every look-up.
@@ -82,3 +82,12 @@ def job_trainer(cfg: Any) -> Any:
     class from its folder, as the experiment's backend runs it (``cfg.runs_on().job_trainer``), for the readers below
     the trainers (the rewards' re-scoring) that ask the run's trainer without importing the trainers."""
     return cfg.runs_on().job_trainer(folder(cfg.trainer.kind).TRAINER(cfg))
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint directory called ``name`` in any registered trainer's layout (NeMo-RL's ``step_N``,
+    verl's ``global_step_N``: ``RunLayout.checkpoint_step_re``), or None (``tmp_step_N`` never is one)."""
+    for lay in layouts().values():
+        if (m := lay.checkpoint_step_re.match(name)) is not None:
+            return int(m.group(1))
+    return None

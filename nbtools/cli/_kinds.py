@@ -21,8 +21,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from nbtools import storage
-from nbtools._layout import EXP_RE, STEP_RE, VERL_STEP_RE
+from nbtools import _trainer_folders, storage
+from nbtools._layout import EXP_RE
 from nbtools.errors import NotFoundError
 
 __all__ = ["kind_of", "resolve", "Resolved", "EXPERIMENT", "RUN_DIR", "LOG_DIR", "EXP_DIR", "CHECKPOINT_DIR",
@@ -103,11 +103,11 @@ def kind_of(path: str | os.PathLike) -> str:
     kids = _children(entry.url)
     names = {k.name for k in kids}
     dirs = {k.name for k in kids if k.is_dir}
-    if (STEP_RE.match(name) or VERL_STEP_RE.match(name)) and ({"training_info.json", "policy", "actor"} & names):
+    if _trainer_folders.checkpoint_step(name) is not None and ({"training_info.json", "policy", "actor"} & names):
         return STEP_DIR
     if any(EXP_RE.match(d) for d in dirs):
         return LOG_DIR
-    if any(STEP_RE.match(d) or VERL_STEP_RE.match(d) for d in dirs):
+    if any(_trainer_folders.checkpoint_step(d) is not None for d in dirs):
         return CHECKPOINT_DIR
     if "tensorboard" in dirs or any(n.startswith("train_data_step") for n in names):
         return EXP_DIR
@@ -144,8 +144,8 @@ def resolve(given: str, *, want: str, flag: str, command: str, backend: str | No
         return Resolved(str(path), kind, cfg)
     hint = ""
     if kind == CHECKPOINT_DIR and want == "step":
-        steps = sorted((e.name for e in _children(given) if e.is_dir and (STEP_RE.match(e.name) or VERL_STEP_RE.match(e.name))),
-                       key=lambda n: int(n.rpartition("_")[2]))
+        steps = sorted((e.name for e in _children(given) if e.is_dir and _trainer_folders.checkpoint_step(e.name) is not None),
+                       key=_trainer_folders.checkpoint_step)
         hint = f", e.g. the newest: {storage.join(given, steps[-1])}" if steps else ""
     if kind == STEP_DIR and want == "checkpoints":
         hint = f", e.g. its parent {os.path.dirname(os.fspath(given).rstrip('/'))}"

@@ -26,8 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools import storage
-from nbtools._layout import STEP_RE, VERL_STEP_RE
+from nbtools import _trainer_folders, storage
 from nbtools.errors import CheckpointError, NotFoundError
 
 __all__ = ["Attempt", "RECORD_NAME", "attempt_id", "read_attempts", "attempts", "newest_checkpoint", "record_url",
@@ -174,7 +173,7 @@ def newest_checkpoint(cfg) -> int | None:
         entries = storage.ls(cfg.checkpoints_url)
     except (FileNotFoundError, NotFoundError):
         return None
-    steps = [int(m.group(1)) for e in entries if e.is_dir and (m := STEP_RE.match(e.name) or VERL_STEP_RE.match(e.name))]
+    steps = [n for e in entries if e.is_dir and (n := _trainer_folders.checkpoint_step(e.name)) is not None]
     return max(steps) if steps else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -42,6 +43,8 @@ class RunLayout(Protocol):
             ``<root>/<experiment>`` there).
         rehearsal_writer: ``module:Class`` of the writer the CPU rehearsal leaves these files with
             (``nbtools.rehearsal.writers.Writer``), imported when a rehearsal imitates this trainer.
+        checkpoint_step_re: the name of one of its checkpoint directories, the step as group 1 (``step_N``,
+            ``global_step_N``): how the CLI and the launch record tell a checkpoint directory of any trainer.
         checkpoint_layouts: the weight layouts its own checkpoint reader reports (``checkpoints.LAYOUTS``; () where
             ``nbtools.checkpoints`` reads its checkpoints natively).
 
@@ -58,6 +61,7 @@ class RunLayout(Protocol):
     rehearsal_writer: str
     pod_local_roots: tuple[str, ...]
     checkpoint_layouts: tuple[str, ...]
+    checkpoint_step_re: re.Pattern
 
     def owns_checkpoints(self, checkpoint_dir: Any) -> bool:
         """Whether ``checkpoint_dir`` holds this layout's checkpoints (then its ``list_checkpoints`` and

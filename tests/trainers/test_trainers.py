@@ -180,7 +180,6 @@ def test_every_verl_scalar_name_is_a_tag_verl_v070_logs():
 # and the branches on trainer facts in gke/_steps, launch/lint and evals/generate_job.
 TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/_layout.py": 5,
-    "nbtools/cli/_kinds.py": 4,
     "nbtools/cli/_metrics.py": 1,
     "nbtools/config/_sections.py": 8,
     "nbtools/config/_tables.py": 3,
@@ -190,7 +189,7 @@ TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/gke/_steps.py": 13,
     "nbtools/health/__init__.py": 1,
     "nbtools/health/_contract.py": 1,
-    "nbtools/launch/_attempts.py": 6,
+    "nbtools/launch/_attempts.py": 4,
     "nbtools/launch/_outputs.py": 4,
     "nbtools/launch/_rules_reward.py": 3,
     "nbtools/launch/lint.py": 5,
@@ -237,3 +236,12 @@ def test_the_trainer_name_walk_sees_names_in_code_not_in_prose(tmp_path):
     src.write_text('"""verl and NeMo-RL in a docstring."""\nfrom nbtools.checkpoints import latest_verl\n'
                    'if kind == "verl":\n    pass\n# nemo_rl in a comment\n')
     assert _trainer_names(src) == 2  # the imported name and the constant
+
+
+def test_a_checkpoint_directory_is_recognised_by_the_layouts():
+    """The CLI and the launch record ask every layout's ``checkpoint_step_re`` (no trainer named outside its folder)."""
+    from nbtools import _trainer_folders
+
+    assert _trainer_folders.checkpoint_step("step_3") == 3 and _trainer_folders.checkpoint_step("global_step_7") == 7
+    assert [_trainer_folders.checkpoint_step(n) for n in ("tmp_step_3", "old_step_3", "global_step_x", "exp_001")] == \
+        [None] * 4

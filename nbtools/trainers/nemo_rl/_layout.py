@@ -4,7 +4,10 @@ nbtools' readers read natively (``nbtools.checkpoints``, ``nbtools.trajectories`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from nbtools._layout import STEP_RE
 
 __all__ = ["NemoRlLayout", "LAYOUT"]
 
@@ -40,6 +43,7 @@ class NemoRlLayout:
     pod_local_roots: tuple[str, ...] = ("/opt/nemo-rl/results", "/opt/nemo-rl/logs")
     console_log: bool = False  # its scalars are in TensorBoard, not in console lines
 
+    checkpoint_step_re: re.Pattern = STEP_RE  # step_N (tmp_step_N while written, old_step_N while replaced)
     checkpoint_layouts: tuple[str, ...] = ()  # its weight layouts are the ones nbtools.checkpoints reads natively
 
     def owns_checkpoints(self, checkpoint_dir) -> bool:

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nbtools._layout import VERL_STEP_RE
 
 __all__ = ["VerlLayout", "LAYOUT"]
 
@@ -45,6 +48,7 @@ class VerlLayout:
     pod_local_roots: tuple[str, ...] = ()
     console_log: bool = True  # it prints its scalars as console lines (``metrics.read_verl_log``)
 
+    checkpoint_step_re: re.Pattern = VERL_STEP_RE  # global_step_N (ray_trainer._save_checkpoint)
     checkpoint_layouts: tuple[str, ...] = ("verl_fsdp",)  # the weight layout its steps have (checkpoints.LAYOUTS)
 
     # Its checkpoint reader and merge (``_checkpoints``, ``_merge``) read rank files with torch, the optional extra

@@ -7,12 +7,14 @@ directory, so the readers' answers come from this folder: its checkpoint listing
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from nbtools._layout import STEP_RE
 from nbtools.trainers import AdvantageRule, Finding, LintReport, OutputDirs, TrainerJob
 from nbtools.trainers.nemo_rl.rehearsal_writer import NemoRlWriter
 
@@ -29,6 +31,7 @@ class ToyLayout:
     pod_local_roots: tuple[str, ...] = ()
     rehearsal_writer: str = "tests.trainers.toy_trainer:ToyWriter"
     checkpoint_layouts: tuple[str, ...] = ("toy",)
+    checkpoint_step_re: re.Pattern = STEP_RE  # the rehearsal's NeMo-RL-shaped step_N
 
     def owns_checkpoints(self, checkpoint_dir) -> bool:
         return (Path(checkpoint_dir) / MARKER).is_file()
