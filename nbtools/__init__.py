@@ -30,7 +30,6 @@ def _registry(name: str, function: str):
 contribute("backends", rules=_registry("backends", "rules"), rows=_registry("backends", "describe"),
            place=_registry("backends", "get"))
 contribute("trainers", rules=_registry("trainers", "checks"), rows=_registry("trainers", "describe"))
-contribute("gpus", rules=_registry("fit", "gpu_type_rules"))  # the GPU a cluster we did not make has (fit's table)
 
 
 def __getattr__(name: str):

@@ -13,10 +13,10 @@ Example:
 from __future__ import annotations
 
 from nbtools import trainers
+from nbtools._gpus import GpuSpec, gpu_spec
 from nbtools.config import Experiment
 from nbtools.fit._arch import resolve_arch
 from nbtools.fit._estimate import FitInputs, FitReport, evaluate
-from nbtools.fit._gpus import GpuSpec, gpu_spec
 from nbtools.fit._verdict import Verdict
 
 __all__ = ["check", "inputs_from_experiment"]

@@ -19,7 +19,7 @@ __all__ = ["trained_with", "ground_truth"]
 
 def _rehearsal_task(cfg: Experiment) -> bool:
     """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
-    return _trainer_folders.job_trainer(cfg).miniature or cfg.data.dataset == cfg.rehearsal.task
+    return _trainer_folders.job_trainer(cfg).trained_task(cfg) == cfg.rehearsal.task
 
 
 def trained_with(cfg: Experiment) -> list[dict[str, Any]]:

@@ -24,7 +24,8 @@ from nbtools.trainers._fit import FitProfile
 from nbtools.trainers._protocol import (
     AdvantageRule,
     CodePresent,
-    EvalPlan,
+    CodeSource,
+    Hardware,
     Layout,
     OutputDirs,
     RunLayout,
@@ -35,7 +36,7 @@ from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 
 __all__ = [
-    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
+    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "CodeSource", "Hardware", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "register",
     "layouts", "layout", "RunLayout", "Rehearsal",
 ]

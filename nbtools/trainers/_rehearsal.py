@@ -7,7 +7,7 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, CodeSource, Hardware, OutputDirs, Trainer, TrainerJob
 
 __all__ = ["Rehearsal", "REHEARSAL_METRICS"]
 
@@ -31,9 +31,7 @@ class Rehearsal:
 
     name = "rehearsal"
     release = ""
-    miniature = True
-    eval_plan = "held-out-local"
-    code_on_storage = False
+    evaluator = "nbtools.evals.flow:HELD_OUT_HERE"  # on this machine, over the task's held-out split
 
     def __init__(self, cfg: Experiment, imitates: Trainer):
         self.cfg = cfg
@@ -94,8 +92,19 @@ class Rehearsal:
     def metadata(self, cfg: Experiment) -> dict[str, str]:
         return {}
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
-        """Nothing of a cluster to check: no GPUs, pods, images or NeMo-RL keys."""
+    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        """Nothing of a cluster to check (``cluster_checks`` is not called): no GPUs, pods, images or NeMo-RL keys."""
+
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        return None  # nbtools' own code, on this machine
+
+    def trained_task(self, cfg: Experiment) -> str:
+        return cfg.rehearsal.task
+
+    def hardware(self, cfg: Experiment) -> Hardware:
+        return Hardware("none (this machine's Python)", f"local: {cfg.rehearsal.ranks} CPU ranks (FSDP2, gloo)", None,
+                        ("max 3 0 6", cfg.rehearsal.max_new_tokens), rehearsal=True)
 
     def ray_pinned_by(self, cfg: Experiment) -> str:
         return "this environment"

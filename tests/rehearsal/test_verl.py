@@ -60,7 +60,7 @@ def run(tmp_path_factory):
 def test_the_trainer_registry_chooses_verls_layout():
     cfg = nbtools.config.load(CONFIG)
     t = nbtools.trainers.get(cfg)
-    assert (t.miniature, t.layout, t.metric_family) == (True, "verl", "verl")
+    assert (t.name, t.layout, t.metric_family) == ("rehearsal", "verl", "verl")
     dirs = t.output_dirs(cfg)
     job = nbtools.trainers.trainer_class("verl")(cfg)  # what a verl job on a cluster is told, for the same config
     assert f"trainer.rollout_data_dir={dirs.rollout_dir}" in job.job(cfg).command

@@ -32,9 +32,11 @@ def test_each_backend_runs_the_trainer_the_registry_names():
     local = trainers.get(_cfg("local.yaml", backend="local"))
     nemo = trainers.get(_cfg("gke-b200-gemma3-1b.yaml"))
     verl = trainers.get(_cfg("gke-b200-verl.yaml"))
-    assert local.miniature and local.eval_plan == "held-out-local" and not local.release
-    assert (nemo.name, nemo.release, nemo.miniature, nemo.eval_plan) == ("nemo-rl", "v0.7.0", False, "run-eval-job")
-    assert (verl.name, verl.release, verl.code_on_storage, verl.eval_plan) == ("verl", "v0.7.0", True, "generate-job")
+    assert local.name == "rehearsal" and local.evaluator == "nbtools.evals.flow:HELD_OUT_HERE" and not local.release
+    assert (nemo.name, nemo.release, nemo.evaluator) == ("nemo-rl", "v0.7.0", "nbtools.evals.flow:RUN_EVAL_JOB")
+    assert (verl.name, verl.release, verl.evaluator) == ("verl", "v0.7.0", "nbtools.evals.flow:GENERATE_JOB")
+    assert type(local).code_source(local.cfg) is None and type(nemo).code_source(_cfg("gke-b200-gemma3-1b.yaml")) is None
+    assert type(verl).code_source(_cfg("gke-b200-verl.yaml")).ref == "v0.7.0"  # the image has no checkout
     for t in (local, nemo, verl):
         assert isinstance(t, trainers.Trainer), f"{type(t).__name__} does not implement every Trainer verb"
 
@@ -105,7 +107,7 @@ def test_config_load_reports_the_registries_rules_with_its_own(tmp_path):
 
 def test_the_package_wires_the_registries_into_the_config():
     c = nbtools.config._contrib.CONTRIBUTIONS
-    assert set(c.rules) == {"backends", "trainers", "gpus"} and set(c.rows) == {"backends", "trainers"}  # gpus: fit's GPU table
+    assert set(c.rules) == {"backends", "trainers"} and set(c.rows) == {"backends", "trainers"}  # the GPU table: the ray and local backends' check
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
     assert cfg.log_dir == nbtools.backends.get(cfg).log_dir
     assert "| trainer | `nemo-rl (v0.7.0)` |" in cfg._repr_markdown_()
@@ -188,7 +190,6 @@ TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/evals/generate_job.py": 5,
     "nbtools/evals/job.py": 6,
     "nbtools/evals/vllm_generate.py": 1,
-    "nbtools/gke/_steps.py": 13,
     "nbtools/health/__init__.py": 1,
     "nbtools/health/_contract.py": 1,
     "nbtools/launch/_attempts.py": 6,

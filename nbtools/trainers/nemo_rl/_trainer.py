@@ -8,7 +8,16 @@ import nbtools.trainers.nemo_rl._command as nemo_rl
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
+from nbtools.trainers._protocol import (
+    AdvantageRule,
+    CodeSource,
+    Hardware,
+    OutputDirs,
+    TrainerJob,
+    cluster_env,
+    cluster_hardware,
+    cluster_metadata,
+)
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.nemo_rl._lint import check_nemo_rl
 from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
@@ -25,9 +34,7 @@ class NemoRl:
 
     name = NAME
     label = "NeMo-RL"
-    miniature = False
-    eval_plan = "run-eval-job"
-    code_on_storage = False  # the image holds the checkout (/opt/nemo-rl)
+    evaluator = "nbtools.evals.flow:RUN_EVAL_JOB"  # NeMo-RL's run_eval.py as a Ray job on the cluster
     citation = ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
                     "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}")  # (name, BibTeX) a model card cites
     metric_family = "nemo_rl"
@@ -69,8 +76,20 @@ class NemoRl:
     def metadata(self, cfg: Experiment) -> dict[str, str]:
         return cluster_metadata(cfg, {"nbtools.nemo_rl_version": self.release})
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
+    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
         check_nemo_rl(cfg, report)
+
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        return None  # the image holds the checkout (/opt/nemo-rl)
+
+    def trained_task(self, cfg: Experiment) -> str:
+        return cfg.data.dataset
+
+    def hardware(self, cfg: Experiment) -> Hardware:
+        return cluster_hardware(cfg)
 
     def ray_pinned_by(self, cfg: Experiment) -> str:
         return f"NeMo-RL {self.release}'s uv.lock" if not cfg.images.ray_version else "images.ray_version"

@@ -10,7 +10,16 @@ from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
+from nbtools.trainers._protocol import (
+    AdvantageRule,
+    CodeSource,
+    Hardware,
+    OutputDirs,
+    TrainerJob,
+    cluster_env,
+    cluster_hardware,
+    cluster_metadata,
+)
 from nbtools.trainers.verl._lint import check_verl
 from nbtools.trainers.verl._releases import VERL, VerlRelease
 
@@ -27,9 +36,7 @@ class Verl:
 
     name = NAME
     label = "verl"
-    miniature = False
-    eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
-    code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
+    evaluator = "nbtools.evals.flow:GENERATE_JOB"  # vLLM over the prepared test.parquet, scored with verl's rule
     # HybridFlow, the paper behind verl, as published at EuroSys 2025 (verl's README, v0.7.0: "accepted to EuroSys
     # 2025"; its BibTeX there is the arXiv preprint, kept here as the eprint)
     citation = ("verl", "@inproceedings{sheng2025hybridflow,\n  title         = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
@@ -84,8 +91,22 @@ class Verl:
     def metadata(self, cfg: Experiment) -> dict[str, str]:
         return cluster_metadata(cfg, {})
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
+    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
         check_verl(cfg, report, code_present)
+
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        """The image has no checkout: the provisioning plan copies the release (``trainer.verl_ref``) to the storage."""
+        t = cfg.trainer
+        return CodeSource(NAME, t.verl_repo, t.verl_ref, verl.code_dir(cfg))
+
+    def trained_task(self, cfg: Experiment) -> str:
+        return cfg.data.dataset
+
+    def hardware(self, cfg: Experiment) -> Hardware:
+        return cluster_hardware(cfg)
 
     def ray_pinned_by(self, cfg: Experiment) -> str:
         return "images.ray_version"

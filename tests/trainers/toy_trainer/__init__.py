@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools.rehearsal.writers import NemoRlWriter
-from nbtools.trainers import AdvantageRule, Finding, LintReport, OutputDirs, TrainerJob
+from nbtools.trainers import AdvantageRule, Finding, Hardware, LintReport, OutputDirs, TrainerJob
 
 MARKER = "toy-run.json"
 
@@ -67,9 +67,7 @@ class Toy:
     name = "toy"
     release = "0.1"
     label = "Toy"
-    miniature = False
-    eval_plan = "none"
-    code_on_storage = False
+    evaluator = None  # nbtools has no evaluation for it
     citation = ("Toy", "@misc{toy, title = {A toy trainer}}")
     metric_family = "toy"
     layout = "toy"
@@ -99,7 +97,9 @@ class Toy:
     def metadata(self, cfg) -> dict[str, str]:
         return {"trainer": "toy"}
 
-    def lint(self, cfg, report: LintReport, *, code_present=None) -> None:
+    def lint(self, cfg, report: LintReport, *, code_present=None, cluster_checks=None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
         report.findings.append(Finding("warning", "toy-lint", "trainer.kind", "the toy trainer's own rule ran",
                                        "nothing to fix"))
 
@@ -123,6 +123,16 @@ class Toy:
 
     def hub_tag(self) -> str:
         return "toy"
+
+    @classmethod
+    def code_source(cls, cfg):
+        return None
+
+    def trained_task(self, cfg) -> str:
+        return cfg.data.dataset
+
+    def hardware(self, cfg):
+        return Hardware("toy (no image)", "toy", None, ("2 + 2?", 8))
 
 
 TRAINER = Toy
