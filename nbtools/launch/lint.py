@@ -126,7 +126,7 @@ def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backe
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
     _secrets(cfg, r, backend)
-    check_reward_contract(cfg, r, severity=reward_contract)
+    check_reward_contract(cfg, r, severity=reward_contract, trainer=trainer)
 
     def cluster_checks() -> None:  # what every job on a GPU cluster gets; the trainer calls it (the rehearsal does not)
         nonlocal client_ray_version
@@ -141,7 +141,7 @@ def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backe
         f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by(cfg))
         if f:
             r.findings.append(f)
-        check_fit(cfg, r, ignore=ignore_fit)
+        check_fit(cfg, r, ignore=ignore_fit, trainer=trainer)
 
     trainer.lint(cfg, r, code_present=code_present, cluster_checks=cluster_checks)
     return r
