@@ -170,8 +170,8 @@ def _setup(cfg: Any) -> Setup:
     from nbtools import trainers
 
     t = trainers.get(cfg)
-    trainer, version = t.label, t.version(cfg)
-    hw = t.hardware(cfg)  # image, cluster, GPUs and an example prompt, as the trainer ran
+    trainer, version = t.label, t.version()
+    hw = t.hardware()  # image, cluster, GPUs and an example prompt, as the trainer ran
     g = cfg.grpo
     grpo = {"prompts per step": g.num_prompts_per_step, "generations per prompt": g.num_generations_per_prompt,
             "max steps": g.max_num_steps, "learning rate": g.learning_rate, "KL penalty": g.kl_penalty,
@@ -185,7 +185,7 @@ def _rewards(cfg: Any) -> tuple[list[dict[str, Any]], str]:
     """(name, weight, normalized, kwargs) per reward, and where the list came from."""
     from nbtools import trainers
 
-    spec, source = trainers.get(cfg).rewards(cfg)
+    spec, source = trainers.get(cfg).rewards()
     total = sum(float(x.get("weight", 0)) for x in spec) or 1.0
     return [{"name": str(x.get("name")), "weight": float(x.get("weight", 0)),
              "normalized": float(x.get("weight", 0)) / total, "kwargs": dict(x.get("kwargs") or {})} for x in spec], source

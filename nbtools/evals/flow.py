@@ -131,7 +131,7 @@ def models(cfg: Experiment) -> dict[str, str]:
         >>> nbtools.evals.models(cfg)
         {'baseline': 'google/gemma-3-1b-it', 'fine-tuned': '/data/nemo-rl/gemma3-1b-b200/merged_hf'}
     """
-    return {"baseline": _paths.Url(trainers.get(cfg).baseline_model(cfg)), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
+    return {"baseline": _paths.Url(trainers.get(cfg).baseline_model()), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
 
 
 def local_models(cfg: Experiment) -> dict[str, Path]:

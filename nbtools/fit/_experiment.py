@@ -27,7 +27,7 @@ def inputs_from_experiment(cfg: Experiment, *, gpu: str | GpuSpec | None = None,
     """The :class:`FitInputs` of ``cfg`` and notes, read by its trainer (``trainer``, else the registry's) from its own
     keys (``Trainer.fit_inputs``: NeMo-RL's recipe with the launch's overrides, verl's overrides); None where the run
     uses no GPU."""
-    read = (trainer or trainers.get(cfg)).fit_inputs(cfg)
+    read = (trainer or trainers.get(cfg)).fit_inputs()
     if read is None:
         return None
     d, notes = read

@@ -138,12 +138,12 @@ def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backe
             import ray
 
             client_ray_version = ray.__version__
-        f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by(cfg))
+        f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by())
         if f:
             r.findings.append(f)
         check_fit(cfg, r, ignore=ignore_fit, trainer=trainer)
 
-    trainer.lint(cfg, r, code_present=code_present, cluster_checks=cluster_checks)
+    trainer.lint(r, code_present=code_present, cluster_checks=cluster_checks)
     return r
 
 

@@ -19,7 +19,7 @@ __all__ = ["trained_with", "ground_truth"]
 
 def _rehearsal_task(cfg: Experiment, trainer: Any = None) -> bool:
     """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
-    return (trainer or _trainer_folders.job_trainer(cfg)).trained_task(cfg) == cfg.rehearsal.task
+    return (trainer or _trainer_folders.job_trainer(cfg)).trained_task() == cfg.rehearsal.task
 
 
 def trained_with(cfg: Experiment, *, trainer: Any = None) -> list[dict[str, Any]]:
@@ -33,7 +33,7 @@ def trained_with(cfg: Experiment, *, trainer: Any = None) -> list[dict[str, Any]
     trainer = trainer or _trainer_folders.job_trainer(cfg)
     if _rehearsal_task(cfg, trainer):
         return [dict(x) for x in cfg.rehearsal.reward_functions]
-    return trainer.rescore_mix(cfg)
+    return trainer.rescore_mix()
 
 
 def ground_truth(cfg: Experiment, *, trainer: Any = None) -> Callable[[str], str]:

@@ -8,7 +8,7 @@ are evaluated, and the facts a model card states; no module outside this package
 
 Example:
     >>> trainer = nbtools.trainers.get(cfg)
-    >>> trainer.job(cfg).command
+    >>> trainer.job().command
     'cd /opt/nemo-rl && python -u examples/run_grpo.py --config ...'
 """
 

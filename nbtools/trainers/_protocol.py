@@ -110,6 +110,8 @@ class Trainer(Protocol):
         metric_family: the key of its scalar names in ``trainers.METRIC_NAMES`` (its layout's name).
         layout: which trainer's files its runs leave: a :class:`RunLayout`'s name (``trainers.layout(name)``).
         citation: ``(name, BibTeX)`` a model card cites.
+        cfg: the experiment it was built for (``nbtools.trainers.get(cfg)``); the verbs read it, so none takes it
+            again (``check`` and ``code_source``, asked of the class before any experiment is valid, do).
     """
 
     name: str
@@ -118,32 +120,33 @@ class Trainer(Protocol):
     evaluator: str | None
     metric_family: str
     layout: Layout
+    cfg: Experiment
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Configuration problems only this trainer has: (the keys each reads, the message naming key, value and fix);
         ``config.load`` reports them with everything else."""
 
-    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+    def output_dirs(self) -> OutputDirs:
         """Where its runs write (log, checkpoint, TensorBoard and dump directories), as the jobs see them."""
 
-    def job(self, cfg: Experiment) -> TrainerJob:
+    def job(self) -> TrainerJob:
         """The command (and files, runtime_env) of the training job."""
 
-    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]] | None:
+    def fit_inputs(self) -> tuple[dict[str, Any], list[str]] | None:
         """The GPU memory fit's inputs read from this trainer's own keys (``nbtools.fit.FitInputs`` fields, with a
         ``profile``: a :class:`FitProfile`) and notes; None where it runs on no GPU (the CPU rehearsal)."""
 
-    def prepare_command(self, cfg: Experiment) -> str | None:
+    def prepare_command(self) -> str | None:
         """The command of a data-preparation job run before training, or None where the trainer needs none."""
 
-    def job_env(self, cfg: Experiment) -> dict[str, str]:
+    def job_env(self) -> dict[str, str]:
         """Environment variables the trainer's job needs (never secrets; a cluster trainer: the shared HF_HOME too)."""
 
-    def metadata(self, cfg: Experiment) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         """Job metadata besides name/hash/backend/role (a cluster trainer: image, release, where it writes)."""
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: CodePresent = None,
+    def lint(self, report: LintReport, *, code_present: CodePresent = None,
              cluster_checks: Callable[[], None] | None = None) -> None:
         """Add the trainer's own findings (its keys, versions, source) to ``report``; a trainer whose jobs run on a
         GPU cluster first calls ``cluster_checks`` (launch's directories, GPUs, NCCL network, Ray version and memory
@@ -153,30 +156,30 @@ class Trainer(Protocol):
     def code_source(cls, cfg: Experiment) -> CodeSource | None:
         """The source the provisioning plan must put on the shared storage, or None where the image holds it."""
 
-    def trained_task(self, cfg: Experiment) -> str:
+    def trained_task(self) -> str:
         """The dataset its runs trained on (the rehearsal: its generated task, whatever ``data.dataset`` says)."""
 
-    def hardware(self, cfg: Experiment) -> Hardware:
+    def hardware(self) -> Hardware:
         """The image, cluster and GPUs its runs used, and an example prompt, for the model card."""
 
-    def ray_pinned_by(self, cfg: Experiment) -> str:
+    def ray_pinned_by(self) -> str:
         """What pins the cluster's Ray version (named in the ray-version finding)."""
 
-    def baseline_model(self, cfg: Experiment) -> str:
+    def baseline_model(self) -> str:
         """The model a run starts from, as the cluster's jobs see it."""
 
-    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
+    def rewards(self) -> tuple[list[dict[str, Any]], str]:
         """The reward functions the run scored with (NeMo-RL's ``[{name, weight, kwargs}]``) and where they came
         from (for the model card)."""
 
-    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         """How this trainer's runs computed advantages (``rewards.rescore`` recomputes them the same way)."""
 
-    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+    def rescore_mix(self) -> list[dict[str, Any]]:
         """The run's reward mix as nbtools' registered rewards (``[{name, weight, kwargs}]``), so
         ``rewards.rescore`` reproduces what the trainer scored; a NotFoundError when nbtools has no such reward."""
 
-    def version(self, cfg: Experiment) -> str:
+    def version(self) -> str:
         """The release as a card shows it."""
 
     def hub_tag(self) -> str:

@@ -52,7 +52,7 @@ def test_the_registry_hook_adds_a_trainer_from_one_folder(toy, tmp_path, monkeyp
     report = nbtools.launch.lint(cfg)
     assert report.ok, report.blocking
     own = trainers.LintReport()
-    trainers.trainer_class("toy")(cfg).lint(cfg, own)
+    trainers.trainer_class("toy")(cfg).lint(own)
     assert own.findings[0].rule == "toy-lint"
 
 

@@ -79,7 +79,7 @@ def test_every_nemo_rl_release_is_complete(release):
     allowed = typing.get_args(typing.get_type_hints(config.ImagesConfig)["nemo_rl_version"])
     assert set(allowed) == set(nemo_rl.NEMO_RL) == set(config.NEMO_RL_VERSIONS)
     assert trainers.known_configs(release), f"nbtools/data/nemo_rl_keys_{release}.json (tools/gen_nemo_rl_keys.py)"
-    assert trainer.job(cfg).command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
+    assert trainer.job().command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
 
 
 def test_the_release_table_chooses_the_entry_point_that_honours_a_reward_mix(monkeypatch):
@@ -244,3 +244,22 @@ def test_the_trainer_name_walk_sees_names_in_code_not_in_prose(tmp_path):
     src.write_text('"""verl and NeMo-RL in a docstring."""\nfrom nbtools.checkpoints import latest_verl\n'
                    'if kind == "verl":\n    pass\n# nemo_rl in a comment\n')
     assert _trainer_names(src) == 2  # the imported name and the constant
+
+
+def test_a_trainer_binds_its_experiment_once():
+    """A trainer is built for one experiment (``trainers.get(cfg)``) and its verbs read that one: none takes ``cfg``
+    again (only the classmethods asked before an experiment is valid, ``check`` and ``code_source``, do), so a caller
+    cannot hand it another experiment than the one it was built for."""
+    import inspect
+
+    classes = [trainers.Trainer, trainers.Rehearsal, *(trainers.trainer_class(k) for k in trainers.names())]
+    takes_cfg = {f"{cls.__name__}.{name}" for cls in classes for name, fn in inspect.getmembers(cls, callable)
+                 if not name.startswith("_") and not isinstance(inspect.getattr_static(cls, name), classmethod)
+                 and "cfg" in inspect.signature(fn).parameters}
+    assert not takes_cfg, f"verbs that take the experiment again (read self.cfg instead): {sorted(takes_cfg)}"
+    for name in ("gke-b200-gemma3-1b.yaml", "gke-b200-verl.yaml"):
+        cfg = _cfg(name)
+        assert trainers.get(cfg).cfg is cfg
+    local = _cfg("local.yaml", backend="local")
+    t = trainers.get(local)
+    assert t.cfg is local and t.imitates.cfg is local and t.output_dirs() == t.imitates.output_dirs()
