@@ -98,7 +98,8 @@ def get(cfg: Experiment, backend=None) -> Trainer:
         >>> nbtools.trainers.get(cfg).label
         'NeMo-RL'
     """
-    return (backend if backend is not None else cfg.runs_on()).job_trainer(trainer_class(cfg.trainer.kind)(cfg))  # as _trainer_folders.job_trainer
+    trainer = trainer_class(cfg.trainer.kind)(cfg)
+    return (backend if backend is not None else cfg.runs_on()).job_trainer(trainer)  # as _trainer_folders.job_trainer
 
 
 def checks(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
