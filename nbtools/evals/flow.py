@@ -40,8 +40,8 @@ class ClusterJob:
     def __init__(self, build: Callable[..., Any]):
         self.build = build
 
-    def models(self, cfg: Experiment) -> dict[str, str]:
-        return models(cfg)
+    def models(self, cfg: Experiment, trainer: trainers.Trainer) -> dict[str, str]:
+        return models(cfg, trainer=trainer)
 
     def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
             dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
@@ -61,8 +61,8 @@ class HeldOutHere:
     """The rehearsal's evaluation: on this machine, over its task's held-out split, as it trained (its
     ``max_new_tokens``); the two models are HF directories here."""
 
-    def models(self, cfg: Experiment) -> dict[str, str]:
-        return local_models(cfg)
+    def models(self, cfg: Experiment, trainer: trainers.Trainer) -> dict[str, str]:
+        return local_models(cfg, trainer=trainer)
 
     def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
             dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
@@ -121,7 +121,7 @@ def eval_dir(cfg: Experiment) -> Path:
     return Path(cfg.run_dir) / "eval"
 
 
-def models(cfg: Experiment) -> dict[str, str]:
+def models(cfg: Experiment, *, trainer: trainers.Trainer | None = None) -> dict[str, str]:
     """The two models as the cluster's jobs see them: the baseline and notebook 06's merge.
 
     The rehearsal's baseline is its warm-started policy (``<run_dir>/baseline_hf``); a NeMo-RL run's is
@@ -131,16 +131,16 @@ def models(cfg: Experiment) -> dict[str, str]:
         >>> nbtools.evals.models(cfg)
         {'baseline': 'google/gemma-3-1b-it', 'fine-tuned': '/data/nemo-rl/gemma3-1b-b200/merged_hf'}
     """
-    return {"baseline": _paths.Url(trainers.get(cfg).baseline_model()), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
+    return {"baseline": _paths.Url((trainer or trainers.get(cfg)).baseline_model()), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
 
 
-def local_models(cfg: Experiment) -> dict[str, Path]:
+def local_models(cfg: Experiment, *, trainer: trainers.Trainer | None = None) -> dict[str, Path]:
     """The two models of a local rehearsal as HF directories on this machine (checked to exist).
 
     Raises:
         NotFoundError: a directory is missing, with the notebook that creates it.
     """
-    paths = {k: Path(v) for k, v in models(cfg).items()}
+    paths = {k: Path(v) for k, v in models(cfg, trainer=trainer).items()}
     fixes = {"baseline": "run the rehearsal first (notebook 03), which writes baseline_hf",
              "fine-tuned": "run notebook 06 (merge the checkpoint) first"}
     for name, path in paths.items():
@@ -183,8 +183,9 @@ def evaluate(
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
-    model = evaluator(trainers.get(cfg)).models(cfg)[which]
-    return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset,
+    trainer = trainers.get(cfg)  # asked once: which models, and how they are evaluated
+    model = evaluator(trainer).models(cfg, trainer)[which]
+    return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset, trainer=trainer,
                           max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
 
 
@@ -199,12 +200,14 @@ def evaluate_model(
     max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
+    trainer: trainers.Trainer | None = None,
 ) -> EvalResult:
     """Evaluate any model the way :func:`evaluate` evaluates the run's two (``nbtools evaluate EXPERIMENT MODEL…``):
     a HF directory or Hub id as the cluster's jobs see it (a directory on this machine for the local rehearsal).
 
     The result is saved to ``<run_dir>/eval/<label>_<greedy|sampledN>`` (``label`` without dashes); its
-    ``params["save_path"]`` is where the cluster job wrote the per-problem results.
+    ``params["save_path"]`` is where the cluster job wrote the per-problem results. ``trainer``: the experiment's,
+    where the caller resolved it (default: ``nbtools.trainers.get(cfg)``).
 
     Example:
         >>> evaluate_model(cfg, "/data/nemo-rl/run/merged_step_30", label="step30")
@@ -213,6 +216,6 @@ def evaluate_model(
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
     out = eval_dir(cfg) / f"{label.replace('-', '')}_{mode}"
-    return evaluator(trainers.get(cfg)).run(cfg, model, label=label, mode=mode, out=out, n=n, temperature=temperature,
-                                            dataset=dataset, max_model_len=max_model_len, timeout=timeout,
-                                            batch_size=batch_size)
+    return evaluator(trainer or trainers.get(cfg)).run(
+        cfg, model, label=label, mode=mode, out=out, n=n, temperature=temperature, dataset=dataset,
+        max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
