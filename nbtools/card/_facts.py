@@ -176,16 +176,14 @@ def _setup(cfg: Any) -> Setup:
     grpo = {"prompts per step": g.num_prompts_per_step, "generations per prompt": g.num_generations_per_prompt,
             "max steps": g.max_num_steps, "learning rate": g.learning_rate, "KL penalty": g.kl_penalty,
             "temperature": g.temperature, "seed": g.seed}
-    rewards, source = _rewards(cfg)
+    rewards, source = _rewards(t)
     return Setup(cfg.name, cfg.config_hash(), cfg.backend, trainer, version, hw.image, hw.cluster, hw.gpus, cfg.model.name,
                  cfg.data.dataset, cfg.data.validation, grpo, rewards, source, hw.example, hw.rehearsal, t.hub_tag())
 
 
-def _rewards(cfg: Any) -> tuple[list[dict[str, Any]], str]:
-    """(name, weight, normalized, kwargs) per reward, and where the list came from."""
-    from nbtools import trainers
-
-    spec, source = trainers.get(cfg).rewards()
+def _rewards(trainer: Any) -> tuple[list[dict[str, Any]], str]:
+    """(name, weight, normalized, kwargs) per reward of the run's trainer, and where the list came from."""
+    spec, source = trainer.rewards()
     total = sum(float(x.get("weight", 0)) for x in spec) or 1.0
     return [{"name": str(x.get("name")), "weight": float(x.get("weight", 0)),
              "normalized": float(x.get("weight", 0)) / total, "kwargs": dict(x.get("kwargs") or {})} for x in spec], source

@@ -263,3 +263,14 @@ def test_a_trainer_binds_its_experiment_once():
     local = _cfg("local.yaml", backend="local")
     t = trainers.get(local)
     assert t.cfg is local and t.imitates.cfg is local and t.output_dirs() == t.imitates.output_dirs()
+
+
+def test_the_trainer_states_its_hardware_for_the_card():
+    """What the card read from a ``miniature`` flag, the trainer says itself: the rehearsal's CPU ranks, a cluster
+    trainer's image, nodes and GPUs."""
+    local = trainers.get(_cfg("local.yaml", backend="local")).hardware()
+    assert local.rehearsal and local.gpus is None and local.cluster.startswith("local: ") and local.example[0] == "max 3 0 6"
+    cfg = _cfg("gke-b200-verl.yaml")
+    gke = trainers.get(cfg).hardware()
+    assert not gke.rehearsal and gke.gpus == cfg.cluster.total_gpus and gke.image == cfg.images.resolved_image
+    assert "backend `gke`" in gke.cluster and "\\boxed{}" in gke.example[0]
