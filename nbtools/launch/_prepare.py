@@ -77,7 +77,7 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
         NotReadyError: a job still runs at the timeout.
     """
     t = trainers.get(cfg)
-    if t.prepare_command(cfg) is None:
+    if t.prepare_command() is None:
         return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
     specs = prepare_jobs(cfg)
     jobs = [send(spec, cfg) for spec in specs]  # all submitted (or re-attached) before the first wait

@@ -56,7 +56,7 @@ class VerlWriter:
 
     def __init__(self, cfg: Experiment, rank: int, world: int, say):
         self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
-        self.dirs = Verl(cfg).output_dirs(cfg)  # the imitated trainer's directories
+        self.dirs = Verl(cfg).output_dirs()  # the imitated trainer's directories
         self.data_source = cfg.data.dataset
         self.saved: list[int] = []  # this process's saves (verl's previous_saved_paths)
         self.writer = None
