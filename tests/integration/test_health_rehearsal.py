@@ -135,7 +135,9 @@ def stopped(ray_cfg, tmp_path_factory):
         result = nbtools.launch.supervise(cfg, max_attempts=2, timeout=400, stop_when_unhealthy=True, health_every=2)
         yield cfg, refused.value, result
     finally:
-        nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix="local-rehearsal-")
+        # only this run: the session's Ray head is shared by every xdist worker (a bare "local-rehearsal-" prefix
+        # once stopped test_supervise_local's run on the other worker)
+        nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix=cfg.submission_id)
         if old is None:
             os.environ.pop("NBTOOLS_RUNS_DIR", None)
         else:

@@ -62,9 +62,9 @@ def supervised(ray_cfg, tmp_path_factory):
     runs = tmp_path_factory.mktemp("supervise")
     old = os.environ.get("NBTOOLS_RUNS_DIR")
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
+    cfg = ray_cfg(nbtools.config.load(ROOT / "experiments" / "local.yaml")).replace(**{
+        "grpo.max_num_steps": STEPS, "grpo.val_period": STEPS // 2, "checkpointing.save_period": SAVE})
     try:
-        cfg = ray_cfg(nbtools.config.load(ROOT / "experiments" / "local.yaml")).replace(**{
-            "grpo.max_num_steps": STEPS, "grpo.val_period": STEPS // 2, "checkpointing.save_period": SAVE})
         seen: dict = {}
         t = threading.Thread(target=_killer, args=(runs, seen), daemon=True)
         t.start()
@@ -76,8 +76,9 @@ def supervised(ray_cfg, tmp_path_factory):
         t.join(5)
         yield cfg, result, seen
     finally:
-        nbtools.jobs.stop_jobs(ray_cfg(nbtools.config.load(ROOT / "experiments" / "local.yaml")).dashboard_url,
-                               prefix="local-rehearsal-")
+        # only this module's run (and its attempts): the session's Ray head is shared by every xdist worker, and a
+        # bare "local-rehearsal-" prefix would stop another module's run mid-test
+        nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix=cfg.submission_id)
         if old is None:
             os.environ.pop("NBTOOLS_RUNS_DIR", None)
         else:
