@@ -28,9 +28,8 @@ def _registry(name: str, function: str):
 # The composition root: the registries contribute their rules and rows to the config, and the backend says where a
 # run's files are; the config (the floor, STYLE rule 17) imports neither of them.
 contribute("backends", rules=_registry("backends", "rules"), rows=_registry("backends", "describe"),
-           place=_registry("backends", "get"))
+           place=_registry("backends", "new"))  # built once per experiment
 contribute("trainers", rules=_registry("trainers", "checks"), rows=_registry("trainers", "describe"))
-contribute("gpus", rules=_registry("fit", "gpu_type_rules"))  # the GPU a cluster we did not make has (fit's table)
 
 
 def __getattr__(name: str):

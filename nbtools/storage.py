@@ -112,6 +112,9 @@ class RunStorage:
 # -- addressing ---------------------------------------------------------------------------------------------
 
 
+_LOCAL_PROTOCOLS = ("file", "local")  # fsspec's LocalFileSystem.protocol (not a backend's name)
+
+
 def _protocol(url: str) -> str:
     head, sep, _ = str(url).partition("://")
     return head.lower() if sep else "file"
@@ -119,7 +122,7 @@ def _protocol(url: str) -> str:
 
 def is_remote(url: str | os.PathLike) -> bool:
     """True for URLs that are not on this machine's filesystem (``gs://``, ``s3://``, …)."""
-    return _protocol(os.fspath(url)) not in ("file", "local")
+    return _protocol(os.fspath(url)) not in _LOCAL_PROTOCOLS
 
 
 def local_path(url: str | os.PathLike) -> Path:
@@ -198,7 +201,7 @@ def filesystem(url: str | os.PathLike):
         except (ImportError, ValueError) as e:
             raise DependencyError(f"no filesystem for {text!r}: {e}",
                                   fix=f"install the fsspec implementation for {proto}:// (e.g. pip install s3fs)") from None
-        if proto in ("file", "local") and "::" not in text:
+        if proto in _LOCAL_PROTOCOLS and "::" not in text:
             _LOCAL[proto] = fs
         return fs, path
     emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")

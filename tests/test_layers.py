@@ -183,7 +183,7 @@ PACKAGE_LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"nbtools.errors", "nbtools._paths", "nbtools._escape", "nbtools._atomic", "nbtools._pids",
                 "nbtools._ports", "nbtools._progress", "nbtools._table", "nbtools._figure", "nbtools._tfevents",
                 "nbtools._layout", "nbtools._groups", "nbtools._html", "nbtools._rehearsal_task",
-                "nbtools._trainer_folders"}),  # the trainers' table of dotted names, imported on demand
+                "nbtools._trainer_folders", "nbtools._gpus"}),  # _gpus: the GPU memory table; _trainer_folders: the trainers' table of dotted names, imported on demand
     ("config", {"nbtools.config"}),
     ("storage and data readers", {"nbtools.storage", "nbtools._rayfs", "nbtools.metrics", "nbtools.overlay", "nbtools.trajectories", "nbtools.checkpoints",
                                   "nbtools.rewards", "nbtools.kube", "nbtools.manifests"}),

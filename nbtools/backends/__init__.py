@@ -32,7 +32,7 @@ from nbtools.errors import ConfigError
 
 __all__ = [
     "REGISTRY", "Backend", "ClusterHandle", "ClusterResources", "ClusterState", "ClusterStatus", "Preview", "Teardown", "get", "names",
-    "backend_class", "checks", "rules", "describe", "gke_view", "SECRET_ENV_NAMES", "gib_nccl_env", "secrets_from_env",
+    "backend_class", "new", "checks", "rules", "describe", "gke_view", "SECRET_ENV_NAMES", "gib_nccl_env", "secrets_from_env",
 ]
 
 # The only place that maps a backend's name to its implementation (imported on first use).
@@ -59,17 +59,23 @@ def backend_class(name: str) -> type:
 
 
 def get(cfg: Experiment, **options: Any) -> Backend:
-    """The backend of this experiment (``cfg.backend``), ready to use; building it does no I/O.
+    """The backend of this experiment (``cfg.backend``), ready to use; building it does no I/O. Without options it is
+    the one the experiment holds (``cfg.runs_on()``, built once: its derived paths ask the same object).
 
     Args:
         cfg: the experiment (``nbtools.config.load``).
-        **options: backend options, e.g. ``kubeconfig=``/``context=`` for gke.
+        **options: backend options, e.g. ``kubeconfig=``/``context=`` for gke (a backend object of their own).
 
     Example:
         >>> cluster = nbtools.backends.get(cfg)
         >>> cluster.dashboard_url
         'http://127.0.0.1:8265'
     """
+    return new(cfg, **options) if options else cfg.runs_on()
+
+
+def new(cfg: Experiment, **options: Any) -> Backend:
+    """A backend object of its own for ``cfg`` (what the experiment builds once, through the package's wiring)."""
     return backend_class(cfg.backend)(cfg, **options)
 
 

@@ -25,6 +25,8 @@ class Backend(Protocol):
             (env vars here, delivered in the job's working_dir) or ``none`` (the job needs none).
         provisions: whether ``provision_plan()`` is applied on this backend (gke), so its steps (e.g. copying verl to
             the shared storage) can be relied on; elsewhere the plan is only shown, or empty.
+        first_notebook: the notebook a run on this backend starts from (``01_provision_gke``: provision first), named
+            where a recipe or a message says what to run next.
         unread_sections: the experiment's sections a run on this backend never reads (a model card's
             ``experiment.yaml`` leaves them out or marks them).
     """
@@ -33,6 +35,7 @@ class Backend(Protocol):
     cfg: Experiment
     secrets_from: str
     provisions: bool
+    first_notebook: str
     unread_sections: tuple[str, ...]
 
     def job_trainer(self, trainer: Trainer) -> Trainer:

@@ -51,6 +51,7 @@ class GkeBackend:
     name = "gke"
     secrets_from = "kubernetes"  # the pods read Kubernetes Secrets
     provisions = True  # notebook 01 applies the provisioning plan
+    first_notebook = "01_provision_gke"  # the cluster is provisioned first
     unread_sections = LOCAL_SECTIONS
 
     def __init__(self, cfg: Experiment, *, kubeconfig: str | None = None, context: str | None = None):

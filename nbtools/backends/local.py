@@ -51,6 +51,7 @@ class LocalBackend:
     name = "local"
     secrets_from = "none"  # the rehearsal needs none
     provisions = False  # the GKE plan is shown, never applied
+    first_notebook = "02_ray_cluster"  # the local head is started first
     unread_sections = ("gcp", "cluster", "storage", "images", "trainer")  # the rehearsal trains in this Python
 
     def __init__(self, cfg: Experiment):
@@ -185,10 +186,12 @@ class LocalBackend:
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
-        """The rules of the rehearsal this backend runs (its model shape, ranks, faults and logged metrics)."""
+        """The rules of the rehearsal this backend runs (its model shape, ranks, faults and logged metrics), and a
+        ``cluster.gpu_type`` whose memory nbtools knows (what the fit check of this experiment holds it against)."""
+        from nbtools._gpus import gpu_type_rules
         from nbtools.trainers import Rehearsal
 
-        return Rehearsal.check(cfg)
+        return Rehearsal.check(cfg) + gpu_type_rules(cfg)
 
     def __repr__(self) -> str:
         return f"LocalBackend({self.cfg.name!r}, dashboard={self.dashboard_url})"

@@ -39,6 +39,7 @@ class RayBackend:
     name = "ray"
     secrets_from = "this-machine"  # read here, delivered in the job's working_dir
     provisions = False  # someone else's cluster: nothing is provisioned
+    first_notebook = "03_launch_grpo"  # the cluster is someone else's: launch on it
     unread_sections = (*LOCAL_SECTIONS, "gcp", "cluster", "storage")  # someone else's cluster
 
     def __init__(self, cfg: Experiment):
@@ -175,11 +176,15 @@ class RayBackend:
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
-        """The one thing the ``ray`` backend needs: the dashboard address (its format is checked for every backend)."""
+        """The dashboard address (its format is checked for every backend), and a GPU whose memory nbtools knows (a
+        cluster nbtools did not make: the fit check needs its capacity)."""
+        from nbtools._gpus import gpu_type_rules
+
+        p = gpu_type_rules(cfg)
         if not cfg.ray.address:
-            return [(("ray.address",), "ray.address: missing for backend 'ray'; fix: set `ray.address: http://<head>:8265` "
-                     "(the Ray dashboard URL)")]
-        return []
+            p.insert(0, (("ray.address",), "ray.address: missing for backend 'ray'; fix: set `ray.address: "
+                         "http://<head>:8265` (the Ray dashboard URL)"))
+        return p
 
     def __repr__(self) -> str:
         return f"RayBackend({self.cfg.name!r}, address={self.dashboard_url})"

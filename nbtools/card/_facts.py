@@ -170,33 +170,20 @@ def _setup(cfg: Any) -> Setup:
     from nbtools import trainers
 
     t = trainers.get(cfg)
-    local = t.miniature
-    c = cfg.cluster
-    trainer, version = t.label, t.version(cfg)
-    if local:
-        image, cluster, gpus = "none (this machine's Python)", f"local: {cfg.rehearsal.ranks} CPU ranks (FSDP2, gloo)", None
-    else:
-        image, gpus = cfg.images.resolved_image, c.total_gpus
-        machine = f" ({c.machine_type})" if c.machine_type else ""
-        cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type}{machine}, backend `{cfg.backend}`"
-        if not cfg.trainer.colocated:
-            cluster += f"; generation on {cfg.trainer.generation_nodes} node(s), not colocated"
+    trainer, version = t.label, t.version()
+    hw = t.hardware()  # image, cluster, GPUs and an example prompt, as the trainer ran
     g = cfg.grpo
     grpo = {"prompts per step": g.num_prompts_per_step, "generations per prompt": g.num_generations_per_prompt,
             "max steps": g.max_num_steps, "learning rate": g.learning_rate, "KL penalty": g.kl_penalty,
             "temperature": g.temperature, "seed": g.seed}
-    rewards, source = _rewards(cfg)
-    example = (("max 3 0 6", cfg.rehearsal.max_new_tokens) if local else
-               ("What is 12 * 13? Put the final answer in \\boxed{}.", g.max_new_tokens or 1024))
-    return Setup(cfg.name, cfg.config_hash(), cfg.backend, trainer, version, image, cluster, gpus, cfg.model.name,
-                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, example, local, t.hub_tag())
+    rewards, source = _rewards(t)
+    return Setup(cfg.name, cfg.config_hash(), cfg.backend, trainer, version, hw.image, hw.cluster, hw.gpus, cfg.model.name,
+                 cfg.data.dataset, cfg.data.validation, grpo, rewards, source, hw.example, hw.rehearsal, t.hub_tag())
 
 
-def _rewards(cfg: Any) -> tuple[list[dict[str, Any]], str]:
-    """(name, weight, normalized, kwargs) per reward, and where the list came from."""
-    from nbtools import trainers
-
-    spec, source = trainers.get(cfg).rewards(cfg)
+def _rewards(trainer: Any) -> tuple[list[dict[str, Any]], str]:
+    """(name, weight, normalized, kwargs) per reward of the run's trainer, and where the list came from."""
+    spec, source = trainer.rewards()
     total = sum(float(x.get("weight", 0)) for x in spec) or 1.0
     return [{"name": str(x.get("name")), "weight": float(x.get("weight", 0)),
              "normalized": float(x.get("weight", 0)) / total, "kwargs": dict(x.get("kwargs") or {})} for x in spec], source

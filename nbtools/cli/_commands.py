@@ -87,11 +87,14 @@ def cmd_down(a) -> Out:
 
 
 def cmd_launch(a) -> Out:
-    from nbtools import launch
+    from nbtools import backends, launch, trainers
 
     cfg = load_cfg(a)
     if a.lint_only:
-        spec, report = launch.build(cfg), launch.lint(cfg, resume=a.resume, ignore_fit=a.ignore_fit)
+        backend = backends.get(cfg)  # each registry asked once, as launch.submit does
+        trainer = trainers.get(cfg, backend)
+        spec = launch.build(cfg, trainer=trainer, backend=backend)
+        report = launch.lint(cfg, trainer=trainer, backend=backend, resume=a.resume, ignore_fit=a.ignore_fit)
         findings = [{**_jsonable(f), "fix": f.cli_fix} for f in report.findings]
         for f in findings:
             del f["cli_fix"]

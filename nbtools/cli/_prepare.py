@@ -37,7 +37,7 @@ def cmd_prepare(a) -> Out:
         a.apply = True
     cfg = load_cfg(a)
     t = trainers.get(cfg)
-    if t.prepare_command(cfg) is None:  # the same decision as the notebook's nbtools.launch.prepare(cfg)
+    if t.prepare_command() is None:  # the same decision as the notebook's nbtools.launch.prepare(cfg)
         note = f"{t.label}: this trainer needs no preparation job: nothing to submit"
         return Out({"experiment": cfg.name, "jobs": [], "data_files": {}, "submitted": False, "note": note}, note)
     specs = verl_prepare.prepare_jobs(cfg)

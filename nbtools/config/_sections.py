@@ -346,6 +346,9 @@ class RehearsalConfig:
     faults: list[FaultConfig] = field(default_factory=list)  # injected faults (tests of stall detection), none by default
 
 
+_PLACES = "_nbtools_backend"  # where an Experiment keeps the backend it built (Experiment._backend)
+
+
 @_paths.tidy_reprs
 @with_config(_STRICTNESS)
 @dataclass(frozen=True)
@@ -422,11 +425,20 @@ class Experiment:
         return self._backend()
 
     def _backend(self):
-        """The backend that derives where things are (contributed by ``nbtools.backends``; see ``_contrib``)."""
-        if CONTRIBUTIONS.place is None:
-            raise NbtoolsError("no backend registry is wired into nbtools.config, so a run's places are unknown",
-                               fix="import the nbtools package (`import nbtools`), which wires it in")
-        return CONTRIBUTIONS.place(self)
+        """The backend that derives where things are (contributed by ``nbtools.backends``; see ``_contrib``), built
+        once per experiment: the derived paths, ``runs_on()`` and ``nbtools.backends.get(cfg)`` all ask that one
+        object (a launch once built it about sixty times, once per ``cfg.log_dir``-like read)."""
+        built = self.__dict__.get(_PLACES)
+        if built is None:
+            if CONTRIBUTIONS.place is None:
+                raise NbtoolsError("no backend registry is wired into nbtools.config, so a run's places are unknown",
+                                   fix="import the nbtools package (`import nbtools`), which wires it in")
+            built = self.__dict__[_PLACES] = CONTRIBUTIONS.place(self)  # the config is frozen: its fields never change
+        return built
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy or a pickle leaves the built backend behind (it may hold a client); the copy builds its own."""
+        return {k: v for k, v in self.__dict__.items() if k != _PLACES}
 
     def config_hash(self, length: int = 10) -> str:
         """Stable hash of everything that defines the run (not the backend-independent source path)."""

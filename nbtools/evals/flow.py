@@ -15,8 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,13 +33,52 @@ __all__ = ["evaluate", "evaluate_model", "models", "local_models", "eval_dir"]
 Which = Literal["baseline", "fine-tuned"]
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """How a trainer's runs are evaluated (its ``eval_plan``): here on the rehearsal's held-out split (``local``),
-    or by the cluster job ``job`` builds; neither where nbtools has no evaluation for that trainer."""
+class ClusterJob:
+    """An evaluation by a Ray job on the cluster: ``build`` makes the job spec of one model; the per-sample results are
+    read back from where the pods wrote them (the bucket on GKE)."""
 
-    local: bool = False
-    job: Callable[..., Any] | None = None
+    def __init__(self, build: Callable[..., Any]):
+        self.build = build
+
+    def models(self, cfg: Experiment, trainer: trainers.Trainer) -> dict[str, str]:
+        return models(cfg, trainer=trainer)
+
+    def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
+            dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
+        spec = self.build(cfg, model, label=f"{label}-{mode}", n=n, temperature=temperature, dataset=dataset,
+                          max_model_len=max_model_len)
+        spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
+        job = spec.submit()
+        job.wait(timeout=timeout)
+        result = collect(job, save_path=cfg.url(spec.save_path))
+        result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
+        result.params["save_path"] = str(cfg.url(spec.save_path))  # where the job wrote the per-problem results
+        result.save(out)
+        return result
+
+
+class HeldOutHere:
+    """The rehearsal's evaluation: on this machine, over its task's held-out split, as it trained (its
+    ``max_new_tokens``); the two models are HF directories here."""
+
+    def models(self, cfg: Experiment, trainer: trainers.Trainer) -> dict[str, str]:
+        return local_models(cfg, trainer=trainer)
+
+    def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
+            dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
+        from nbtools.rehearsal import task
+
+        path = Path(model)
+        if not (path / "config.json").is_file():
+            raise NotFoundError(f"expected {label} as a HF directory at {path}, found nothing",
+                                fix="merge a checkpoint first (notebook 06 / `nbtools merge`) or pass a model directory")
+        result = evaluate_local(
+            path, task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
+            temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
+            batch_size=batch_size, out_dir=out, progress_desc=f"{label} ({mode})",
+        )
+        result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
+        return result
 
 
 def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
@@ -58,13 +97,23 @@ def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperatur
                                max_model_len=max_model_len)
 
 
-# The trainers' eval_plan names (trainers.EvalPlan) -> what this package runs for them; read in one place (_plan).
-PLANS: dict[str, _Plan] = {"held-out-local": _Plan(local=True), "generate-job": _Plan(job=_generate_job),
-                           "run-eval-job": _Plan(job=_run_eval_job)}
+# The evaluators a trainer names (``Trainer.evaluator``, ``module:name``): what notebook 07 runs for its runs.
+HELD_OUT_HERE = HeldOutHere()
+RUN_EVAL_JOB = ClusterJob(_run_eval_job)
+GENERATE_JOB = ClusterJob(_generate_job)
 
 
-def _plan(trainer: trainers.Trainer) -> _Plan:
-    return PLANS.get(trainer.eval_plan, _Plan())
+def evaluator(trainer: trainers.Trainer) -> HeldOutHere | ClusterJob:
+    """The evaluator ``trainer`` names (``Trainer.evaluator``).
+
+    Raises:
+        ConfigError: the trainer names none (nbtools has no evaluation for its runs).
+    """
+    if not trainer.evaluator:
+        raise ConfigError(f"trainer.kind: {trainer.name!r} runs have no evaluation in nbtools; fix: evaluate the "
+                          "merged model with a nemo-rl experiment's run_eval.py on the same cluster")
+    module, _, name = trainer.evaluator.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def eval_dir(cfg: Experiment) -> Path:
@@ -72,7 +121,7 @@ def eval_dir(cfg: Experiment) -> Path:
     return Path(cfg.run_dir) / "eval"
 
 
-def models(cfg: Experiment) -> dict[str, str]:
+def models(cfg: Experiment, *, trainer: trainers.Trainer | None = None) -> dict[str, str]:
     """The two models as the cluster's jobs see them: the baseline and notebook 06's merge.
 
     The rehearsal's baseline is its warm-started policy (``<run_dir>/baseline_hf``); a NeMo-RL run's is
@@ -82,16 +131,16 @@ def models(cfg: Experiment) -> dict[str, str]:
         >>> nbtools.evals.models(cfg)
         {'baseline': 'google/gemma-3-1b-it', 'fine-tuned': '/data/nemo-rl/gemma3-1b-b200/merged_hf'}
     """
-    return {"baseline": _paths.Url(trainers.get(cfg).baseline_model(cfg)), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
+    return {"baseline": _paths.Url((trainer or trainers.get(cfg)).baseline_model()), "fine-tuned": _paths.Url(finetuned_model_path(cfg))}
 
 
-def local_models(cfg: Experiment) -> dict[str, Path]:
+def local_models(cfg: Experiment, *, trainer: trainers.Trainer | None = None) -> dict[str, Path]:
     """The two models of a local rehearsal as HF directories on this machine (checked to exist).
 
     Raises:
         NotFoundError: a directory is missing, with the notebook that creates it.
     """
-    paths = {k: Path(v) for k, v in models(cfg).items()}
+    paths = {k: Path(v) for k, v in models(cfg, trainer=trainer).items()}
     fixes = {"baseline": "run the rehearsal first (notebook 03), which writes baseline_hf",
              "fine-tuned": "run notebook 06 (merge the checkpoint) first"}
     for name, path in paths.items():
@@ -134,8 +183,9 @@ def evaluate(
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
-    model = local_models(cfg)[which] if _plan(trainers.get(cfg)).local else models(cfg)[which]
-    return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset,
+    trainer = trainers.get(cfg)  # asked once: which models, and how they are evaluated
+    model = evaluator(trainer).models(cfg, trainer)[which]
+    return evaluate_model(cfg, str(model), label=which, n=n, temperature=temperature, dataset=dataset, trainer=trainer,
                           max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
 
 
@@ -150,12 +200,14 @@ def evaluate_model(
     max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
+    trainer: trainers.Trainer | None = None,
 ) -> EvalResult:
     """Evaluate any model the way :func:`evaluate` evaluates the run's two (``nbtools evaluate EXPERIMENT MODEL…``):
     a HF directory or Hub id as the cluster's jobs see it (a directory on this machine for the local rehearsal).
 
     The result is saved to ``<run_dir>/eval/<label>_<greedy|sampledN>`` (``label`` without dashes); its
-    ``params["save_path"]`` is where the cluster job wrote the per-problem results.
+    ``params["save_path"]`` is where the cluster job wrote the per-problem results. ``trainer``: the experiment's,
+    where the caller resolved it (default: ``nbtools.trainers.get(cfg)``).
 
     Example:
         >>> evaluate_model(cfg, "/data/nemo-rl/run/merged_step_30", label="step30")
@@ -164,32 +216,6 @@ def evaluate_model(
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
     out = eval_dir(cfg) / f"{label.replace('-', '')}_{mode}"
-    trainer = trainers.get(cfg)
-    plan = _plan(trainer)
-    if plan.local:
-        from nbtools.rehearsal import task
-
-        path = Path(model)
-        if not (path / "config.json").is_file():
-            raise NotFoundError(f"expected {label} as a HF directory at {path}, found nothing",
-                                fix="merge a checkpoint first (notebook 06 / `nbtools merge`) or pass a model directory")
-        result = evaluate_local(
-            path, task.held_out_problems(cfg), reward=list(cfg.rehearsal.reward_functions), n=n,
-            temperature=temperature, max_new_tokens=cfg.rehearsal.max_new_tokens, seed=cfg.grpo.seed,
-            batch_size=batch_size, out_dir=out, progress_desc=f"{label} ({mode})",
-        )
-        result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
-        return result
-    if plan.job is None:
-        raise ConfigError(f"trainer.kind: {trainer.name!r} runs have no evaluation job in nbtools; fix: evaluate the "
-                          "merged model with a nemo-rl experiment's run_eval.py on the same cluster")
-    spec = plan.job(cfg, model, label=f"{label}-{mode}", n=n, temperature=temperature, dataset=dataset,
-                    max_model_len=max_model_len)
-    spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
-    job = spec.submit()
-    job.wait(timeout=timeout)
-    result = collect(job, save_path=cfg.url(spec.save_path))
-    result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
-    result.params["save_path"] = str(cfg.url(spec.save_path))  # where the job wrote the per-problem results
-    result.save(out)
-    return result
+    return evaluator(trainer or trainers.get(cfg)).run(
+        cfg, model, label=label, mode=mode, out=out, n=n, temperature=temperature, dataset=dataset,
+        max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)

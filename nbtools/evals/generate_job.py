@@ -104,7 +104,7 @@ def generate_jobs(cfg: Experiment, *, num_tests_per_prompt: int = 1, temperature
         >>> base_job, tuned_job = generate_jobs(cfg)
     """
     mode = "greedy" if temperature == 0 else f"sampled{num_tests_per_prompt}"
-    models = {"baseline": trainers.get(cfg).baseline_model(cfg), "fine-tuned": finetuned_model_path(cfg)}
+    models = {"baseline": trainers.get(cfg).baseline_model(), "fine-tuned": finetuned_model_path(cfg)}
     return EvalJobs(build_generate_job(cfg, model, label=f"{which}-{mode}", num_tests_per_prompt=num_tests_per_prompt,
                                        temperature=temperature, max_new_tokens=max_new_tokens)
                     for which, model in models.items())

@@ -14,11 +14,11 @@ Example:
 
 from __future__ import annotations
 
+from nbtools._gpus import GPUS, GpuSpec, gpu_spec, gpu_type_rules
 from nbtools.fit._arch import ModelArch, resolve_arch, shipped_models
 from nbtools.fit._estimate import FitInputs, FitReport, estimate, evaluate
 from nbtools.fit._experiment import check, inputs_from_experiment
 from nbtools.fit._generation import GenerationEstimate, generation_estimate
-from nbtools.fit._gpus import GPUS, GpuSpec, gpu_spec, gpu_type_rules
 from nbtools.fit._postmortem import (
     OomFix,
     OomMessage,

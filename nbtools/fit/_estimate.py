@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbtools._escape import html as _h
+from nbtools._gpus import GpuSpec, gpu_spec
 from nbtools.errors import ConfigError
 from nbtools.fit._arch import ModelArch, resolve_arch
 from nbtools.fit._generation import (
@@ -47,7 +48,6 @@ from nbtools.fit._generation import (
     GenerationEstimate,
     generation_estimate,
 )
-from nbtools.fit._gpus import GpuSpec, gpu_spec
 from nbtools.fit._training import TrainingEstimate, training_estimate
 from nbtools.fit._verdict import Verdict
 from nbtools.trainers import FitProfile

@@ -13,26 +13,28 @@ Example:
 from __future__ import annotations
 
 from nbtools import trainers
+from nbtools._gpus import GpuSpec, gpu_spec
 from nbtools.config import Experiment
 from nbtools.fit._arch import resolve_arch
 from nbtools.fit._estimate import FitInputs, FitReport, evaluate
-from nbtools.fit._gpus import GpuSpec, gpu_spec
 from nbtools.fit._verdict import Verdict
 
 __all__ = ["check", "inputs_from_experiment"]
 
 
-def inputs_from_experiment(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> tuple[FitInputs, list[str]] | None:
-    """The :class:`FitInputs` of ``cfg`` and notes, read by its trainer from its own keys (``Trainer.fit_inputs``:
-    NeMo-RL's recipe with the launch's overrides, verl's overrides); None where the run uses no GPU."""
-    read = trainers.get(cfg).fit_inputs(cfg)
+def inputs_from_experiment(cfg: Experiment, *, gpu: str | GpuSpec | None = None,
+                           trainer: trainers.Trainer | None = None) -> tuple[FitInputs, list[str]] | None:
+    """The :class:`FitInputs` of ``cfg`` and notes, read by its trainer (``trainer``, else the registry's) from its own
+    keys (``Trainer.fit_inputs``: NeMo-RL's recipe with the launch's overrides, verl's overrides); None where the run
+    uses no GPU."""
+    read = (trainer or trainers.get(cfg)).fit_inputs()
     if read is None:
         return None
     d, notes = read
     return FitInputs(arch=resolve_arch(cfg.model.name), gpu=gpu_spec(gpu or cfg.cluster.gpu_type), **d), notes
 
 
-def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> FitReport:
+def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None, trainer: trainers.Trainer | None = None) -> FitReport:
     """Will ``cfg``'s GRPO step fit in GPU memory? Training and generation terms, a verdict, the smallest fixes.
 
     The local backend's rehearsal runs on CPU ranks, so there the verdict is ``not-applicable``.
@@ -40,6 +42,7 @@ def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> FitReport:
     Args:
         cfg: the experiment.
         gpu: override ``cluster.gpu_type`` (``h100``, ``h200``, ``b200`` ... or a GKE accelerator name).
+        trainer: the experiment's trainer where the caller resolved it (default: ``nbtools.trainers.get(cfg)``).
 
     Raises:
         NotFoundError: the model's config.json is neither shipped nor reachable (the message names the fix).
@@ -47,7 +50,7 @@ def check(cfg: Experiment, *, gpu: str | GpuSpec | None = None) -> FitReport:
     Example:
         >>> nbtools.fit.check(cfg)        # in notebook 03, before the launch cell
     """
-    read = inputs_from_experiment(cfg, gpu=gpu)
+    read = inputs_from_experiment(cfg, gpu=gpu, trainer=trainer)
     if read is None:
         return _not_applicable(cfg)
     inputs, notes = read

@@ -270,9 +270,9 @@ def postmortem(text: str, cfg: Any) -> OomPostmortem | None:
     Returns None when ``text`` holds no CUDA out-of-memory line. Without ``cfg`` (a log alone) the message's sizes
     are all there is: the result names no term (pass the experiment to get one).
     """
+    from nbtools._gpus import GPUS
     from nbtools.errors import NbtoolsError
     from nbtools.fit._experiment import inputs_from_experiment
-    from nbtools.fit._gpus import GPUS
 
     def sizes_only(note: str) -> OomPostmortem | None:
         msg = parse_oom(text)

@@ -10,7 +10,7 @@ from nbtools.config import GPU_TYPES, Experiment
 from nbtools.gke._step import Step, _join
 from nbtools.manifests import INSTALLER_REF_ANNOTATION, NCCL_INSTALLER_NAMESPACE, nccl_installer_url
 
-__all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "verl_source_steps", "verl_code_dir",
+__all__ = ["build_steps", "context_name", "wi_member", "nccl_installer_url", "source_steps",
            "KUBERAY_HELM_REPO", "PROJECT_NUMBER_LOOKUP"]
 
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
@@ -221,7 +221,7 @@ def build_steps(cfg: Experiment) -> list[Step]:
     if s.kind != "none":
         steps.append(_kubectl_objects_steps(cfg, "storage", f"PV + PVC of the shared {s.mount_path} ({s.kind})",
                                             manifests.storage_objects(cfg), ctx))
-    steps += verl_source_steps(cfg)
+    steps += source_steps(cfg)
     for env, name, key, var in manifests.secret_specs(cfg):
         placeholder = manifests.secrets(cfg)
         obj = next(o for o in placeholder if o["metadata"]["name"] == name)
@@ -247,38 +247,35 @@ def build_steps(cfg: Experiment) -> list[Step]:
     return steps
 
 
-def verl_code_dir(cfg: Experiment) -> str:
-    """Where verl's source sits on the pods (``trainer.code_dir``, default ``<mount>/verl``, tutorial 002's /data/verl)."""
-    return cfg.trainer.code_dir or f"{cfg.storage.mount_path.rstrip('/')}/verl"
+def source_steps(cfg: Experiment) -> list[Step]:
+    """The trainer's source on the bucket where its image has none (``Trainer.code_source``; verl: tutorial 002's
+    "clone verl and upload it to the bucket"), pinned: a release tag fetched here, synced to the bucket.
 
-
-def verl_source_steps(cfg: Experiment) -> list[Step]:
-    """Tutorial 002's "clone verl and upload it to the bucket", pinned: a release tag fetched here, synced to the bucket.
-
-    Both ``verl.trainer.main_ppo`` and the gsm8k preparation ``cd`` into the code dir, and nothing else puts verl
-    there (the image has no checkout). The synced tree carries a ``.nbtools-verl-ref`` marker, so the check reads which
-    release is on the bucket and a new ``trainer.verl_ref`` syncs again. Only for gcsfuse storage (the bucket is the
-    mount); with Lustre, ``nbtools.launch.lint`` asks to copy it there.
+    verl's ``verl.trainer.main_ppo`` and its gsm8k preparation ``cd`` into the code dir, and nothing else puts the
+    source there. The synced tree carries a ``.nbtools-<name>-ref`` marker, so the check reads which release is on the
+    bucket and a new ref syncs again. Only for gcsfuse storage (the bucket is the mount); with Lustre,
+    ``nbtools.launch.lint`` asks to copy it there.
     """
-    t, s = cfg.trainer, cfg.storage
+    s = cfg.storage
     mount = s.mount_path.rstrip("/") + "/"
-    code = verl_code_dir(cfg)
-    if not trainers.trainer_class(t.kind).code_on_storage or s.kind != "gcsfuse" or not s.bucket or not code.startswith(mount):
+    src = trainers.trainer_class(cfg.trainer.kind).code_source(cfg)  # None: the trainer's image holds its code
+    if src is None or s.kind != "gcsfuse" or not s.bucket or not src.code_dir.startswith(mount):
         return []
-    local = cfg.run_dir / "gke" / f"verl-{re.sub(r'[^A-Za-z0-9._-]+', '-', t.verl_ref)}"
-    tree, tmp, marker = f"{local}/verl", f"{local}.tmp", ".nbtools-verl-ref"
+    n, ref, code = src.name, src.ref, src.code_dir
+    local = cfg.run_dir / "gke" / f"{n}-{re.sub(r'[^A-Za-z0-9._-]+', '-', ref)}"
+    tree, tmp, marker = f"{local}/{n}", f"{local}.tmp", f".nbtools-{n}-ref"
     dest = f"gs://{s.bucket}/{code[len(mount):].strip('/')}"
-    fetch = (f"set -euo pipefail; rm -rf {sh(tmp)}; git clone --quiet --depth=1 --branch={sh(t.verl_ref)} "
-             f"{sh(t.verl_repo)} {sh(tmp)}/verl; rm -rf {sh(tmp)}/verl/.git; "
-             f"printf %s {sh(t.verl_ref)} > {sh(tmp)}/verl/{marker}; rm -rf {sh(str(local))}; "
+    fetch = (f"set -euo pipefail; rm -rf {sh(tmp)}; git clone --quiet --depth=1 --branch={sh(ref)} "
+             f"{sh(src.repo)} {sh(tmp)}/{n}; rm -rf {sh(tmp)}/{n}/.git; "
+             f"printf %s {sh(ref)} > {sh(tmp)}/{n}/{marker}; rm -rf {sh(str(local))}; "
              f"mv {sh(tmp)} {sh(str(local))}")
     P = f"--project={cfg.gcp.project}"
     return [
-        Step("verl-fetch", f"verl {t.verl_ref} from {t.verl_repo} into {local} (no .git)", ("bash", "-c", fetch),
-             check=("cat", f"{tree}/{marker}"), expect=(t.verl_ref,)),
-        Step("verl-source", f"verl {t.verl_ref} on the bucket at {dest} = {code} on the pods (cd there to train/prepare)",
+        Step(f"{n}-fetch", f"{n} {ref} from {src.repo} into {local} (no .git)", ("bash", "-c", fetch),
+             check=("cat", f"{tree}/{marker}"), expect=(ref,)),
+        Step(f"{n}-source", f"{n} {ref} on the bucket at {dest} = {code} on the pods (cd there to train/prepare)",
              ("gcloud", "storage", "rsync", "--recursive", "--delete-unmatched-destination-objects", tree, dest, P),
-             check=("gcloud", "storage", "cat", f"{dest}/{marker}", P), expect=(t.verl_ref,)),
+             check=("gcloud", "storage", "cat", f"{dest}/{marker}", P), expect=(ref,)),
     ]
 
 

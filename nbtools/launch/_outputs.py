@@ -113,7 +113,7 @@ def outputs(cfg: Experiment, job=None) -> RunOutputs:
     logs, ckpts = cfg.logs_url, cfg.checkpoints_url
     exp, tb, dumps, steps, problem = None, 0, 0, [], ""
     try:
-        dirs = trainers.get(cfg).output_dirs(cfg)
+        dirs = trainers.get(cfg).output_dirs()
         if storage.exists(logs):
             exp, tb, dumps = _count_dumps(cfg, dirs) if dirs.rollout_dir else _count(logs)
         if storage.exists(ckpts):

@@ -75,7 +75,7 @@ def prepare(cfg: Experiment, *, timeout: float = 3600) -> Preparation:
         NotReadyError: a job still runs at the timeout.
     """
     t = trainers.get(cfg)
-    if t.prepare_command(cfg) is None:
+    if t.prepare_command() is None:
         return Preparation(t.label, note="this trainer needs no preparation job: nothing submitted")
     from nbtools.launch._submit import send
     from nbtools.launch.verl_prepare import prepare_jobs

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 from nbtools.config import Experiment
 from nbtools.errors import Fix, NbtoolsError
-from nbtools.trainers import Finding, LintReport
+from nbtools.trainers import Finding, LintReport, Trainer
 
 __all__ = ["check_fit"]
 
 RULE = "gpu-memory-fit"
 
 
-def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False):
+def check_fit(cfg: Experiment, r: LintReport, *, ignore: bool = False, trainer: Trainer | None = None):
     """Append the fit finding for ``cfg`` to ``r``; returns the :class:`nbtools.fit.FitReport` (None if it could not run)."""
     from nbtools import fit
 
     r.checked.append(RULE)
     try:
-        report = fit.check(cfg)
+        report = fit.check(cfg, trainer=trainer)
     except NbtoolsError as e:
         r.findings.append(Finding(
             "warning", RULE, "model.name",

@@ -62,10 +62,10 @@ def _spec_and_mix(cfg: Experiment) -> tuple[list[dict[str, Any]], Any] | None:
     return [dict(x) for x in cfg.trainer.reward_functions], rewards.check_rewards(cfg)
 
 
-def _real_responses(cfg: Experiment, n: int = 32) -> list[tuple[str, str]]:
+def _real_responses(cfg: Experiment, trainer: Any = None, n: int = 32) -> list[tuple[str, str]]:
     """(response, answer) of the newest step of a previous run in ``cfg.logs_url``, when its answers are known."""
     try:
-        truth = rewards.ground_truth(cfg)
+        truth = rewards.ground_truth(cfg, trainer=trainer)
         if not storage.exists(cfg.logs_url):
             return []
         from nbtools import trajectories
@@ -80,8 +80,9 @@ def _real_responses(cfg: Experiment, n: int = 32) -> list[tuple[str, str]]:
         return []
 
 
-def check_reward_contract(cfg: Experiment, r: LintReport, *, severity: str = "blocking") -> None:
-    """Append a ``reward-contract`` finding to ``r`` when the rewards cannot score what the prompt asks for."""
+def check_reward_contract(cfg: Experiment, r: LintReport, *, severity: str = "blocking", trainer: Any = None) -> None:
+    """Append a ``reward-contract`` finding to ``r`` when the rewards cannot score what the prompt asks for
+    (``trainer``: the run's, where the caller resolved it)."""
     if severity == "off":
         return
     r.checked.append(RULE)
@@ -94,7 +95,7 @@ def check_reward_contract(cfg: Experiment, r: LintReport, *, severity: str = "bl
     spec, mix = got
     asks = asked_format(cfg)
     problems = [(p.prompt, p.ground_truth) for p in _task_problems(cfg)] or list(health.SAMPLE_PROBLEMS)
-    result = health.reward_contract(spec, asks=asks, problems=problems, real=_real_responses(cfg), mix=mix)
+    result = health.reward_contract(spec, asks=asks, problems=problems, real=_real_responses(cfg, trainer), mix=mix)
     if result.ok:
         return
     key = "rehearsal.reward_functions" if _rehearsal_task(cfg) else "trainer.reward_functions"

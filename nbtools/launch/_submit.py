@@ -72,7 +72,7 @@ def metadata_for(cfg: Experiment, trainer: trainers.Trainer, *, role: str = "tra
         "nbtools.backend": cfg.backend,
         "nbtools.role": role,
         "nbtools.trainer": trainer.name,
-        **trainer.metadata(cfg),  # a cluster trainer's image, release and directories; none for the CPU rehearsal
+        **trainer.metadata(),  # a cluster trainer's image, release and directories; none for the CPU rehearsal
     }
 
 
@@ -91,7 +91,7 @@ def build(cfg: Experiment, *, trainer: trainers.Trainer | None = None,
 
 def build_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backend) -> LaunchSpec:
     """:func:`build` with the trainer and backend the caller resolved once."""
-    job = trainer.job(cfg)
+    job = trainer.job()
     env = {"env_vars": env_vars_for(cfg, trainer, backend), **job.runtime_env}
     secrets = backend.job_secrets() if job.secrets else {}
     entry = (secrets_prelude() if secrets else "") + job.command

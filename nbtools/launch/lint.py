@@ -126,22 +126,24 @@ def lint_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.Backe
     resume = cfg.trainer.resume if resume is None else resume
     _checkpoints(cfg, r, existing_steps, resume)
     _secrets(cfg, r, backend)
-    check_reward_contract(cfg, r, severity=reward_contract)
-    if trainer.miniature:  # the CPU rehearsal: no GPUs, pods, images or NeMo-RL keys
-        return r
-    _dirs(cfg, r)
-    _gpus(cfg, r, cluster_gpus, backend)
-    _nccl_net(cfg, r)
-    r.checked.append("ray-version")
-    if client_ray_version is None:
-        import ray
+    check_reward_contract(cfg, r, severity=reward_contract, trainer=trainer)
 
-        client_ray_version = ray.__version__
-    f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by(cfg))
-    if f:
-        r.findings.append(f)
-    trainer.lint(cfg, r, code_present=code_present)
-    check_fit(cfg, r, ignore=ignore_fit)
+    def cluster_checks() -> None:  # what every job on a GPU cluster gets; the trainer calls it (the rehearsal does not)
+        nonlocal client_ray_version
+        _dirs(cfg, r)
+        _gpus(cfg, r, cluster_gpus, backend)
+        _nccl_net(cfg, r)
+        r.checked.append("ray-version")
+        if client_ray_version is None:
+            import ray
+
+            client_ray_version = ray.__version__
+        f = ray_compatibility(client_ray_version, cfg.images.resolved_ray_version, pinned_by=trainer.ray_pinned_by())
+        if f:
+            r.findings.append(f)
+        check_fit(cfg, r, ignore=ignore_fit, trainer=trainer)
+
+    trainer.lint(r, code_present=code_present, cluster_checks=cluster_checks)
     return r
 
 

@@ -65,10 +65,13 @@ def get(name: str, *, backend: str | None = None, **changes: Any) -> Experiment:
 
 def to_yaml(name: str) -> str:
     """The recipe as an experiment YAML (``experiments/<name>.yaml`` is exactly this; save a copy to edit it)."""
-    nb = "03_launch_grpo" if RECIPES[name].get("backend") == "ray" else "01_provision_gke"
+    from nbtools import backends
+
+    backend = RECIPES[name].get("backend", "gke")
+    nb = backends.backend_class(backend).first_notebook
     head = (f"# {name}: {NOTES.get(name, '')}\n"
             f"# Run it:  nbtools launch experiments/{name}.yaml --lint-only; then notebooks/{nb}.ipynb with "
-            f"BACKEND=\"{RECIPES[name].get('backend', 'gke')}\", CONFIG=\"../experiments/{name}.yaml\"\n")
+            f"BACKEND=\"{backend}\", CONFIG=\"../experiments/{name}.yaml\"\n")
     return head + yaml.safe_dump(RECIPES[name], sort_keys=False)
 
 

@@ -66,7 +66,7 @@ def env_vars_for(cfg: Experiment, trainer: trainers.Trainer, backend: backends.B
     """:func:`env_vars` with the trainer and backend the caller resolved once."""
     _refuse_secrets(cfg.trainer.env_vars)
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1", **backend.job_env()}
-    env.update(trainer.job_env(cfg))  # a cluster trainer's HF_HOME (the shared cache) included
+    env.update(trainer.job_env())  # a cluster trainer's HF_HOME (the shared cache) included
     if "NCCL_NET_PLUGIN" in cfg.trainer.env_vars and "NCCL_NET" not in cfg.trainer.env_vars:
         env.pop("NCCL_NET", None)  # the user names the network library (tutorial 002): see NET_CHOICE
     env.update(cfg.trainer.env_vars)

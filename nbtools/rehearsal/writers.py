@@ -182,7 +182,7 @@ class VerlWriter:
     def __init__(self, cfg: Experiment, rank: int, world: int, say):
         self.cfg, self.rank, self.world, self.say = cfg, rank, world, say
         # the imitated trainer's directories (its folder, through the registry's table: the rehearsal sits below it)
-        self.dirs = _trainer_folders.folder(cfg.trainer.kind).TRAINER(cfg).output_dirs(cfg)
+        self.dirs = _trainer_folders.folder(cfg.trainer.kind).TRAINER(cfg).output_dirs()
         self.data_source = cfg.data.dataset
         self.saved: list[int] = []  # this process's saves (verl's previous_saved_paths)
         self.writer = None

@@ -233,7 +233,7 @@ def _rule(cfg: Experiment | None, leave_one_out: bool | None, normalize: bool | 
     """The trainer's advantage rule (``trainers.get(cfg).advantage_rule``); what the caller passes wins and means
     NeMo-RL's rule (leave-one-out or group mean)."""
     if cfg is not None and leave_one_out is None:
-        rule = _trainer_folders.job_trainer(cfg).advantage_rule(cfg)
+        rule = _trainer_folders.job_trainer(cfg).advantage_rule()
         return rule if normalize is None else AdvantageRule(rule.baseline, bool(normalize))
     loo = leave_one_out if leave_one_out is not None else (cfg.grpo.use_leave_one_out_baseline if cfg else True)
     norm = normalize if normalize is not None else (cfg.grpo.normalize_rewards if cfg else True)

@@ -17,25 +17,27 @@ from nbtools.errors import Fix, NotFoundError
 __all__ = ["trained_with", "ground_truth"]
 
 
-def _rehearsal_task(cfg: Experiment) -> bool:
+def _rehearsal_task(cfg: Experiment, trainer: Any = None) -> bool:
     """True when the run trained the rehearsal's generated task (locally, or a stand-in trainer on a cluster)."""
-    return _trainer_folders.job_trainer(cfg).miniature or cfg.data.dataset == cfg.rehearsal.task
+    return (trainer or _trainer_folders.job_trainer(cfg)).trained_task() == cfg.rehearsal.task
 
 
-def trained_with(cfg: Experiment) -> list[dict[str, Any]]:
-    """The run's ``reward_functions`` in NeMo-RL's YAML shape (``[{name, weight, kwargs}]``).
+def trained_with(cfg: Experiment, *, trainer: Any = None) -> list[dict[str, Any]]:
+    """The run's ``reward_functions`` in NeMo-RL's YAML shape (``[{name, weight, kwargs}]``); ``trainer``: the run's
+    trainer where the caller resolved it (``nbtools.trainers.get(cfg)``; default: asked here).
 
     Example:
         >>> nbtools.rewards.trained_with(cfg)
         [{'name': 'format', 'weight': 0.2}, {'name': 'exact_alnum', 'weight': 0.8}]
     """
-    if _rehearsal_task(cfg):
+    trainer = trainer or _trainer_folders.job_trainer(cfg)
+    if _rehearsal_task(cfg, trainer):
         return [dict(x) for x in cfg.rehearsal.reward_functions]
-    return _trainer_folders.job_trainer(cfg).rescore_mix(cfg)
+    return trainer.rescore_mix()
 
 
-def ground_truth(cfg: Experiment) -> Callable[[str], str]:
-    """A ``prompt -> answer`` function for the run's training data.
+def ground_truth(cfg: Experiment, *, trainer: Any = None) -> Callable[[str], str]:
+    """A ``prompt -> answer`` function for the run's training data (``trainer``: as in :func:`trained_with`).
 
     Raises:
         NotFoundError: the dataset's answers are not known here (pass your own function or column instead).
@@ -45,7 +47,7 @@ def ground_truth(cfg: Experiment) -> Callable[[str], str]:
         >>> truth("<|user|> max 3 0 6 <|assistant|>")
         '6'
     """
-    if _rehearsal_task(cfg):
+    if _rehearsal_task(cfg, trainer):
         return ground_truth_for
     raise NotFoundError(
         f"the answers of dataset {cfg.data.dataset!r} are not in the run's trajectories (NeMo-RL does not log them)",

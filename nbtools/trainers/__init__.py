@@ -8,7 +8,7 @@ are evaluated, and the facts a model card states; no module outside this package
 
 Example:
     >>> trainer = nbtools.trainers.get(cfg)
-    >>> trainer.job(cfg).command
+    >>> trainer.job().command
     'cd /opt/nemo-rl && python -u examples/run_grpo.py --config ...'
 """
 
@@ -24,7 +24,8 @@ from nbtools.trainers._fit import FitProfile
 from nbtools.trainers._protocol import (
     AdvantageRule,
     CodePresent,
-    EvalPlan,
+    CodeSource,
+    Hardware,
     Layout,
     OutputDirs,
     RunLayout,
@@ -35,7 +36,7 @@ from nbtools.trainers._rehearsal import REHEARSAL_METRICS, Rehearsal
 from nbtools.trainers._tree import config_tree, known_configs
 
 __all__ = [
-    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "EvalPlan", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
+    "REGISTRY", "AdvantageRule", "Trainer", "TrainerJob", "FitProfile", "CodeSource", "Hardware", "Layout", "OutputDirs", "CodePresent", "Finding", "LintReport", "Severity", "METRIC_NAMES", "METRIC_PREFIXES", "CONSOLE_LOG_FAMILY", "CITATIONS", "get",
     "names", "checks", "REHEARSAL_METRICS", "describe", "trainer_class", "config_tree", "known_configs", "register",
     "layouts", "layout", "RunLayout", "Rehearsal",
 ]
@@ -97,7 +98,8 @@ def get(cfg: Experiment, backend=None) -> Trainer:
         >>> nbtools.trainers.get(cfg).label
         'NeMo-RL'
     """
-    return (backend if backend is not None else cfg.runs_on()).job_trainer(trainer_class(cfg.trainer.kind)(cfg))  # as _trainer_folders.job_trainer
+    trainer = trainer_class(cfg.trainer.kind)(cfg)
+    return (backend if backend is not None else cfg.runs_on()).job_trainer(trainer)  # as _trainer_folders.job_trainer
 
 
 def checks(cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:

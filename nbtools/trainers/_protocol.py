@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from nbtools.rewards import AdvantageRule  # the data it describes lives with the advantages
 
@@ -12,15 +12,10 @@ if TYPE_CHECKING:
     from nbtools.config import Experiment
     from nbtools.trainers._findings import LintReport
 
-__all__ = ["Trainer", "TrainerJob", "EvalPlan", "CodePresent", "Layout", "RunLayout", "OutputDirs", "AdvantageRule",
-           "cluster_metadata", "cluster_env"]
+__all__ = ["Trainer", "TrainerJob", "CodePresent", "CodeSource", "Hardware", "Layout", "RunLayout", "OutputDirs",
+           "AdvantageRule", "cluster_metadata", "cluster_env", "cluster_hardware"]
 
 CodePresent = bool | Callable[[str], bool] | None  # whether the trainer's source is at a path on the pods
-
-# How notebook 07 evaluates a run of this trainer: on this machine over the held-out split, as a job of NeMo-RL's
-# run_eval.py on the cluster, as vLLM generations over the experiment's test split on the cluster
-# (nbtools.evals.vllm_generate), or not at all (the message names the fix).
-EvalPlan = Literal["held-out-local", "run-eval-job", "generate-job", "none"]
 
 # Which trainer's files a run leaves (what the local rehearsal writes in its place, and what the readers find): the
 # name of a registered :class:`RunLayout` (NeMo-RL's exp_NNN / step_N, verl's global_step_N / {step}.jsonl dumps).
@@ -69,6 +64,28 @@ class OutputDirs:
 
 
 @dataclass(frozen=True)
+class CodeSource:
+    """A trainer's source the pods run from the shared storage (its image holds no checkout): a git repository at a
+    ref, copied to ``code_dir`` by the provisioning plan (the steps ``<name>-fetch`` and ``<name>-source``)."""
+
+    name: str
+    repo: str
+    ref: str
+    code_dir: str  # as the pods see it
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What a trainer's runs ran on and in, as a model card states it."""
+
+    image: str
+    cluster: str
+    gpus: int | None  # None: no GPUs (no GPU-hours)
+    example: tuple[str, int]  # a prompt for the card's loading snippet, and its max_new_tokens
+    rehearsal: bool = False  # nbtools' CPU rehearsal (the card describes a miniature run and its own LR schedule)
+
+
+@dataclass(frozen=True)
 class TrainerJob:
     """The trainer's part of a Ray job: its command, files for the working_dir, and runtime_env additions."""
 
@@ -87,68 +104,82 @@ class Trainer(Protocol):
         name: the ``trainer.kind`` it is registered under (the rehearsal, which the local backend runs, has its own).
         release: the release it is (``v0.7.0``), or ``""`` where the release is nbtools' own.
         label: how a model card or a table names it.
-        miniature: True for the CPU stand-in on this machine (no GPUs, images, pods or fit estimate).
-        eval_plan: how its runs are evaluated (:data:`EvalPlan`).
-        code_on_storage: its source runs from the shared storage (copied there by the provisioning plan).
+        evaluator: ``module:name`` of the ``nbtools.evals`` evaluator notebook 07 runs for its runs (here on the
+            held-out split, NeMo-RL's run_eval.py job, vLLM generations over the test split), imported by the evals;
+            None where nbtools has no evaluation for it (the evals say what to do instead).
         metric_family: the key of its scalar names in ``trainers.METRIC_NAMES`` (its layout's name).
         layout: which trainer's files its runs leave: a :class:`RunLayout`'s name (``trainers.layout(name)``).
         citation: ``(name, BibTeX)`` a model card cites.
+        cfg: the experiment it was built for (``nbtools.trainers.get(cfg)``); the verbs read it, so none takes it
+            again (``check`` and ``code_source``, asked of the class before any experiment is valid, do).
     """
 
     name: str
     release: str
     label: str
-    miniature: bool
-    eval_plan: EvalPlan
-    code_on_storage: bool
+    evaluator: str | None
     metric_family: str
     layout: Layout
+    cfg: Experiment
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
         """Configuration problems only this trainer has: (the keys each reads, the message naming key, value and fix);
         ``config.load`` reports them with everything else."""
 
-    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+    def output_dirs(self) -> OutputDirs:
         """Where its runs write (log, checkpoint, TensorBoard and dump directories), as the jobs see them."""
 
-    def job(self, cfg: Experiment) -> TrainerJob:
+    def job(self) -> TrainerJob:
         """The command (and files, runtime_env) of the training job."""
 
-    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]] | None:
+    def fit_inputs(self) -> tuple[dict[str, Any], list[str]] | None:
         """The GPU memory fit's inputs read from this trainer's own keys (``nbtools.fit.FitInputs`` fields, with a
         ``profile``: a :class:`FitProfile`) and notes; None where it runs on no GPU (the CPU rehearsal)."""
 
-    def prepare_command(self, cfg: Experiment) -> str | None:
+    def prepare_command(self) -> str | None:
         """The command of a data-preparation job run before training, or None where the trainer needs none."""
 
-    def job_env(self, cfg: Experiment) -> dict[str, str]:
+    def job_env(self) -> dict[str, str]:
         """Environment variables the trainer's job needs (never secrets; a cluster trainer: the shared HF_HOME too)."""
 
-    def metadata(self, cfg: Experiment) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         """Job metadata besides name/hash/backend/role (a cluster trainer: image, release, where it writes)."""
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: CodePresent = None) -> None:
-        """Add the trainer's own findings (its keys, versions, source) to ``report``."""
+    def lint(self, report: LintReport, *, code_present: CodePresent = None,
+             cluster_checks: Callable[[], None] | None = None) -> None:
+        """Add the trainer's own findings (its keys, versions, source) to ``report``; a trainer whose jobs run on a
+        GPU cluster first calls ``cluster_checks`` (launch's directories, GPUs, NCCL network, Ray version and memory
+        fit), which the CPU rehearsal has none of."""
 
-    def ray_pinned_by(self, cfg: Experiment) -> str:
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        """The source the provisioning plan must put on the shared storage, or None where the image holds it."""
+
+    def trained_task(self) -> str:
+        """The dataset its runs trained on (the rehearsal: its generated task, whatever ``data.dataset`` says)."""
+
+    def hardware(self) -> Hardware:
+        """The image, cluster and GPUs its runs used, and an example prompt, for the model card."""
+
+    def ray_pinned_by(self) -> str:
         """What pins the cluster's Ray version (named in the ray-version finding)."""
 
-    def baseline_model(self, cfg: Experiment) -> str:
+    def baseline_model(self) -> str:
         """The model a run starts from, as the cluster's jobs see it."""
 
-    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
+    def rewards(self) -> tuple[list[dict[str, Any]], str]:
         """The reward functions the run scored with (NeMo-RL's ``[{name, weight, kwargs}]``) and where they came
         from (for the model card)."""
 
-    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         """How this trainer's runs computed advantages (``rewards.rescore`` recomputes them the same way)."""
 
-    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
+    def rescore_mix(self) -> list[dict[str, Any]]:
         """The run's reward mix as nbtools' registered rewards (``[{name, weight, kwargs}]``), so
         ``rewards.rescore`` reproduces what the trainer scored; a NotFoundError when nbtools has no such reward."""
 
-    def version(self, cfg: Experiment) -> str:
+    def version(self) -> str:
         """The release as a card shows it."""
 
     def hub_tag(self) -> str:
@@ -159,6 +190,18 @@ def cluster_metadata(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:
     """A cluster trainer's job metadata: the image, the trainer's own entries, then where the run writes."""
     return {"nbtools.image": cfg.images.resolved_image, **own, "nbtools.log_dir": cfg.log_dir,
             "nbtools.checkpoint_dir": cfg.checkpoint_dir}
+
+
+def cluster_hardware(cfg: Experiment) -> Hardware:
+    """A cluster trainer's hardware: the image, the worker nodes (and the generation nodes when not colocated), a
+    MATH-style example prompt."""
+    c = cfg.cluster
+    machine = f" ({c.machine_type})" if c.machine_type else ""
+    cluster = f"{c.worker_replicas} × {c.gpus_per_node} {c.gpu_type}{machine}, backend `{cfg.backend}`"
+    if not cfg.trainer.colocated:
+        cluster += f"; generation on {cfg.trainer.generation_nodes} node(s), not colocated"
+    example = ("What is 12 * 13? Put the final answer in \\boxed{}.", cfg.grpo.max_new_tokens or 1024)
+    return Hardware(cfg.images.resolved_image, cluster, c.total_gpus, example)
 
 
 def cluster_env(cfg: Experiment, own: dict[str, str]) -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, Trainer, TrainerJob
+from nbtools.trainers._protocol import AdvantageRule, CodeSource, Hardware, OutputDirs, Trainer, TrainerJob
 
 __all__ = ["Rehearsal", "REHEARSAL_METRICS"]
 
@@ -31,9 +31,7 @@ class Rehearsal:
 
     name = "rehearsal"
     release = ""
-    miniature = True
-    eval_plan = "held-out-local"
-    code_on_storage = False
+    evaluator = "nbtools.evals.flow:HELD_OUT_HERE"  # on this machine, over the task's held-out split
 
     def __init__(self, cfg: Experiment, imitates: Trainer):
         self.cfg = cfg
@@ -42,9 +40,9 @@ class Rehearsal:
         self.metric_family = imitates.metric_family  # it logs that trainer's scalar names
         self.layout = imitates.layout
 
-    def output_dirs(self, cfg: Experiment) -> OutputDirs:
+    def output_dirs(self) -> OutputDirs:
         """The imitated trainer's directories (the local backend places log_dir and checkpoint_dir under run_dir)."""
-        return self.imitates.output_dirs(cfg)
+        return self.imitates.output_dirs()
 
     @classmethod
     def check(cls, cfg: Experiment) -> list[tuple[tuple[str, ...], str]]:
@@ -76,47 +74,58 @@ class Rehearsal:
                           f"save would fail; fix: e.g. `metric_name: {kind}:{close[0] if close else REHEARSAL_METRICS[kind][0]}`"))
         return p
 
-    def fit_inputs(self, cfg: Experiment) -> None:
+    def fit_inputs(self) -> None:
         """None: the rehearsal trains on CPU ranks, so there is no GPU memory to fit."""
         return None
 
-    def job(self, cfg: Experiment) -> TrainerJob:
+    def job(self) -> TrainerJob:
         from nbtools import rehearsal
 
-        return TrainerJob(rehearsal.entrypoint(cfg), secrets=False)
+        return TrainerJob(rehearsal.entrypoint(self.cfg), secrets=False)
 
-    def prepare_command(self, cfg: Experiment) -> str | None:
+    def prepare_command(self) -> str | None:
         return None
 
-    def job_env(self, cfg: Experiment) -> dict[str, str]:
+    def job_env(self) -> dict[str, str]:
         return {}
 
-    def metadata(self, cfg: Experiment) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         return {}
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
-        """Nothing of a cluster to check: no GPUs, pods, images or NeMo-RL keys."""
+    def lint(self, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        """Nothing of a cluster to check (``cluster_checks`` is not called): no GPUs, pods, images or NeMo-RL keys."""
 
-    def ray_pinned_by(self, cfg: Experiment) -> str:
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        return None  # nbtools' own code, on this machine
+
+    def trained_task(self) -> str:
+        return self.cfg.rehearsal.task
+
+    def hardware(self) -> Hardware:
+        return Hardware("none (this machine's Python)", f"local: {self.cfg.rehearsal.ranks} CPU ranks (FSDP2, gloo)", None,
+                        ("max 3 0 6", self.cfg.rehearsal.max_new_tokens), rehearsal=True)
+
+    def ray_pinned_by(self) -> str:
         return "this environment"
 
-    def baseline_model(self, cfg: Experiment) -> str:
+    def baseline_model(self) -> str:
         from nbtools.rehearsal import task
 
-        return str(task.baseline_dir(cfg))
+        return str(task.baseline_dir(self.cfg))
 
-    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
-        return [dict(x) for x in cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
+    def rewards(self) -> tuple[list[dict[str, Any]], str]:
+        return [dict(x) for x in self.cfg.rehearsal.reward_functions], "rehearsal.reward_functions"
 
-    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         """NeMo-RL's rule with the experiment's settings (``rehearsal/trainer.py`` computes ``group_advantages``)."""
-        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
-                             cfg.grpo.normalize_rewards)
+        return AdvantageRule("leave_one_out" if self.cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             self.cfg.grpo.normalize_rewards)
 
-    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
-        return [dict(x) for x in cfg.rehearsal.reward_functions]
+    def rescore_mix(self) -> list[dict[str, Any]]:
+        return [dict(x) for x in self.cfg.rehearsal.reward_functions]
 
-    def version(self, cfg: Experiment) -> str:
+    def version(self) -> str:
         import nbtools
 
         return f"nbtools {nbtools.__version__}"

@@ -475,3 +475,13 @@ def test_an_override_that_is_not_yaml_names_its_key_and_the_fix_without_its_valu
     assert code == 1 and d["type"] == "ConfigError" and "secret-ish" not in out
     assert d["problems"][0].startswith("grpo.seed=…: not valid YAML: line 1, column ") and "the file" not in out
     assert d["fix"] == "write a plain value, or quote it as a string: grpo.seed='…'"
+
+
+def test_launch_lint_only_asks_the_trainers_registry_once(run, monkeypatch):
+    """``nbtools launch --lint-only`` builds the job and lints it with one trainer (it asked the registry twice)."""
+    import nbtools
+
+    asked, real = [], nbtools.trainers.get
+    monkeypatch.setattr(nbtools.trainers, "get", lambda *a, **k: asked.append(a) or real(*a, **k))
+    code, out, _ = run("launch", LOCAL, "--lint-only", "--json")
+    assert code == 0 and one_json(out)["ok"] and len(asked) == 1

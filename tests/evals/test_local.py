@@ -150,3 +150,19 @@ def test_text_generation_is_a_quiet_transformers_pipeline(tiny, capsys):
     out = generate(prompt, max_new_tokens=4, do_sample=False, return_full_text=False)[0]["generated_text"]
     expected = evaluate_local(tiny, _problems(1), reward=_first_token, max_new_tokens=4).table["response"].iloc[0]
     assert out.split() == expected.split()[:len(out.split())] and out.strip()
+
+
+def test_evaluate_asks_the_trainers_registry_once(tmp_path, monkeypatch):
+    """``evaluate`` resolves the trainer once and passes it to the model paths and the evaluator (it asked three
+    times: the plan, the baseline's path, the evaluation)."""
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path / "runs"))
+    cfg = nbtools.config.load(REPO / "experiments" / "local.yaml", backend="local")
+    for d in ("baseline_hf", "merged_hf"):
+        (cfg.run_dir / d).mkdir(parents=True)
+        (cfg.run_dir / d / "config.json").write_text("{}")
+    asked, real = [], nbtools.trainers.get
+    monkeypatch.setattr(nbtools.trainers, "get", lambda *a, **k: asked.append(a) or real(*a, **k))
+    ran = []
+    monkeypatch.setattr(nbtools.evals.flow.HELD_OUT_HERE, "run", lambda c, model, **kw: ran.append(model) or "result")
+    assert nbtools.evals.evaluate(cfg, "fine-tuned") == "result"
+    assert ran == [str(cfg.run_dir / "merged_hf")] and len(asked) == 1

@@ -46,7 +46,7 @@ def test_gsm8k_rule_is_verls(response, truth, want):
 
 def test_the_eval_plan_builds_one_job_per_model_on_the_test_split():
     cfg = _cfg()
-    assert trainers.get(cfg).eval_plan == "generate-job"
+    assert evals.flow.evaluator(trainers.get(cfg)) is evals.flow.GENERATE_JOB
     base, tuned = evals.generate_jobs(cfg)
     assert base.entrypoint.startswith("python3 -u -m nbtools.evals.vllm_generate --data /data/gsm8k/test.parquet "
                                       "--model Qwen/Qwen2.5-32B-Instruct --save-path ")

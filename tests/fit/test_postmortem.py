@@ -161,7 +161,7 @@ def test_the_trainer_states_its_actor_and_its_keys_and_the_fit_follows_them(tmp_
 
     row = _row("fit_calibration_h100x2_boundary.json", "google--gemma-3-1b-it", 4, 4096, True)
     cfg = config.load(_experiment(tmp_path, micro=4, seq=4096, ac=True))
-    inputs, _ = trainers.get(cfg).fit_inputs(cfg)
+    inputs, _ = trainers.get(cfg).fit_inputs()
     assert inputs["profile"].trainer == trainers.get(cfg).name and inputs["profile"].calibrated
     i = fit.inputs_from_experiment(cfg, gpu="h100")[0]
     mine = dataclasses.replace(i.profile, trainer="other", bf16_logits=True, tokens_upper_bound=True,

@@ -33,7 +33,7 @@ def test_the_sim_runs_nbtools_verl_commands_on_the_stand_in(tmp_path):
         prep = _sh(verl_prepare.data_job(cfg).entrypoint, {}, tmp_path)
         assert prep.returncode == 0 and "(verl test double) wrote" in prep.stdout, prep.stderr[-2000:]
         assert (sim.data_dir / "gsm8k" / "train.parquet").is_file() and (sim.data_dir / "gsm8k" / "test.parquet").is_file()
-        run = _sh(t.job(cfg).command, t.job_env(cfg), tmp_path)
+        run = _sh(t.job().command, t.job_env(), tmp_path)
         assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
         assert "(verl test double) verl v0.7.0 verl.trainer.main_ppo: TaskRunner" in run.stdout and "step:2 - " in run.stdout
         root = sim.data_dir / "verl-runs" / cfg.name

@@ -66,10 +66,10 @@ def _job(cfg: config.Experiment, tmp_path: Path, *, transfer_queue: bool = True)
     """The training job as the pods run it: its command in a shell with the trainer's env, config-only."""
     t = trainers.get(cfg)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN")}
-    env.update(t.job_env(cfg), VERL_SIM_CONFIG_ONLY="1", HYDRA_FULL_ERROR="0")
+    env.update(t.job_env(), VERL_SIM_CONFIG_ONLY="1", HYDRA_FULL_ERROR="0")
     if transfer_queue:
         env["PYTHONPATH"] += os.pathsep + str(transfer_queue_image(tmp_path / "image-site"))
-    return subprocess.run(["sh", "-c", t.job(cfg).command], capture_output=True, text=True, env=env, timeout=300,
+    return subprocess.run(["sh", "-c", t.job().command], capture_output=True, text=True, env=env, timeout=300,
                           cwd=tmp_path)
 
 
@@ -162,9 +162,9 @@ def test_the_stand_in_trains_and_writes_where_verl_does(tmp_path, tag, dumps):
     write_verl_checkout(cfg.trainer.code_dir, tag, rehearsal_config=_image_rehearsal(tmp_path))
     t = trainers.get(cfg)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN", "NBTOOLS_RUNS_DIR")}
-    env.update(t.job_env(cfg))
+    env.update(t.job_env())
     env["PYTHONPATH"] += os.pathsep + str(transfer_queue_image(tmp_path / "image-site"))  # v0.9.0's image has it
-    r = subprocess.run(["sh", "-c", t.job(cfg).command], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    r = subprocess.run(["sh", "-c", t.job().command], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     ckpt, logs = tmp_path / "exp" / "checkpoints", tmp_path / "exp" / "logs"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"

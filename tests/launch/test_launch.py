@@ -373,3 +373,52 @@ def test_submit_resolves_the_trainer_and_the_backend_once(monkeypatch):
     assert calls == {"trainers": 1, "backends": 1}
     assert spec.metadata["nbtools.image"] == cfg.images.resolved_image  # the trainer's metadata, not a branch
     assert spec.runtime_env["env_vars"]["HF_HOME"] == cfg.storage.hf_home
+
+
+@pytest.mark.parametrize("experiment", ["local.yaml", "gke-b200-gemma3-1b.yaml", "gke-b200-verl.yaml"])
+def test_one_submit_builds_one_backend_and_one_trainer(experiment, tmp_path, monkeypatch):
+    """The whole of ``launch.submit`` (build, lint with every rule, send), counted by constructions: one backend object
+    and one trainer (plus, on the local backend, the one rehearsal that stands in for it). Before, every
+    ``cfg.log_dir``-like read built a backend (6 on local, 60 on a gke NeMo-RL launch, 29 on verl) and the fit and
+    reward-contract rules asked the trainers' registry again."""
+    from nbtools import backends, jobs, trainers
+
+    monkeypatch.setenv("NBTOOLS_RUNS_DIR", str(tmp_path))
+    built: dict[str, int] = {}
+
+    def counted(cls, label):
+        real = cls.__init__
+
+        def init(self, *args, **kwargs):
+            built[label] = built.get(label, 0) + 1
+            real(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "__init__", init)
+
+    for name in backends.names():
+        counted(backends.backend_class(name), "backend")
+    for kind in trainers.names():
+        counted(trainers.trainer_class(kind), "trainer")
+    counted(trainers.Rehearsal, "rehearsal")
+    monkeypatch.setattr(jobs, "attach", lambda *a, **k: (_ for _ in ()).throw(NotFoundError("no such job")))
+    sent = []
+    monkeypatch.setattr(jobs, "submit", lambda address, **kw: sent.append(kw) or "job")
+    local = experiment == "local.yaml"
+    cfg = load(ROOT / "experiments" / experiment, **({"backend": "local"} if local else {}))
+    kw = {} if local else {"cluster_gpus": cfg.cluster.total_gpus, "existing_steps": []}
+    built.clear()
+    assert nbtools.launch.submit(cfg, **kw) == "job" and len(sent) == 1
+    assert built == ({"backend": 1, "trainer": 1, "rehearsal": 1} if local else {"backend": 1, "trainer": 1})
+
+
+def test_the_experiment_builds_its_backend_once():
+    """``cfg.runs_on()``, the derived paths and ``backends.get(cfg)`` share one object; options build one of their
+    own; a copy leaves it behind (it may hold a client) and builds its own."""
+    import copy
+
+    cfg = _cfg("tutorial-000-gemma3-1b-it")
+    b = nbtools.backends.get(cfg)
+    assert b is cfg.runs_on() is nbtools.backends.get(cfg) and cfg.log_dir == b.log_dir
+    assert nbtools.backends.get(cfg, context="other") is not b
+    twin = copy.deepcopy(cfg)
+    assert twin == cfg and twin.runs_on() is not b and twin.runs_on().cfg is twin
+    assert cfg.replace(**{"grpo.max_num_steps": 3}).runs_on() is not b

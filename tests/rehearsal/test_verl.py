@@ -60,12 +60,12 @@ def run(tmp_path_factory):
 def test_the_trainer_registry_chooses_verls_layout():
     cfg = nbtools.config.load(CONFIG)
     t = nbtools.trainers.get(cfg)
-    assert (t.miniature, t.layout, t.metric_family) == (True, "verl", "verl")
-    dirs = t.output_dirs(cfg)
+    assert (t.name, t.layout, t.metric_family) == ("rehearsal", "verl", "verl")
+    dirs = t.output_dirs()
     job = nbtools.trainers.trainer_class("verl")(cfg)  # what a verl job on a cluster is told, for the same config
-    assert f"trainer.rollout_data_dir={dirs.rollout_dir}" in job.job(cfg).command
-    assert f"trainer.validation_data_dir={dirs.validation_dir}" in job.job(cfg).command
-    assert job.job_env(cfg)["TENSORBOARD_DIR"] == dirs.tensorboard_dir
+    assert f"trainer.rollout_data_dir={dirs.rollout_dir}" in job.job().command
+    assert f"trainer.validation_data_dir={dirs.validation_dir}" in job.job().command
+    assert job.job_env()["TENSORBOARD_DIR"] == dirs.tensorboard_dir
     assert nbtools.trainers.get(nbtools.config.load(ROOT / "experiments" / "local.yaml")).layout == "nemo_rl"
 
 
@@ -115,7 +115,7 @@ def test_the_merge_of_the_rehearsals_checkpoint_holds_its_weights(run, tmp_path)
 
 def test_dumps_have_verls_fields_and_steps(run):
     cfg, _, _ = run
-    dirs = nbtools.trainers.get(cfg).output_dirs(cfg)
+    dirs = nbtools.trainers.get(cfg).output_dirs()
     rollout, val = Path(dirs.rollout_dir), Path(dirs.validation_dir)
     assert sorted(p.name for p in rollout.iterdir()) == ["1.jsonl", "2.jsonl", "3.jsonl", "4.jsonl"]
     # validation before training (step 0), every test_freq, and on each run's last step (3, then 4)
@@ -144,7 +144,7 @@ def test_console_and_tensorboard_carry_verls_names(run):
         assert tag in tags, tag
     assert nbtools.metrics.framework_of(console["tag"]) == "verl"
     assert "Resuming from checkpoint 3" in second and "step:4 - " in second and "step:3 - " not in second
-    tb = nbtools.metrics.read_tensorboard(nbtools.trainers.get(cfg).output_dirs(cfg).tensorboard_dir)
+    tb = nbtools.metrics.read_tensorboard(nbtools.trainers.get(cfg).output_dirs().tensorboard_dir)
     both = console.merge(tb, on=["tag", "step"], suffixes=("_console", "_tb"))
     assert set(both["tag"]) == tags and len(both) == len(console)
     assert (abs(both["value_console"] - both["value_tb"]) <= 1e-6 * (1 + abs(both["value_tb"]))).all()

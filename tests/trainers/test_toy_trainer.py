@@ -46,13 +46,13 @@ def _cfg(tmp_path: Path, monkeypatch) -> nbtools.config.Experiment:
 def test_the_registry_hook_adds_a_trainer_from_one_folder(toy, tmp_path, monkeypatch):
     assert "toy" in trainers.names() and os.environ[_trainer_folders.ENV] == "toy=tests.trainers.toy_trainer"
     cfg = _cfg(tmp_path, monkeypatch)  # trainer.kind: toy passes config.load's registry rules
-    assert trainers.get(cfg).layout == "toy" and trainers.get(cfg).miniature  # the local backend rehearses it
+    assert trainers.get(cfg).layout == "toy" and trainers.get(cfg).name == "rehearsal"  # the local backend rehearses it
     assert trainers.METRIC_NAMES["toy"]["toy_signal"] == ("train/reward",)
     assert trainers.CITATIONS["Toy"][0] == "Toy" and trainers.CONSOLE_LOG_FAMILY == "verl"
     report = nbtools.launch.lint(cfg)
     assert report.ok, report.blocking
     own = trainers.LintReport()
-    trainers.trainer_class("toy")(cfg).lint(cfg, own)
+    trainers.trainer_class("toy")(cfg).lint(own)
     assert own.findings[0].rule == "toy-lint"
 
 

@@ -32,9 +32,11 @@ def test_each_backend_runs_the_trainer_the_registry_names():
     local = trainers.get(_cfg("local.yaml", backend="local"))
     nemo = trainers.get(_cfg("gke-b200-gemma3-1b.yaml"))
     verl = trainers.get(_cfg("gke-b200-verl.yaml"))
-    assert local.miniature and local.eval_plan == "held-out-local" and not local.release
-    assert (nemo.name, nemo.release, nemo.miniature, nemo.eval_plan) == ("nemo-rl", "v0.7.0", False, "run-eval-job")
-    assert (verl.name, verl.release, verl.code_on_storage, verl.eval_plan) == ("verl", "v0.7.0", True, "generate-job")
+    assert local.name == "rehearsal" and local.evaluator == "nbtools.evals.flow:HELD_OUT_HERE" and not local.release
+    assert (nemo.name, nemo.release, nemo.evaluator) == ("nemo-rl", "v0.7.0", "nbtools.evals.flow:RUN_EVAL_JOB")
+    assert (verl.name, verl.release, verl.evaluator) == ("verl", "v0.7.0", "nbtools.evals.flow:GENERATE_JOB")
+    assert type(local).code_source(local.cfg) is None and type(nemo).code_source(_cfg("gke-b200-gemma3-1b.yaml")) is None
+    assert type(verl).code_source(_cfg("gke-b200-verl.yaml")).ref == "v0.7.0"  # the image has no checkout
     for t in (local, nemo, verl):
         assert isinstance(t, trainers.Trainer), f"{type(t).__name__} does not implement every Trainer verb"
 
@@ -77,7 +79,7 @@ def test_every_nemo_rl_release_is_complete(release):
     allowed = typing.get_args(typing.get_type_hints(config.ImagesConfig)["nemo_rl_version"])
     assert set(allowed) == set(nemo_rl.NEMO_RL) == set(config.NEMO_RL_VERSIONS)
     assert trainers.known_configs(release), f"nbtools/data/nemo_rl_keys_{release}.json (tools/gen_nemo_rl_keys.py)"
-    assert trainer.job(cfg).command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
+    assert trainer.job().command.split(" && ")[1].split()[2] == nemo_rl.NEMO_RL[release].entrypoint
 
 
 def test_the_release_table_chooses_the_entry_point_that_honours_a_reward_mix(monkeypatch):
@@ -105,7 +107,7 @@ def test_config_load_reports_the_registries_rules_with_its_own(tmp_path):
 
 def test_the_package_wires_the_registries_into_the_config():
     c = nbtools.config._contrib.CONTRIBUTIONS
-    assert set(c.rules) == {"backends", "trainers", "gpus"} and set(c.rows) == {"backends", "trainers"}  # gpus: fit's GPU table
+    assert set(c.rules) == {"backends", "trainers"} and set(c.rows) == {"backends", "trainers"}  # the GPU table: the ray and local backends' check
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
     assert cfg.log_dir == nbtools.backends.get(cfg).log_dir
     assert "| trainer | `nemo-rl (v0.7.0)` |" in cfg._repr_markdown_()
@@ -188,7 +190,6 @@ TRAINER_NAMES_LEFT: dict[str, int] = {
     "nbtools/evals/generate_job.py": 5,
     "nbtools/evals/job.py": 6,
     "nbtools/evals/vllm_generate.py": 1,
-    "nbtools/gke/_steps.py": 13,
     "nbtools/health/__init__.py": 1,
     "nbtools/health/_contract.py": 1,
     "nbtools/launch/_attempts.py": 6,
@@ -243,3 +244,33 @@ def test_the_trainer_name_walk_sees_names_in_code_not_in_prose(tmp_path):
     src.write_text('"""verl and NeMo-RL in a docstring."""\nfrom nbtools.checkpoints import latest_verl\n'
                    'if kind == "verl":\n    pass\n# nemo_rl in a comment\n')
     assert _trainer_names(src) == 2  # the imported name and the constant
+
+
+def test_a_trainer_binds_its_experiment_once():
+    """A trainer is built for one experiment (``trainers.get(cfg)``) and its verbs read that one: none takes ``cfg``
+    again (only the classmethods asked before an experiment is valid, ``check`` and ``code_source``, do), so a caller
+    cannot hand it another experiment than the one it was built for."""
+    import inspect
+
+    classes = [trainers.Trainer, trainers.Rehearsal, *(trainers.trainer_class(k) for k in trainers.names())]
+    takes_cfg = {f"{cls.__name__}.{name}" for cls in classes for name, fn in inspect.getmembers(cls, callable)
+                 if not name.startswith("_") and not isinstance(inspect.getattr_static(cls, name), classmethod)
+                 and "cfg" in inspect.signature(fn).parameters}
+    assert not takes_cfg, f"verbs that take the experiment again (read self.cfg instead): {sorted(takes_cfg)}"
+    for name in ("gke-b200-gemma3-1b.yaml", "gke-b200-verl.yaml"):
+        cfg = _cfg(name)
+        assert trainers.get(cfg).cfg is cfg
+    local = _cfg("local.yaml", backend="local")
+    t = trainers.get(local)
+    assert t.cfg is local and t.imitates.cfg is local and t.output_dirs() == t.imitates.output_dirs()
+
+
+def test_the_trainer_states_its_hardware_for_the_card():
+    """What the card read from a ``miniature`` flag, the trainer says itself: the rehearsal's CPU ranks, a cluster
+    trainer's image, nodes and GPUs."""
+    local = trainers.get(_cfg("local.yaml", backend="local")).hardware()
+    assert local.rehearsal and local.gpus is None and local.cluster.startswith("local: ") and local.example[0] == "max 3 0 6"
+    cfg = _cfg("gke-b200-verl.yaml")
+    gke = trainers.get(cfg).hardware()
+    assert not gke.rehearsal and gke.gpus == cfg.cluster.total_gpus and gke.image == cfg.images.resolved_image
+    assert "backend `gke`" in gke.cluster and "\\boxed{}" in gke.example[0]

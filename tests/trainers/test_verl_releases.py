@@ -56,8 +56,8 @@ def test_package_key_tables_are_the_tags_configs():
 def test_each_release_runs_its_entry_point_and_names_its_tag():
     for ref in VERL:
         t = trainers.get(_cfg(ref))
-        assert t.job(_cfg(ref)).command.startswith(f"cd /data/verl && python3 -m {VERL[ref].module} ")
-        assert (t.release, t.version(_cfg(ref))) == (ref, ref)
+        assert t.job().command.startswith(f"cd /data/verl && python3 -m {VERL[ref].module} ")
+        assert (t.release, t.version()) == (ref, ref)
     v9 = _verl_tree.verl_tree("v0.9.0")
     assert v9["trainer"]["use_v1"] is True and "use_v1" not in _verl_tree.verl_tree("v0.7.0")["trainer"]
 

@@ -8,7 +8,16 @@ import nbtools.trainers.nemo_rl._command as nemo_rl
 from nbtools.config import Experiment
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import FitProfile, as_bool, as_float, as_int, expandable, training_gpus
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
+from nbtools.trainers._protocol import (
+    AdvantageRule,
+    CodeSource,
+    Hardware,
+    OutputDirs,
+    TrainerJob,
+    cluster_env,
+    cluster_hardware,
+    cluster_metadata,
+)
 from nbtools.trainers._tree import config_tree
 from nbtools.trainers.nemo_rl._lint import check_nemo_rl
 from nbtools.trainers.nemo_rl._releases import NEMO_RL, NemoRlRelease
@@ -25,15 +34,14 @@ class NemoRl:
 
     name = NAME
     label = "NeMo-RL"
-    miniature = False
-    eval_plan = "run-eval-job"
-    code_on_storage = False  # the image holds the checkout (/opt/nemo-rl)
+    evaluator = "nbtools.evals.flow:RUN_EVAL_JOB"  # NeMo-RL's run_eval.py as a Ray job on the cluster
     citation = ("NeMo-RL", "@misc{nemo-rl,\n  title        = {NeMo RL: A Scalable and Efficient Post-Training Library},\n"
                     "  howpublished = {\\url{https://github.com/NVIDIA-NeMo/RL}},\n  year         = {2025},\n  note         = {GitHub repository}\n}")  # (name, BibTeX) a model card cites
     metric_family = "nemo_rl"
     layout = "nemo_rl"
 
     def __init__(self, cfg: Experiment):
+        self.cfg = cfg  # the experiment it runs: its verbs read it, none takes it again
         self.spec: NemoRlRelease = NEMO_RL[cfg.images.nemo_rl_version]
         self.release = self.spec.version
 
@@ -42,61 +50,73 @@ class NemoRl:
         """Config rules only a NeMo-RL run has (none beyond the config's own yet)."""
         return []
 
-    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
-        return _fit_inputs(cfg, self.name)
+    def fit_inputs(self) -> tuple[dict[str, Any], list[str]]:
+        return _fit_inputs(self.cfg, self.name)
 
-    def output_dirs(self, cfg: Experiment) -> OutputDirs:
-        return OutputDirs("nemo_rl", cfg.log_dir, cfg.checkpoint_dir, cfg.log_dir)
+    def output_dirs(self) -> OutputDirs:
+        return OutputDirs("nemo_rl", self.cfg.log_dir, self.cfg.checkpoint_dir, self.cfg.log_dir)
 
-    def job(self, cfg: Experiment) -> TrainerJob:
-        lines = nemo_rl.command_lines(cfg)
+    def job(self) -> TrainerJob:
+        lines = nemo_rl.command_lines(self.cfg)
         renv: dict[str, Any] = {}
-        if cfg.trainer.reward_functions:  # nbtools (for the reward wrapper) + the user's reward module travel along
+        if self.cfg.trainer.reward_functions:  # nbtools (for the reward wrapper) + the user's reward module travel along
             from nbtools.jobs.carry import carry_env
             from nbtools.rewards import reward_py_modules
 
             carried = carry_env()
-            renv = {"py_modules": [*carried["py_modules"], *reward_py_modules(cfg)], "excludes": carried["excludes"]}
-        return TrainerJob(" ".join(lines), tuple(lines), nemo_rl.recipe_files(cfg), renv)
+            renv = {"py_modules": [*carried["py_modules"], *reward_py_modules(self.cfg)], "excludes": carried["excludes"]}
+        return TrainerJob(" ".join(lines), tuple(lines), nemo_rl.recipe_files(self.cfg), renv)
 
-    def prepare_command(self, cfg: Experiment) -> str | None:
+    def prepare_command(self) -> str | None:
         return None
 
-    def job_env(self, cfg: Experiment) -> dict[str, str]:
+    def job_env(self) -> dict[str, str]:
         # NeMo-RL's own `ray job submit` support: actor runtime envs override the job-level one.
-        return cluster_env(cfg, {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
+        return cluster_env(self.cfg, {"RAY_OVERRIDE_JOB_RUNTIME_ENV": "1"})
 
-    def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return cluster_metadata(cfg, {"nbtools.nemo_rl_version": self.release})
+    def metadata(self) -> dict[str, str]:
+        return cluster_metadata(self.cfg, {"nbtools.nemo_rl_version": self.release})
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
-        check_nemo_rl(cfg, report)
+    def lint(self, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
+        check_nemo_rl(self.cfg, report)
 
-    def ray_pinned_by(self, cfg: Experiment) -> str:
-        return f"NeMo-RL {self.release}'s uv.lock" if not cfg.images.ray_version else "images.ray_version"
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        return None  # the image holds the checkout (/opt/nemo-rl)
 
-    def baseline_model(self, cfg: Experiment) -> str:
-        return cfg.model.name
+    def trained_task(self) -> str:
+        return self.cfg.data.dataset
 
-    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
-        env = ((nemo_rl.recipe_tree(cfg) or {}).get("env") or {}).get("math") or {}
+    def hardware(self) -> Hardware:
+        return cluster_hardware(self.cfg)
+
+    def ray_pinned_by(self) -> str:
+        return f"NeMo-RL {self.release}'s uv.lock" if not self.cfg.images.ray_version else "images.ray_version"
+
+    def baseline_model(self) -> str:
+        return self.cfg.model.name
+
+    def rewards(self) -> tuple[list[dict[str, Any]], str]:
+        env = ((nemo_rl.recipe_tree(self.cfg) or {}).get("env") or {}).get("math") or {}
         impl = env.get("math_verify_impl", "hf_math_verify")
-        for o in cfg.trainer.overrides:
+        for o in self.cfg.trainer.overrides:
             if o.lstrip("+").startswith("env.math.math_verify_impl="):
                 impl = o.split("=", 1)[1]
         spec = env.get("reward_functions") or [{"name": f"math_verify ({impl}): 1 if the answer is right", "weight": 1.0}]
         return spec, "NeMo-RL math environment (env.math)"
 
-    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         """NeMo-RL's GRPO (``calculate_baseline_and_std_per_prompt``): leave-one-out when configured."""
-        return AdvantageRule("leave_one_out" if cfg.grpo.use_leave_one_out_baseline else "group_mean",
-                             cfg.grpo.normalize_rewards)
+        return AdvantageRule("leave_one_out" if self.cfg.grpo.use_leave_one_out_baseline else "group_mean",
+                             self.cfg.grpo.normalize_rewards)
 
-    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
-        custom = cfg.trainer.reward_functions
+    def rescore_mix(self) -> list[dict[str, Any]]:
+        custom = self.cfg.trainer.reward_functions
         return [dict(x) for x in custom] if custom else [dict(x) for x in MATH_DEFAULT]
 
-    def version(self, cfg: Experiment) -> str:
+    def version(self) -> str:
         return self.release
 
     def hub_tag(self) -> str:

@@ -10,7 +10,16 @@ from nbtools.config import Experiment
 from nbtools.errors import Fix, NotFoundError
 from nbtools.trainers._findings import LintReport
 from nbtools.trainers._fit import ALLOC_KEY, FitProfile, as_bool, as_float, as_int, expandable
-from nbtools.trainers._protocol import AdvantageRule, OutputDirs, TrainerJob, cluster_env, cluster_metadata
+from nbtools.trainers._protocol import (
+    AdvantageRule,
+    CodeSource,
+    Hardware,
+    OutputDirs,
+    TrainerJob,
+    cluster_env,
+    cluster_hardware,
+    cluster_metadata,
+)
 from nbtools.trainers.verl._lint import check_verl
 from nbtools.trainers.verl._releases import VERL, VerlRelease
 
@@ -27,9 +36,7 @@ class Verl:
 
     name = NAME
     label = "verl"
-    miniature = False
-    eval_plan = "generate-job"  # vLLM over the prepared test.parquet, scored with verl's rule (evals.vllm_generate)
-    code_on_storage = True  # the image has no checkout: the provisioning plan copies the release to the bucket
+    evaluator = "nbtools.evals.flow:GENERATE_JOB"  # vLLM over the prepared test.parquet, scored with verl's rule
     # HybridFlow, the paper behind verl, as published at EuroSys 2025 (verl's README, v0.7.0: "accepted to EuroSys
     # 2025"; its BibTeX there is the arXiv preprint, kept here as the eprint)
     citation = ("verl", "@inproceedings{sheng2025hybridflow,\n  title         = {HybridFlow: A Flexible and Efficient RLHF Framework},\n"
@@ -42,6 +49,7 @@ class Verl:
     layout = "verl"
 
     def __init__(self, cfg: Experiment):
+        self.cfg = cfg  # the experiment it runs: its verbs read it, none takes it again
         self.release = cfg.trainer.verl_ref
         # a pinned tag nbtools has no entry for runs with the newest entry's facts (the lint warns: keys unchecked)
         self.spec: VerlRelease = verl.release(cfg)
@@ -61,49 +69,63 @@ class Verl:
                         "remove it for verl (verl's custom_reward_function.path/name go in trainer.overrides)"))
         return out
 
-    def fit_inputs(self, cfg: Experiment) -> tuple[dict[str, Any], list[str]]:
-        return _fit_inputs(cfg, self.name)
+    def fit_inputs(self) -> tuple[dict[str, Any], list[str]]:
+        return _fit_inputs(self.cfg, self.name)
 
-    def output_dirs(self, cfg: Experiment) -> OutputDirs:
-        return OutputDirs("verl", cfg.log_dir, cfg.checkpoint_dir, verl.tensorboard_dir(cfg),
-                          rollout_dir=verl.rollout_dir(cfg), validation_dir=verl.validation_dir(cfg))
+    def output_dirs(self) -> OutputDirs:
+        return OutputDirs("verl", self.cfg.log_dir, self.cfg.checkpoint_dir, verl.tensorboard_dir(self.cfg),
+                          rollout_dir=verl.rollout_dir(self.cfg), validation_dir=verl.validation_dir(self.cfg))
 
-    def job(self, cfg: Experiment) -> TrainerJob:
-        lines = verl.command_lines(cfg)
+    def job(self) -> TrainerJob:
+        lines = verl.command_lines(self.cfg)
         return TrainerJob(" ".join(lines), tuple(lines))
 
-    def prepare_command(self, cfg: Experiment) -> str | None:
-        return verl.prepare_command(cfg)
+    def prepare_command(self) -> str | None:
+        return verl.prepare_command(self.cfg)
 
-    def job_env(self, cfg: Experiment) -> dict[str, str]:
-        env = {"PYTHONPATH": verl.code_dir(cfg)}
-        if cfg.logging.tensorboard:
-            env["TENSORBOARD_DIR"] = verl.tensorboard_dir(cfg)
-        return cluster_env(cfg, env)
+    def job_env(self) -> dict[str, str]:
+        env = {"PYTHONPATH": verl.code_dir(self.cfg)}
+        if self.cfg.logging.tensorboard:
+            env["TENSORBOARD_DIR"] = verl.tensorboard_dir(self.cfg)
+        return cluster_env(self.cfg, env)
 
-    def metadata(self, cfg: Experiment) -> dict[str, str]:
-        return cluster_metadata(cfg, {})
+    def metadata(self) -> dict[str, str]:
+        return cluster_metadata(self.cfg, {})
 
-    def lint(self, cfg: Experiment, report: LintReport, *, code_present: Any = None) -> None:
-        check_verl(cfg, report, code_present)
+    def lint(self, report: LintReport, *, code_present: Any = None, cluster_checks: Any = None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
+        check_verl(self.cfg, report, code_present)
 
-    def ray_pinned_by(self, cfg: Experiment) -> str:
+    @classmethod
+    def code_source(cls, cfg: Experiment) -> CodeSource | None:
+        """The image has no checkout: the provisioning plan copies the release (``trainer.verl_ref``) to the storage."""
+        t = cfg.trainer
+        return CodeSource(NAME, t.verl_repo, t.verl_ref, verl.code_dir(cfg))
+
+    def trained_task(self) -> str:
+        return self.cfg.data.dataset
+
+    def hardware(self) -> Hardware:
+        return cluster_hardware(self.cfg)
+
+    def ray_pinned_by(self) -> str:
         return "images.ray_version"
 
-    def baseline_model(self, cfg: Experiment) -> str:
-        return cfg.model.name
+    def baseline_model(self) -> str:
+        return self.cfg.model.name
 
-    def rewards(self, cfg: Experiment) -> tuple[list[dict[str, Any]], str]:
-        return [{"name": f"verl's rule-based score for data source {cfg.data.dataset}", "weight": 1.0}], NAME
+    def rewards(self) -> tuple[list[dict[str, Any]], str]:
+        return [{"name": f"verl's rule-based score for data source {self.cfg.data.dataset}", "weight": 1.0}], NAME
 
-    def advantage_rule(self, cfg: Experiment) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         """verl's GRPO: the whole group's mean, divided by its std unless ``algorithm.norm_adv_by_std_in_grpo=false``
         (``verl/trainer/ppo/core_algos.py`` ``compute_grpo_outcome_advantage`` at v0.7.0 and v0.9.1).
 
         Raises:
             NotFoundError: ``algorithm.adv_estimator`` overridden to another estimator (nbtools recomputes GRPO's only).
         """
-        eff = verl.effective(cfg)
+        eff = verl.effective(self.cfg)
         estimator = eff.get("algorithm.adv_estimator", "grpo")
         if estimator != "grpo":
             raise NotFoundError(
@@ -113,18 +135,18 @@ class Verl:
         return AdvantageRule("verl_group_mean", str(eff.get("algorithm.norm_adv_by_std_in_grpo", "true")).lower()
                              not in ("false", "0", "no"))
 
-    def rescore_mix(self, cfg: Experiment) -> list[dict[str, Any]]:
-        rule = RULES.get(str(cfg.data.dataset).lower())
+    def rescore_mix(self) -> list[dict[str, Any]]:
+        rule = RULES.get(str(self.cfg.data.dataset).lower())
         if rule is None:
             raise NotFoundError(
-                f"verl scored dataset {cfg.data.dataset!r} with a rule nbtools has no reward for (it has: "
+                f"verl scored dataset {self.cfg.data.dataset!r} with a rule nbtools has no reward for (it has: "
                 f"{', '.join(sorted(RULES))})",
                 fix=Fix("register the rule with nbtools.rewards.register(NAME) and pass the mix to rescore yourself",
                         cli="re-score in a notebook (08) with the rule registered as a reward: nbtools has none for "
                             "this data source"))
         return [{"name": rule, "weight": 1.0}]
 
-    def version(self, cfg: Experiment) -> str:
+    def version(self) -> str:
         return self.release  # the tag copied to the bucket; the image holds only verl's dependencies
 
     def hub_tag(self) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from nbtools.rehearsal.writers import NemoRlWriter
-from nbtools.trainers import AdvantageRule, Finding, LintReport, OutputDirs, TrainerJob
+from nbtools.trainers import AdvantageRule, Finding, Hardware, LintReport, OutputDirs, TrainerJob
 
 MARKER = "toy-run.json"
 
@@ -67,9 +67,7 @@ class Toy:
     name = "toy"
     release = "0.1"
     label = "Toy"
-    miniature = False
-    eval_plan = "none"
-    code_on_storage = False
+    evaluator = None  # nbtools has no evaluation for it
     citation = ("Toy", "@misc{toy, title = {A toy trainer}}")
     metric_family = "toy"
     layout = "toy"
@@ -81,48 +79,60 @@ class Toy:
     def check(cls, cfg) -> list[tuple[tuple[str, ...], str]]:
         return []
 
-    def output_dirs(self, cfg) -> OutputDirs:
-        return OutputDirs("toy", str(cfg.log_dir), str(cfg.checkpoint_dir), str(cfg.log_dir))
+    def output_dirs(self) -> OutputDirs:
+        return OutputDirs("toy", str(self.cfg.log_dir), str(self.cfg.checkpoint_dir), str(self.cfg.log_dir))
 
-    def job(self, cfg) -> TrainerJob:
+    def job(self) -> TrainerJob:
         return TrainerJob("echo toy")
 
-    def fit_inputs(self, cfg):
+    def fit_inputs(self):
         return None
 
-    def prepare_command(self, cfg):
+    def prepare_command(self):
         return None
 
-    def job_env(self, cfg) -> dict[str, str]:
+    def job_env(self) -> dict[str, str]:
         return {}
 
-    def metadata(self, cfg) -> dict[str, str]:
+    def metadata(self) -> dict[str, str]:
         return {"trainer": "toy"}
 
-    def lint(self, cfg, report: LintReport, *, code_present=None) -> None:
+    def lint(self, report: LintReport, *, code_present=None, cluster_checks=None) -> None:
+        if cluster_checks is not None:
+            cluster_checks()
         report.findings.append(Finding("warning", "toy-lint", "trainer.kind", "the toy trainer's own rule ran",
                                        "nothing to fix"))
 
-    def ray_pinned_by(self, cfg) -> str:
+    def ray_pinned_by(self) -> str:
         return "the toy"
 
-    def baseline_model(self, cfg) -> str:
-        return cfg.model.name
+    def baseline_model(self) -> str:
+        return self.cfg.model.name
 
-    def rewards(self, cfg):
+    def rewards(self):
         return [], "none"
 
-    def advantage_rule(self, cfg) -> AdvantageRule:
+    def advantage_rule(self) -> AdvantageRule:
         return AdvantageRule("group_mean", True)
 
-    def rescore_mix(self, cfg):
+    def rescore_mix(self):
         return []
 
-    def version(self, cfg) -> str:
+    def version(self) -> str:
         return "toy 0.1"
 
     def hub_tag(self) -> str:
         return "toy"
+
+    @classmethod
+    def code_source(cls, cfg):
+        return None
+
+    def trained_task(self) -> str:
+        return self.cfg.data.dataset
+
+    def hardware(self):
+        return Hardware("toy (no image)", "toy", None, ("2 + 2?", 8))
 
 
 TRAINER = Toy

@@ -1,4 +1,4 @@
-"""GPU memory capacities, one table: names users type, GKE accelerator names, and what the CUDA driver reports.
+"""GPU memory capacities, one table (below the backends, which check a configured GPU against it, and the fit): names users type, GKE accelerator names, and what the CUDA driver reports.
 
 Why: a verdict is only as good as the capacity it is held against. The numbers are the total memory the driver
 reports (``nvidia-smi``'s "Total", in MiB), not the marketing GB: an "80 GB" H100 has 79.6 GiB, a "141 GB" H200
@@ -81,11 +81,9 @@ def gpu_spec(name: str | GpuSpec) -> GpuSpec:
 
 
 def gpu_type_rules(cfg) -> list[tuple[tuple[str, ...], str]]:
-    """``cluster.gpu_type`` of a cluster nbtools did not make (backend ray or local): a GPU of this table, or its
-    memory (``<N>gib``), so the fit check holds the run against the right capacity (part of ``config.load``'s report).
-    The gke backend checks its own list (the machines it provisions)."""
-    if cfg.backend == "gke":
-        return []
+    """``cluster.gpu_type`` of a cluster nbtools did not make: a GPU of this table, or its memory (``<N>gib``), so the
+    fit check holds the run against the right capacity. The ``ray`` and ``local`` backends' ``check`` (part of
+    ``config.load``'s report) asks it; the gke backend checks its own list (the machines it provisions)."""
     try:
         gpu_spec(cfg.cluster.gpu_type)
     except ConfigError:
