@@ -10,6 +10,16 @@ filesystem like any other. It reads where a job's driver runs (the head, without
 storage every node mounts. A ``storage.url`` this machine can read (``gs://``, ``s3://``, a local mount) stays the
 fast path; this is the path when there is none.
 
+Each job costs about a second (Ray starts a supervisor actor and the job's process), and a cell asks the same things
+again and again (05's trajectory views list ``exp_001`` a dozen times in a row; each metrics read lists the logs dir).
+So listings and whole files up to 8 MiB are kept for ``cache_seconds`` (10 s; 0 turns it off), as fsspec's listings
+caches keep theirs; a stat (``info``, ``storage.exists``) and a byte range (the trajectory readers' pinned reads)
+always ask the cluster. Three limits keep a kept answer from being wrong rather than a few seconds old: an error (a
+path not there yet) is never kept; this filesystem's own writes and deletes drop every answer; so does every job this
+process submits, or sees end, through ``nbtools.jobs`` (:func:`forget`), so what a job wrote is never hidden behind
+an answer from before it. A file the cluster changes on its own (a running trainer's logs) is read at most
+``cache_seconds`` late, sooner than TensorBoard's own 15-s reload.
+
 Example:
     >>> storage.ls("ray+http://head:8265/nemo-workspace/nemo-rl/my-run/logs")   # one Ray job on the cluster
 """
@@ -21,6 +31,7 @@ import io
 import json
 import time
 import uuid
+import weakref
 import zlib
 from typing import Any
 
@@ -28,10 +39,12 @@ from fsspec import AbstractFileSystem
 
 from nbtools._escape import sh
 
-__all__ = ["RayJobsFileSystem", "PROTOCOLS", "root_url"]
+__all__ = ["RayJobsFileSystem", "PROTOCOLS", "root_url", "forget"]
 
 PROTOCOLS = ("ray+http", "ray+https")
 _BEGIN, _END = "NBTOOLS-RAYFS-BEGIN", "NBTOOLS-RAYFS-END"
+_KEEP_BYTES = 8 << 20  # a file read is kept only up to this size (a step's rollout dump can be hundreds of MB)
+_INSTANCES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> every live filesystem, for forget()
 _ERRORS = {"FileNotFoundError": FileNotFoundError, "IsADirectoryError": IsADirectoryError,
            "NotADirectoryError": NotADirectoryError, "PermissionError": PermissionError}
 
@@ -103,6 +116,14 @@ sys.stdout.write("%s\n%s\n%s\n" % ("NBTOOLS-RAYFS-BEGIN", base64.encodebytes(zli
 '''
 
 
+def forget(address: str | None = None) -> None:
+    """Drop the kept answers of the filesystem for the cluster at ``address`` (every cluster's when None): called by
+    ``nbtools.jobs`` when a job is submitted or seen ending, since that job may change the files."""
+    for fs in list(_INSTANCES.values()):
+        if address is None or fs.address == address.rstrip("/"):
+            fs.forget()
+
+
 def root_url(dashboard_url: str) -> str:
     """The URL of the cluster's ``/`` as this filesystem reads it: ``http://head:8265`` -> ``ray+http://head:8265``."""
     return "ray+" + dashboard_url.rstrip("/")
@@ -115,11 +136,18 @@ class RayJobsFileSystem(AbstractFileSystem):
     root_marker = "/"
     cachable = True
 
-    def __init__(self, address: str, *, timeout: float = 300, **kwargs: Any):
+    def __init__(self, address: str, *, timeout: float = 300, cache_seconds: float = 10, **kwargs: Any):
         super().__init__(**kwargs)
         self.address = address.rstrip("/")
         self.timeout = timeout
+        self.cache_seconds = cache_seconds
         self.jobs_run = 0  # how many read jobs this instance submitted (what a reader costs, for tests and benchmarks)
+        self._kept: dict[tuple, tuple[float, Any]] = {}  # (op, path, options) -> (when read, answer)
+        _INSTANCES[id(self)] = self  # (fsspec's hash needs the token it sets after __init__)
+
+    def forget(self) -> None:
+        """Drop every kept answer: the next read of anything asks the cluster again."""
+        self._kept.clear()
 
     # -- addressing --------------------------------------------------------------------------------------------
     @classmethod
@@ -202,7 +230,52 @@ class RayJobsFileSystem(AbstractFileSystem):
         return self._jobs
 
     def _one(self, op: str, path: str, **kw: Any) -> Any:
-        return self._run([{"op": op, "path": self._strip_protocol(path), **kw}])[0]
+        item = {"op": op, "path": self._strip_protocol(path), **kw}
+        if op in ("write", "rm"):
+            self.forget()
+            return self._run([item])[0]
+        found = self._recall(item)
+        if found is not None:
+            return found[0]
+        answer = self._run([item])[0]
+        self._keep(item, answer)
+        return answer
+
+    # -- kept answers (module docstring: at most cache_seconds old, never an error, none from before a write) ----
+    @staticmethod
+    def _key(item: dict) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in item.items()))
+
+    def _recall(self, item: dict) -> tuple[Any] | None:
+        """``(answer,)`` when a fresh enough one is kept."""
+        if self.cache_seconds <= 0 or not self._keepable(item):
+            return None
+        now = time.monotonic()
+        for key in [k for k, (when, _) in self._kept.items() if now - when > self.cache_seconds]:
+            del self._kept[key]
+        kept = self._kept.get(self._key(item))
+        return None if kept is None else (kept[1],)
+
+    @staticmethod
+    def _keepable(item: dict) -> bool:
+        """Listings and whole files: an ``info`` (``storage.info``, ``exists``: asked right before a pinned read's
+        check) and a byte range (the trajectory readers' pinned reads) always ask the cluster."""
+        return item["op"] in ("ls", "find") or (item["op"] == "cat" and "start" not in item and "end" not in item)
+
+    def _keep(self, item: dict, answer: Any) -> None:
+        too_big = item["op"] == "cat" and len(answer) > _KEEP_BYTES * 4 // 3  # base64
+        if self.cache_seconds > 0 and self._keepable(item) and not too_big:
+            self._kept[self._key(item)] = (time.monotonic(), answer)
+
+    def invalidate_cache(self, path=None):
+        """fsspec's hook, asked before a stat (``storage.info``) and a pinned read: forget the kept contents of ``path``
+        (every kept answer when None). Its listings stay: ``info`` here never answers from them."""
+        if path is None:
+            self.forget()
+            return
+        path = self._strip_protocol(path)
+        for key in [k for k in self._kept if ("op", "cat") in k and ("path", path) in k]:
+            del self._kept[key]
 
     # -- fsspec's verbs -----------------------------------------------------------------------------------------
     def ls(self, path, detail=True, **kwargs):
@@ -221,12 +294,22 @@ class RayJobsFileSystem(AbstractFileSystem):
         return found if detail else sorted(found)
 
     def cat_file(self, path, start=None, end=None, **kwargs):
-        return base64.b64decode(self._one("cat", path, start=start, end=end))
+        span = {k: v for k, v in (("start", start), ("end", end)) if v is not None}
+        return base64.b64decode(self._one("cat", path, **span))
 
     def cat(self, path, recursive=False, on_error="raise", **kwargs):
         if not isinstance(path, list | tuple):
             return self.cat_file(path)
-        data = self._run([{"op": "cat", "path": self._strip_protocol(p)} for p in path])
+        items = [{"op": "cat", "path": self._strip_protocol(p)} for p in path]
+        kept = [self._recall(item) for item in items]
+        asked = [item for item, k in zip(items, kept, strict=True) if k is None]
+        fresh = iter(self._run(asked) if asked else ())
+        data = []
+        for item, k in zip(items, kept, strict=True):
+            if k is None:
+                k = (next(fresh),)
+                self._keep(item, k[0])
+            data.append(k[0])
         return {p: base64.b64decode(d) for p, d in zip(path, data, strict=True)}
 
     def get(self, rpath, lpath, recursive=False, **kwargs):
@@ -246,6 +329,7 @@ class RayJobsFileSystem(AbstractFileSystem):
     def rm(self, path, recursive=False, maxdepth=None):
         """Delete files (and directory trees with ``recursive``) in one job; a missing path is FileNotFoundError."""
         paths = path if isinstance(path, list | tuple) else [path]
+        self.forget()
         done = self._run([{"op": "rm", "path": self._strip_protocol(p), "recursive": bool(recursive)} for p in paths])
         missing = [p for p, was in zip(paths, done, strict=True) if not was]
         if missing:

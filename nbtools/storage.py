@@ -369,6 +369,7 @@ def _read_pinned(url: str, start: int | None, end: int | None, version: str) -> 
             return _call(url, lambda: fs.cat_file(path, start=start, end=end, generation=version))
         except NotFoundError:
             raise stale from None
+    fs.invalidate_cache(path)  # a filesystem that keeps whole files a few seconds (_rayfs) reads this one afresh
     data = _call(url, lambda: fs.cat_file(path, start=start, end=end), want="a file")
     now = info(url)  # a filesystem without generations: the version must not have changed around the read
     if now is None or now.version != version:

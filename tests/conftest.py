@@ -193,7 +193,7 @@ LONGEST_FIRST = (
     "tests/notebooks/test_gke_verl.py",  # 239 s (2026-11-26)
     "notebooks/*.ipynb",  # about 150 s: the committed notebooks through nbmake, one unit (notebooks/conftest.py)
     "tests/notebooks/test_verl_local.py",  # 134 s (2026-11-26)
-    "tests/launch/test_ray.py",  # about 130 s: a Ray head with GPUs, notebook 03's ray branch (57 s)
+    "tests/launch/test_ray.py",  # about 70 s: a second Ray head, with GPUs (notebook 03 on it moved to the hidden-storage pass)
     "tests/integration/test_cli.py",  # 114 s (2026-11-26)
     "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
     "tests/integration/test_sim_gke.py",  # 106 s (2026-11-26)

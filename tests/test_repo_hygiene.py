@@ -160,3 +160,32 @@ def test_ruff_finds_nothing():
     r = subprocess.run([ruff, "check", "--no-cache", "nbtools", "tests", "benchmarks"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def _broad_stops(path: Path, root: Path = ROOT) -> list[str]:
+    """``stop_jobs`` calls of a test module that shares the session's Ray head whose prefix is a literal (or absent:
+    an experiment's ``<name>-``), not one run's ``cfg.submission_id``."""
+    import ast
+
+    text = path.read_text()
+    if "ray_head" not in text and "ray_cfg" not in text:
+        return []
+    bad = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "stop_jobs":
+            prefix = next((k.value for k in node.keywords if k.arg == "prefix"), None)
+            if prefix is None or isinstance(prefix, ast.Constant | ast.JoinedStr):
+                bad.append(f"{path.relative_to(root)}:{node.lineno}")
+    return bad
+
+
+def test_no_test_on_the_shared_ray_head_stops_jobs_by_a_broad_prefix(tmp_path):
+    """The xdist workers share one session Ray head: a teardown that stops every ``local-rehearsal-`` (or ``stall-``)
+    job stops another module's run mid-test (CI failed so). A test stops only the submission ids it made."""
+    found = [b for p in sorted((ROOT / "tests").rglob("test_*.py")) for b in _broad_stops(p)]
+    assert not found, "stop only your own run: prefix=cfg.submission_id, at " + ", ".join(found)
+    old = tmp_path / "test_old.py"  # the teardown CI failed on is caught
+    old.write_text("def test_x(ray_cfg):\n    nbtools.jobs.stop_jobs(url, prefix='local-rehearsal-')\n")
+    mine = tmp_path / "test_mine.py"
+    mine.write_text("def test_x(ray_cfg):\n    nbtools.jobs.stop_jobs(url, prefix=cfg.submission_id)\n")
+    assert _broad_stops(old, tmp_path) == ["test_old.py:2"] and _broad_stops(mine, tmp_path) == []

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from nbtools import _paths, _table
+from nbtools import _paths, _rayfs, _table
 from nbtools._escape import html as _h
 from nbtools.config import Experiment
 from nbtools.errors import Fix, JobFailedError, NotReadyError
@@ -50,6 +50,7 @@ class Job:
         self._pump: LogPump | None = None
         self._lock = threading.Lock()
         self.last_step: tuple[int, int] | None = None  # (k, N) of the last "Step k/N" line seen by follow_with_progress
+        self._seen_end = False
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, address={self.address!r})"
@@ -57,7 +58,11 @@ class Job:
     # -- state ------------------------------------------------------------------------------------------
     def info(self):
         """Ray's ``JobDetails`` (status, message, start/end time, metadata, entrypoint)."""
-        return _call(self.address, lambda c: c.get_job_info(self.id), job_id=self.id)
+        info = _call(self.address, lambda c: c.get_job_info(self.id), job_id=self.id)
+        if info.status.is_terminal() and not self._seen_end:  # what it wrote is read afresh from now on
+            self._seen_end = True
+            _rayfs.forget()
+        return info
 
     def status(self):
         """The job's ``ray.job_submission.JobStatus`` (``.is_terminal()`` tells whether it ended)."""
@@ -166,6 +171,7 @@ class Job:
                 if pump.running:
                     continue
                 if pump.ended and pump.pending() == 0:
+                    _rayfs.forget()  # it ended: what it wrote is read afresh
                     return
                 if pump.error is not None:  # the websocket dropped: reconnect, skipping what was delivered
                     reconnects += 1
@@ -244,6 +250,7 @@ def submit(
         return _job(url, submission_id, existing.entrypoint, reattached=True)
     kwargs = {k: v for k, v in {"runtime_env": runtime_env, "metadata": metadata, "entrypoint_num_cpus": entrypoint_num_cpus,
                                 "entrypoint_num_gpus": entrypoint_num_gpus}.items() if v is not None}
+    _rayfs.forget()  # the job may change the cluster's files: no answer read before it is kept past this point
     try:
         _call(url, lambda c: c.submit_job(entrypoint=entrypoint, submission_id=submission_id, **kwargs))
     except RuntimeError as e:  # a concurrent submit won the race: attach to that one

@@ -3,7 +3,9 @@ item 5; the cluster and why it proves the reads go through it: test_ray_hidden_s
 NeMo-RL stand-ins of the sim's image (sim_nemo_rl/) are what the notebooks' jobs run: 07's evaluation jobs run where
 the models are (the cluster) and their per-problem results are read back through it, 08 re-scores the dumps read
 through it, and 09 runs with ``APPLY`` and ``CONFIRM`` (as on the simulated GKE), so its wipe deletes the run's
-results on the cluster's disk through a job there."""
+results on the cluster's disk through a job there. 03 runs with ``STOP`` (a smoke test's flag; a finished job is left
+as it is), and no executed notebook holds the HF token the kernels' environment carries: the checks of notebook 03's
+``ray`` branch that tests/launch/test_ray.py ran in a second execution of 03 of its own."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from sim_files import write_ray_experiment
+from sim_gke import FAKE_HF_TOKEN
 
 import nbtools
 
@@ -34,6 +37,8 @@ def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
         from nbtools.demo import kernel_config
 
         params = {"BACKEND": "ray", "CONFIG": str(path)}
+        if notebook.stem.startswith("03"):
+            params["STOP"] = True
         if notebook.stem.startswith("09"):  # the teardown for real, as on the simulated GKE (the default is a dry run)
             params.update(APPLY=True, CONFIRM=in_order.cfg().name)
         with sim_gke.activated():
@@ -43,6 +48,7 @@ def in_order(sim_gke, tmp_path_factory, notebooks_in_order):
 
     in_order = notebooks_in_order(NOTEBOOKS, execute)
     in_order.cfg = lambda: nbtools.config.load(path, backend="ray")
+    in_order.out = out
     return in_order
 
 
@@ -68,3 +74,17 @@ def test_07_evaluated_on_the_cluster_and_09_wiped_the_run_there(in_order, sim_gk
             assert params["save_path"].startswith(cfg.url(str(sim_gke.data_dir))) and params["save_path"].startswith("ray+http"), params
         assert nbtools.storage.info(nbtools.storage.join(cfg.url(nbtools.evals.finetuned_model_path(cfg)), "README.md"))
         assert nbtools.storage.info(cfg.checkpoints_url) is None and nbtools.storage.info(cfg.logs_url) is None
+
+
+@pytest.mark.slow
+def test_03_showed_the_exact_command_and_no_notebook_holds_the_token(in_order, sim_gke):
+    """03's ``ray`` branch shows the exact trainer command, its job ended (SUCCEEDED, or STOPPED by ``STOP``), and
+    the HF token the kernels had in their environment (the experiment's secret, sent to the job) is in no executed
+    notebook (moved here from tests/launch/test_ray.py, which executed 03 a second time for it)."""
+    in_order.through(NOTEBOOKS[-1])
+    texts = {nb.stem: (in_order.out / nb.name).read_text() for nb in NOTEBOOKS}
+    assert not [k for k, t in texts.items() if FAKE_HF_TOKEN in t]
+    with sim_gke.activated():
+        cfg = in_order.cfg()
+        assert f"--config {cfg.trainer.recipe}" in texts["03_launch_grpo"]
+        assert nbtools.jobs.attach(cfg.dashboard_url, cfg.submission_id).status().value in ("SUCCEEDED", "STOPPED")

@@ -57,6 +57,9 @@ def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(
     assert (mirrored / "sub" / "b.bin").read_bytes() == b"0123456789" and (mirrored / "a.txt").read_text() == "hello"
     assert fs.jobs_run - before == 7, fs.jobs_run - before
     again = fs.jobs_run
+    storage.mirror(url)  # asked again at once: the kept listing and files (nbtools._rayfs), no job
+    assert fs.jobs_run == again
+    fs.forget()  # as when its answers are older than cache_seconds
     storage.mirror(url)  # nothing changed: only the listing
     assert fs.jobs_run - again == 1
     assert not any(j.startswith("nbtools-read-") for j in nbtools.jobs.list_jobs(cfg.dashboard_url).get("id", [])), \
@@ -92,3 +95,31 @@ def test_a_confirmed_wipe_deletes_the_runs_results_through_the_cluster(sim_gke, 
     assert list(done.actions["action"]) == ["removed", "absent"] and done.stopped, done.actions
     assert storage.info(cfg.url(cfg.checkpoint_dir)) is None and storage.info(cfg.url(f"{other}/keep")) is not None
     assert list(nbtools.backends.get(cfg).wipe(confirm=cfg.name).actions["action"]) == ["absent", "absent"]
+
+
+def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_gke, ray_cfg_hidden):
+    """A cell that asks the same thing again (05's views list ``exp_001`` a dozen times) costs one read job, not one
+    each; yet a read never returns what the process's own write, delete or submitted job has changed, nor keeps a
+    "not there yet"."""
+    cfg, _ = ray_cfg_hidden
+    base = f"{sim_gke.data_dir}/kept-{uuid.uuid4().hex[:6]}"
+    _on_cluster(cfg, f"mkdir -p {base} && printf one > {base}/a.txt")
+    url = cfg.url(base)
+    a, b = storage.join(url, "a.txt"), storage.join(url, "b.txt")
+    fs, _ = storage.filesystem(url)
+    start = fs.jobs_run
+    for _ in range(3):
+        assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.read_text(a) == "one"
+    assert fs.jobs_run - start == 2, fs.jobs_run - start  # one listing, one read
+    assert storage.info(a) is not None and storage.read_bytes(a, 0, 2) == b"on"  # a stat, a range: always asked
+    assert fs.jobs_run - start == 4, fs.jobs_run - start
+
+    assert storage.info(b) is None  # not there: asked every time, never kept
+    _on_cluster(cfg, f"printf two > {base}/b.txt && printf changed > {base}/a.txt")  # a job changes the files
+    assert storage.read_text(b) == "two" and storage.read_text(a) == "changed"
+    assert sorted(e.name for e in storage.ls(url)) == ["a.txt", "b.txt"]
+
+    storage.write_text(a, "mine")  # this filesystem's own write
+    assert storage.read_text(a) == "mine"
+    storage.remove(b)
+    assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.info(b) is None

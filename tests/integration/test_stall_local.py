@@ -38,11 +38,15 @@ def cfg_for(ray_cfg, tmp_path_factory):
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
     base = ray_cfg(nbtools.config.load(ROOT / "experiments" / "local.yaml"))
 
+    made = []
+
     def make(name: str, faults: list[dict], **extra):
-        return base.replace(**{**SHORT, "name": name, "rehearsal.faults": faults, **extra})
+        made.append(base.replace(**{**SHORT, "name": name, "rehearsal.faults": faults, **extra}))
+        return made[-1]
 
     yield make
-    nbtools.jobs.stop_jobs(base.dashboard_url, prefix="stall-")
+    for cfg in made:  # only this module's runs (and their attempts): the session's head is shared by the xdist workers
+        nbtools.jobs.stop_jobs(cfg.dashboard_url, prefix=cfg.submission_id)
     if old is None:
         os.environ.pop("NBTOOLS_RUNS_DIR", None)
     else:
