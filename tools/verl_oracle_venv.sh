@@ -13,6 +13,11 @@
 set -euo pipefail
 project_py=$1; venv=$2; version=$3
 here=$(cd "$(dirname "$0")" && pwd)
+# one builder per venv: two test modules (on two xdist workers) ask for the same release at once, and without the lock
+# the second's `rm -rf` ran under the first's pip (a fresh-clone CI imported a half-installed tensordict)
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 stamp="$venv/.nbtools-verl-$version-$(sha256sum "$here/verl_oracle_venv.sh" | cut -c1-12)"
 if [ -f "$stamp" ] && [ -x "$venv/bin/python" ]; then echo "$venv/bin/python"; exit 0; fi
 rm -rf "$venv"
