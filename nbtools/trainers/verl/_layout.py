@@ -55,23 +55,23 @@ class VerlLayout:
     # [merge]: imported by the verbs that read checkpoints, never by the trainer itself.
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
         """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
-        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
+        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
 
         return _checkpoints.is_verl_dir(checkpoint_dir)
 
     def list_checkpoints(self, checkpoint_dir: str | Path):
-        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
+        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
 
         return _checkpoints.list_verl_checkpoints(checkpoint_dir)
 
     def latest_checkpoint(self, checkpoint_dir: str | Path):
-        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
+        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
 
         return _checkpoints.latest_verl(checkpoint_dir)
 
     def step_layout(self, step_dir: str | Path) -> str | None:
         """``verl_fsdp`` for a local ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
-        from nbtools.trainers.verl import _checkpoints  # torch (the [merge] extra)
+        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
 
         return _checkpoints.VERL_LAYOUT if _checkpoints.is_verl_step(step_dir) else None
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+import nbtools.trainers.verl.files as files
 from nbtools.config import Experiment
-from nbtools.trainers.verl import files
 from nbtools.trainers.verl._trainer import Verl
 
 __all__ = ["VerlWriter"]
