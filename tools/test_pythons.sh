@@ -38,9 +38,12 @@ for py in "$@"; do
   if [ ! -x "$venv/bin/python" ] && ! "$py" -m venv "$venv"; then
     summary+=("Python $ver: FAILED to create a venv (Debian: apt-get install python3-venv)"); failed=1; rm -rf "$wheels"; continue
   fi
-  if ! { "$venv/bin/python" -m pip install --quiet --no-compile "$wheels"/torch-*.whl \
-         && "$venv/bin/python" -m pip install --quiet --no-compile -c constraints.txt "${deps[@]}" \
-         && "$venv/bin/python" -m pip install --quiet --no-compile --no-deps -e . ; }; then
+  # installs go through tools/pip_install.py: uv with pip's configuration when uv is there, else pip
+  install=("$venv/bin/python" tools/pip_install.py --quiet --no-compile)
+  if ! { "${install[@]}" "$wheels"/torch-*.whl \
+         && "${install[@]}" -c constraints.txt "${deps[@]}" \
+         && "${install[@]}" --no-deps -e . \
+         && "$venv/bin/python" -c 'import sys, torch; sys.exit(not torch.__version__.endswith("+cpu"))'; }; then
     summary+=("Python $ver: FAILED to install"); failed=1; rm -rf "$wheels"; continue
   fi
   rm -rf "$wheels"

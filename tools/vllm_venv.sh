@@ -31,9 +31,11 @@ if ! "$venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: "$
     || ! ls "$wheels"/torch-*+cpu-*.whl >/dev/null 2>&1; then
   echo "no $torch_pin CPU wheel without an index: set TORCH_CPU_INDEX (e.g. PyTorch's CPU index)" >&2; exit 1
 fi
-"$venv/bin/python" -m pip install --quiet --no-compile "$wheels"/torch-*+cpu-*.whl
-# the torch pin keeps pip from swapping the CPU build for PyPI's CUDA one while it resolves vLLM's dependencies
-"$venv/bin/python" -m pip install --quiet --no-compile "$vllm_pin" "$torch_pin" pytest
+# installs go through tools/pip_install.py: uv with pip's configuration when uv is there, else pip
+install=("$venv/bin/python" "$(dirname "$0")/pip_install.py" --quiet --no-compile)
+"${install[@]}" "$wheels"/torch-*+cpu-*.whl
+# the torch pin keeps the resolver from swapping the CPU build for PyPI's CUDA one while it resolves vLLM's dependencies
+"${install[@]}" "$vllm_pin" "$torch_pin" pytest
 "$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 "$venv/bin/python" - <<'EOF'
 import torch
