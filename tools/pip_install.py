@@ -32,6 +32,8 @@ IGNORED = {"cache_dir", "disable_pip_version_check", "progress_bar", "verbose", 
            "find_links", "no_index", "ignore_dependencies", "upgrade", "upgrade_strategy", "force_reinstall", "pre",
            "format_control", "trusted_hosts", "build_isolation", "use_pep517", "json_report_file", "dry_run"}
 
+KEEP_UV = {"UV_CACHE_DIR", "UV_LINK_MODE", "UV_CONCURRENT_DOWNLOADS", "UV_CONCURRENT_INSTALLS"}
+
 
 def _parse(args: list[str], env: dict[str, str]):
     """pip's own parse of ``pip install ARGS`` under ``env`` (its config files and PIP_* variables apply)."""
@@ -62,7 +64,7 @@ def uv_command(uv: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
     if options.dry_run or options.json_report_file:
         raise ValueError("pip's --dry-run/--report have no uv equivalent here")
     if not options.build_isolation or options.use_pep517 is False:
-        raise ValueError("pip's --no-build-isolation / legacy setup.py builds are left to pip")
+        raise ValueError("pip's --no-build-isolation / legacy setup.py builds: no uv equivalent here")
     cmd = [uv, "pip", "install", "--no-config", "--python", sys.executable, "--index-strategy", "unsafe-best-match"]
     cmd += ["--quiet"] if options.quiet else []
     cmd += ["--compile-bytecode"] if options.compile else []
@@ -87,7 +89,9 @@ def uv_command(uv: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
     cmd += ["--upgrade"] if options.upgrade else []
     cmd += ["--reinstall"] if options.force_reinstall else []
     cmd += ["--prerelease", "allow"] if options.pre else []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}  # only pip's configuration counts
+    cmd += ["--no-cache"] if options.cache_dir is False else []  # pip --no-cache-dir
+    # only pip's configuration says what is installed from where (uv's cache location and link mode may stay)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") or k in KEEP_UV}
     if options.cert:
         env["SSL_CERT_FILE"] = options.cert
     env["UV_HTTP_TIMEOUT"] = str(int(options.timeout))

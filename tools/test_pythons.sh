@@ -40,7 +40,7 @@ for py in "$@"; do
   fi
   # installs go through tools/pip_install.py: uv with pip's configuration when uv is there, else pip
   install=("$venv/bin/python" tools/pip_install.py --quiet --no-compile)
-  if ! { "${install[@]}" "$wheels"/torch-*.whl \
+  if ! { "${install[@]}" --no-cache-dir "$wheels"/torch-*.whl \
          && "${install[@]}" -c constraints.txt "${deps[@]}" \
          && "${install[@]}" --no-deps -e . \
          && "$venv/bin/python" -c 'import sys, torch; sys.exit(not torch.__version__.endswith("+cpu"))'; }; then

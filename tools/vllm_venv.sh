@@ -33,7 +33,7 @@ if ! "$venv/bin/python" -m pip download --quiet --no-deps --only-binary=:all: "$
 fi
 # installs go through tools/pip_install.py: uv with pip's configuration when uv is there, else pip
 install=("$venv/bin/python" "$(dirname "$0")/pip_install.py" --quiet --no-compile)
-"${install[@]}" "$wheels"/torch-*+cpu-*.whl
+"${install[@]}" --no-cache-dir "$wheels"/torch-*+cpu-*.whl  # a temporary path: nothing to cache
 # the torch pin keeps the resolver from swapping the CPU build for PyPI's CUDA one while it resolves vLLM's dependencies
 "${install[@]}" "$vllm_pin" "$torch_pin" pytest
 "$venv/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
