@@ -9,8 +9,9 @@ Two parts, one runs dir laid out as ``make demo``'s (``<runs>/notebooks/`` holds
 1. Live: 03 submits, 04 watches the curves grow while the job runs, then overlays this run with a second one (a real
    rehearsal of the health corpus, passed as 04's ``COMPARE``: two traces a panel, raw and smoothed in the hover,
    the x axis switched to relative time), 05 drives the explorer; 04 and 05 are saved.
-2. Saved: ``nbtools.demo.run_demo`` runs 01, 06 and 07 into the same runs dir (not the lab's notebooks again) and
-   freezes and checks every executed copy, the lab's included, as ``make demo`` does. Then 01, 04, 05 and 07 are
+2. Saved: ``nbtools.demo.run_demo`` runs 01, 06 and 07 into the same runs dir (not the lab's notebooks again; beside
+   the live part's 05, which only reads the finished run) and freezes and checks every executed copy, the lab's
+   included, as ``make demo`` does. Then 01, 04, 05 and 07 are
    opened as a user opens them: untrusted first (JupyterLab sanitises their HTML), then trusted and reopened. In both,
    every figure cell shows an image or a plotly plot, the explorer's snapshot keeps its colours (a coloured row, a
    histogram bar), no widget shows the "disconnected" icon or an error, and no output names this machine's absolute
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -104,11 +106,15 @@ def workspace(tmp_path_factory):
                                    parameters=p, prepare_only=True, progress_bar=False)
     os.environ["NBTOOLS_RUNS_DIR"] = str(runs)
     cfg = nbtools.config.load(config, backend="local")
-    _head.up(cfg, timeout=300, progress=False)
+    # the Ray head starts while JupyterLab and Chromium start (the lab and browser fixtures); 03 waits for it
+    pool = ThreadPoolExecutor(2, thread_name_prefix="lab-test")
+    head = pool.submit(_head.up, cfg, timeout=300, progress=False)
     try:
-        yield {"dir": work, "cfg": cfg, "names": names, "runs": runs, "src": src, "executed": executed}
+        yield {"dir": work, "cfg": cfg, "names": names, "runs": runs, "src": src, "executed": executed,
+               "head": head, "pool": pool}
     finally:
         try:
+            pool.shutdown(wait=True)  # a head still starting (or a demo still running) ends before it is stopped
             nbtools.tensorboard.stop(cfg)
         finally:
             _head.stop_all_under(runs)
@@ -332,6 +338,7 @@ def _drive(workspace, ui: Lab) -> None:
 
     # 03: submit and follow (the job runs on while we look at 04)
     ui.open(path["03"])
+    workspace["head"].result()  # the local Ray head the fixture started (03 would start its own without it)
     ui.run_all()
     logs = Path(cfg.logs_url)
     deadline = time.monotonic() + 240
@@ -362,6 +369,8 @@ def _drive(workspace, ui: Lab) -> None:
     assert _points(ui.page) >= grown > first
     assert not ui.widget_errors(), ui.widget_errors()
     ui.save()  # the executed copy a user keeps (the demo's check freezes and checks it below)
+    # the rest of the sequence runs while 05 is driven (it reads the finished run's files; 06 and 07 use the head)
+    workspace["demo"] = workspace["pool"].submit(_demo, workspace)
 
     # 05: the explorer over the finished run
     run = nbtools.trajectories.open_run(cfg.logs_url)
@@ -441,19 +450,35 @@ _STYLED_JS = """() => { const root = window.jupyterapp.shell.currentWidget.node,
 OK_ROW, BAD_ROW, BAR = "rgb(241, 249, 243)", "rgb(253, 243, 242)", "rgb(76, 114, 176)"  # #f1f9f3 #fdf3f2 #4c72b0
 
 
-def _saved(workspace, ui: Lab) -> None:
-    """The executed notebooks as a user opens them after ``make demo``: untrusted, then trusted."""
+def _demo(workspace):
+    """The rest of the sequence that shows what a user opens (01 on local is the GKE plan; 06 merges and writes the
+    model card; 07 evaluates and adds its section), into the runs dir the lab's 03-05 ran in; the demo then freezes
+    and checks every executed copy there (the lab's 04 and 05: see ``_saved``)."""
     import nbtools
 
     t0 = time.monotonic()
-    ui.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")  # the live part's kernels
-    # the rest of the sequence that shows what a user opens (01 on local is the GKE plan; 06 merges and writes the
-    # model card; 07 evaluates and adds its section), into the runs dir the lab's 03-05 ran in; the demo then
-    # freezes and checks every executed copy there, the lab's saved 04 and 05 included
     result = nbtools.demo.run_demo(out_dir=workspace["runs"], only=["01", "06", "07"], notebooks_dir=workspace["src"],
                                    parameters={"CONFIG": "../experiment.yaml", "SAMPLES": 4})
-    assert result.ok and not result.warnings, result.summary()
     print(f"demo 01, 06, 07: {time.monotonic() - t0:.0f} s ({', '.join(f'{k[:2]} {v:.0f} s' for k, v in result.timings.items())})")
+    return result
+
+
+def _saved(workspace, ui: Lab) -> None:
+    """The executed notebooks as a user opens them after ``make demo``: untrusted, then trusted."""
+    from nbtools.demo import PROJECT_ROOT, check_outputs, freeze_widgets
+
+    ui.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")  # the live part's kernels
+    result = workspace["demo"].result()
+    assert result.ok and not result.warnings, result.summary()
+    # the demo ran beside 05, so the lab's 05 may have been saved after the demo's check: every executed copy is
+    # frozen and checked again, as the demo does (both are idempotent), now that all of them are final
+    executed = sorted(workspace["executed"].glob("*.ipynb"))
+    assert {p.name[:2] for p in executed} == {"01", "04", "05", "06", "07"}, executed
+    forbidden = (str(PROJECT_ROOT), str(workspace["runs"].resolve()))
+    for nb in executed:
+        freeze_widgets(nb)
+        problems = check_outputs(nb) + [p for p in check_outputs(nb, forbidden=forbidden) if "absolute path" in p]
+        assert not problems, problems
     look_at_saved(workspace, ui, SAVED)
     look_at_card(workspace, ui)
     look_at_01_on_gke(workspace, ui)
