@@ -89,7 +89,7 @@ vllm-venv:
 
 test-vllm: $(STAMP)
 	@vpy=$$(bash tools/vllm_venv.sh $(VLLM_VENV)) && \
-	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm -p no:cacheprovider -p no:randomly -v -s
+	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm -p no:cacheprovider -p no:randomly -v -s --durations=6
 
 ## Optional third command: notebooks 03 -> 04 -> 05 live in a real JupyterLab driven by Playwright through Debian's
 ## Chromium (installed with apt-get when missing and possible), then 01, 04, 05, 07 and the model card as saved
