@@ -83,16 +83,13 @@ test-pythons:
 ## simulated GKE (verl experiment) generates with it on the GPU worker pod's copy of the merged model
 ## (tests/vllm/test_sim_gke_vllm.py, through tests/doubles/vllm_bridge)
 VLLM_VENV ?= $(CURDIR)/.venv-vllm
-## only that venv (cached): .ci/run builds it beside `make test`, so that `make test-vllm` after it only tests.
-## The simulated GKE's test first: its set-up (14 s alone) runs while the session's shared rehearsal, which both
-## tests read, trains in the background (the other test first waited 5 s for it, then the set-up came after)
+## only that venv (cached): .ci/run builds it beside `make test`, so that `make test-vllm` after it only tests
 vllm-venv:
 	@bash tools/vllm_venv.sh $(VLLM_VENV) >/dev/null
 
 test-vllm: $(STAMP)
 	@vpy=$$(bash tools/vllm_venv.sh $(VLLM_VENV)) && \
-	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm/test_sim_gke_vllm.py tests/vllm/test_real_vllm.py \
-	  -p no:cacheprovider -p no:randomly -v -s --durations=6
+	NBTOOLS_VLLM_PYTHON=$$vpy $(BIN)/python -m pytest tests/vllm -p no:cacheprovider -p no:randomly -v -s --durations=6
 
 ## Optional third command: notebooks 03 -> 04 -> 05 live in a real JupyterLab driven by Playwright through Debian's
 ## Chromium (installed with apt-get when missing and possible), then 01, 04, 05, 07 and the model card as saved
