@@ -29,8 +29,8 @@ $(BIN)/python:
 # that other project, would shadow the import name `nbtools`, so either is removed first.
 # Installs go through tools/pip_install.py: uv (pinned in constraints.txt, installed into the venv first) given pip's
 # own parse of its configuration (find-links, extra indexes, constraint files, PIP_* variables), else pip with a line
-# saying why. On this 2-core machine, cold caches: this install 25.1 -> 13.8 CPU-s, the vLLM venv 46.6 -> 22.6 CPU-s,
-# the same versions installed (pip freeze of both equal), 2026-11-28.
+# saying why. On this 2-core machine, 2026-11-28, pip -> uv with uv's cache empty (warm): `make install` 25.1 -> 17.4
+# (8.1) CPU-s, the vLLM venv 46.6 -> 21.9 (12.1), `make test-pythons` 32.3 -> 24.0; pip freeze of both venvs equal.
 UV_FROM := $(abspath $(BIN))
 export NBTOOLS_UV_FROM := $(UV_FROM)
 PIP_INSTALL = $(BIN)/python tools/pip_install.py
