@@ -76,13 +76,18 @@ def _child(tree: str, run: str, *, tiny: bool = False) -> dict[str, float]:
     return json.loads(line[7:])
 
 
-def _rehearse(runs: Path, steps: int = 4) -> Path:
+# --tiny: a small data set, a short warm start and few samples per step (the files, not their size)
+TINY = ["rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
+        "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8"]
+
+
+def _rehearse(runs: Path, steps: int = 4, extra: tuple[str, ...] = ()) -> Path:
     run = runs / "local-rehearsal"
     if not (run / "checkpoints").is_dir():
         subprocess.run([sys.executable, "-m", "nbtools.rehearsal", "--config", str(ROOT / "experiments" / "local.yaml"),
                         "--runs-dir", str(runs), f"grpo.max_num_steps={steps}", "grpo.val_period=2",
-                        "checkpointing.save_period=2"], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       stdout=subprocess.DEVNULL)
+                        "checkpointing.save_period=2", *extra], check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
     return run
 
 
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.tiny:
         with tempfile.TemporaryDirectory(prefix="bench-storage-local-tiny-") as d:
-            return _bench(_rehearse(Path(d), steps=2), baseline=a.baseline, reps=1, tiny=True)
+            return _bench(_rehearse(Path(d), steps=2, extra=tuple(TINY)), baseline=a.baseline, reps=1, tiny=True)
     return _bench(_rehearse(Path(a.runs)), baseline=a.baseline, reps=a.reps)
 
 
