@@ -21,9 +21,9 @@ What is compared:
 - ``test_comparison_sees_a_wrong_merge``: the comparison itself reports a transposed, renamed, rank-swapped or
   re-typed tensor, so a wrong merge cannot pass.
 
-CPU: 61 CPU-seconds for both releases and both strategies (95 s of wall, 2026-11-28, this 2-core machine; two ranks'
-imports of verl and transformers per release dominate), the venvs cached; ``NBTOOLS_VERL_ORACLE`` picks the releases
-(default ``0.7.0 0.9.1``).
+CPU: 27 CPU-seconds for both releases and both strategies (23 s of wall, 2026-11-28, this 2-core machine; 59 before
+the ranks were forked from a parent that had imported verl and transformers once), the venvs cached;
+``NBTOOLS_VERL_ORACLE`` picks the releases (default ``0.7.0 0.9.1``).
 """
 
 from __future__ import annotations
