@@ -1,7 +1,8 @@
 """Write verl checkpoints with verl's own worker and trainer code on 2 gloo CPU ranks, then merge one with verl's own
 model merger; runs inside a verl venv (tools/verl_oracle_venv.sh), not a test module.
 
-Reads a job (JSON) on stdin: ``{"out": DIR, "strategies": ["fsdp2", "fsdp"], "steps": [1, 2, 3], "keep": 2}``; writes
+Reads a job (JSON) on stdin: ``{"out": DIR, "strategies": ["fsdp2", "fsdp"], "steps": [1, 2, 3], "keep": 2}`` and
+optionally ``"oracle": <verl_oracle.py's job>``, run here once the ranks are done (tests/oracle/conftest.py); writes
 ``DIR/base`` (a tiny Llama built in code and its WordLevel tokenizer: nothing is downloaded), and per strategy
 ``DIR/<strategy>/run`` (``trainer.default_local_dir``) and ``DIR/<strategy>/verl_merged``; prints a JSON summary.
 
@@ -273,6 +274,10 @@ def main() -> None:
                     os.path.join(run, f"global_step_{steps[-1]}", "actor"), "--target_dir", merged]
         runpy.run_module("verl.model_merger", run_name="__main__", alter_sys=True)
         result["strategies"][strategy] = {"run": run, "verl_merged": merged}
+    if job.get("oracle"):  # verl_oracle.py's job in this process, which has imported verl's trainer already
+        import verl_oracle
+
+        result["oracle"] = verl_oracle.run(job["oracle"])
     with summary:
         json.dump(result, summary)
 
