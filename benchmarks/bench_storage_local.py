@@ -94,7 +94,8 @@ def _rehearse(runs: Path, steps: int = 4, extra: tuple[str, ...] = ()) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", help="another checkout of the project (its nbtools/ is the baseline)")
-    ap.add_argument("--runs", default="/tmp/nbtools-bench/storage-local", help="runs dir of the rehearsal (made if missing)")
+    ap.add_argument("--runs", help="runs dir of the rehearsal (made if missing; default /tmp/nbtools-bench/storage-local, "
+                    "--tiny: a temp dir)")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=3)
@@ -105,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         calls = (2, 1) if a.tiny else (200, 5)
         print("RESULT " + json.dumps(_workload(Path(a.run), *calls)), flush=True)
         return 0
-    if a.tiny:
+    if a.tiny:  # --runs: a run already there (e.g. the tests' shared rehearsal) is read as it is
         with tempfile.TemporaryDirectory(prefix="bench-storage-local-tiny-") as d:
-            return _bench(_rehearse(Path(d), steps=2, extra=tuple(TINY)), baseline=a.baseline, reps=1, tiny=True)
-    return _bench(_rehearse(Path(a.runs)), baseline=a.baseline, reps=a.reps)
+            return _bench(_rehearse(Path(a.runs or d), steps=2, extra=tuple(TINY)), baseline=a.baseline, reps=1, tiny=True)
+    return _bench(_rehearse(Path(a.runs or "/tmp/nbtools-bench/storage-local")), baseline=a.baseline, reps=a.reps)
 
 
 def _bench(run: Path, *, baseline: str | None, reps: int, tiny: bool = False) -> int:

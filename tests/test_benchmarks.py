@@ -3,8 +3,8 @@ publish (issue 43: ``bench_rehearsal.py`` and ``bench_ray_head.py`` had failed o
 to ``nbtools/_ports.py``, unseen, because nothing ran them).
 
 Each script runs as ``python benchmarks/<script> --tiny`` in a fresh process, in a temp dir, as a user would run it:
-the same code paths on a workload of seconds (bench_rehearsal on the session's Ray head, bench_merge and
-bench_ckpt_read on one checkpoint). No figure is asserted (a tiny workload measures nothing); the exit
+the same code paths on a workload of seconds (bench_rehearsal on the session's Ray head, bench_storage_local
+on a copy of the session's shared rehearsal run, bench_merge and bench_ckpt_read on one checkpoint). No figure is asserted (a tiny workload measures nothing); the exit
 status and, where a script drives another, the sign that it ran, are. A new script without an entry in ``TINY`` fails
 ``test_every_benchmark_has_a_tiny_mode``. The ones taking more than a few seconds are marked slow (``make test`` runs
 them, ``make test-fast`` does not).
@@ -29,7 +29,8 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     "gen_nemo_rl_run.py": (["{tmp}/run", "--tiny"], "2 files, 8 records", False),
     "bench_health.py": (["--tiny"], "health:", True),
     "bench_storage.py": (["--tiny"], "nbtools, copy evicted", True),
-    "bench_storage_local.py": (["--tiny"], "checkpoints.best", True),
+    # reads a copy of the session's shared rehearsal run (tests/conftest.py), not a rehearsal of its own
+    "bench_storage_local.py": (["--tiny", "--runs", "{rehearsal}"], "checkpoints.best", True),
     "bench_storage_cache.py": (["--tiny"], "fsspec filecache (check_files) / nbtools, rewritten", True),
     "bench_trajectories.py": (["--tiny"], "checksums identical across Python methods: True", True),
     # one tiny checkpoint for both: written (both layouts) by bench_merge.generate -> bench_merge_make_ckpt.py under
@@ -84,6 +85,8 @@ def test_tiny_mode_runs(script, args, expect, tmp_path, shared, request):
     if any("{gcs}" in a for a in args):  # the session head (tests/conftest.py), started once for the whole suite
         head = request.getfixturevalue("ray_head")
         fill |= {"gcs": head.extra["port"], "dashboard": head.extra["dashboard_port"]}
+    if any("{rehearsal}" in a for a in args):
+        fill["rehearsal"] = request.getfixturevalue("rehearsal_run").copy(tmp_path / "rehearsal").parent
     argv = [sys.executable, str(BENCH / script), *(a.format(**fill) for a in args)]
     r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     tail = f"\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
