@@ -22,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 
-# script -> (arguments after the script, text its output must contain, slow?). "{tmp}" is the test's temp dir.
+# script -> (arguments after the script, texts its output must contain in order, "|"-separated, slow?). "{tmp}" is the
+# test's temp dir, "{shared}" the module's, "{gcs}"/"{dashboard}" the session head's ports, "{rehearsal}" a runs dir
+# holding a copy of the session's shared rehearsal run.
 TINY: dict[str, tuple[list[str], str, bool]] = {
     "bench_diagnose.py": (["--tiny"], "cause lost-node", False),
     "bench_rewards.py": (["--tiny"], "score() vs per-sample loop", False),
@@ -40,8 +42,8 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
                            "pair: True", True),
     "bench_ray_head.py": (["--tiny"], "re-attach (second up)", True),  # starts its two heads: that is what it times
     # the session's Ray head (attached to, left running), not a head of its own
-    "bench_rehearsal.py": (["--tiny", "ray.port={gcs}", "ray.dashboard_port={dashboard}"], "learning targets met on",
-                           True),
+    "bench_rehearsal.py": (["--tiny", "ray.port={gcs}", "ray.dashboard_port={dashboard}"],
+                           "down() will leave it running|learning targets met on", True),
     # helper scripts that a benchmark above runs in its tiny mode
     "bench_merge_make_ckpt.py": ([], "", False),
     # its functions run in tests/health/test_corpus.py (which also lists any known false alarm): not run twice here
@@ -91,4 +93,7 @@ def test_tiny_mode_runs(script, args, expect, tmp_path, shared, request):
     r = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     tail = f"\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
     assert r.returncode == 0, f"{' '.join(argv[1:])} exited {r.returncode}{tail}"
-    assert expect in r.stdout, f"{script}: expected {expect!r} in its output{tail}"
+    rest = r.stdout
+    for text in expect.split("|"):  # each of these, in this order
+        assert text in rest, f"{script}: expected {text!r} in its output (in this order: {expect!r}){tail}"
+        rest = rest[rest.index(text) + len(text):]
