@@ -4,8 +4,10 @@
     .venv/bin/python benchmarks/bench_ckpt_read.py --model 1x       # bench_merge.py's ~1.2 B (2.5 GB) model
     .venv/bin/python benchmarks/bench_ckpt_read.py --tiny           # a 2-layer model by 2 ranks, once, in one
                                                                     # process (tests: no figure, RSS not separated)
+    .venv/bin/python benchmarks/bench_ckpt_read.py --tiny --keep DIR/tiny/step_1   # then bench_merge.py --tiny
+                                                                    # --workdir DIR merges the same checkpoint
 
-One generator run (``bench_merge_make_ckpt.py --verl-actor``, FSDP2 on gloo CPU ranks) writes the same weights in
+One generator run (bench_merge.py's ``generate``: ``bench_merge_make_ckpt.py --verl-actor``, FSDP2 on gloo CPU ranks) writes the same weights in
 both layouts nbtools reads: NeMo-RL's DCP ``policy/weights`` and verl v0.7.0's ``global_step_N/actor`` rank files.
 Each method then runs in its own process (imports done before the clock starts, so both sides pay only the read);
 wall and CPU seconds are measured inside it around the read, peak RSS is the child's ``ru_maxrss`` (mapped file pages
@@ -154,14 +156,12 @@ def _measure(pair: str, side: str, root: Path, fresh: bool = True) -> dict:
 
 def generate(root: Path, dims: dict, nproc: int) -> None:
     """Both layouts of one set of weights (bench_merge_make_ckpt.py), plus verl's config and tracker files."""
+    from bench_merge import generate as generate_weights  # the sibling script (its folder is on sys.path)
     from transformers import LlamaConfig
 
     step = root / "verl" / "global_step_1"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            str(HERE / "bench_merge_make_ckpt.py"), str(root / "policy" / "weights"), "--verl-actor", str(step / "actor")]
-    argv += [x for k, v in dims.items() for x in (f"--{k}", str(v))]
     t0 = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    generate_weights(root, dims, nproc, verl_actor=step / "actor")
     cfg = LlamaConfig(hidden_size=dims["hidden"], intermediate_size=dims["intermediate"], vocab_size=dims["vocab"],
                       num_hidden_layers=dims["layers"], num_attention_heads=dims["heads"],
                       num_key_value_heads=dims["heads"], tie_word_embeddings=False)

@@ -21,7 +21,9 @@ for the same setting, and a verdict per seed. Times on a shared 2-core VM are co
 ``--direct`` runs ``python -m nbtools.rehearsal`` without Ray (no head start in the total).
 
     $ timeout 1800 .venv/bin/python benchmarks/bench_rehearsal.py [--seeds 0 1 2] [--runs-dir DIR] [key=value ...]
-    $ .venv/bin/python benchmarks/bench_rehearsal.py --tiny     # seed 0, 2 steps: every code path, no figure (tests)
+    $ .venv/bin/python benchmarks/bench_rehearsal.py --tiny     # seed 0, 2 short steps: every code path, no figure (tests)
+    $ .venv/bin/python benchmarks/bench_rehearsal.py ray.port=P ray.dashboard_port=D   # on a head already running
+                                                                 # there (attached to, left running; no start timed)
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from nbtools.rehearsal.task import baseline_dir, held_out_problems  # noqa: E402
 from nbtools.rehearsal.trainer import load_config  # noqa: E402
 
 BUDGET_S = 120.0
+# --tiny: a small data set, a short warm start and few samples per step (the paths, not the figures)
+TINY = ["rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
+        "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8"]
 TARGETS = {"first5": 0.32, "last10": 0.93, "greedy": 0.95, "baseline_greedy": 0.5, "baseline_sampled": 0.2}
 
 
@@ -79,8 +84,17 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
     shutil.rmtree(runs, ignore_errors=True)
     from nbtools._ports import free_ports
 
-    gcs, dashboard = free_ports(2)  # distinct, and outside Ray's worker port range
-    ov = [*overrides, f"grpo.seed={seed}", f"ray.port={gcs}", f"ray.dashboard_port={dashboard}"]
+    given = {k for o in overrides for k in [o.partition("=")[0]] if k in ("ray.port", "ray.dashboard_port")}
+    if len(given) == 1:
+        sys.exit("give both ray.port= and ray.dashboard_port= (a head already running), or neither (a fresh head)")
+    # a head already running on the ports given: attached to, not timed as a start, left running (a runs dir of
+    # its own for the seed, so down() finds no head of ours to stop); a name of its own per run, or the submission
+    # id (name + config hash) would re-attach to the job an earlier run of this benchmark left on that head
+    if given:
+        ov = [*overrides, f"grpo.seed={seed}", f"name=bench-rehearsal-{time.time_ns() // 10**6}-s{seed}"]
+    else:
+        gcs, dashboard = free_ports(2)  # distinct, and outside Ray's worker port range
+        ov = [*overrides, f"grpo.seed={seed}", f"ray.port={gcs}", f"ray.dashboard_port={dashboard}"]
     cfg = load_config(args.config, ov, str(runs))  # sets NBTOOLS_RUNS_DIR for this seed
     out: dict = {"seed": seed, "load_start": os.getloadavg()[0]}
     if args.direct:
@@ -97,8 +111,10 @@ def run_seed(args, overrides: list[str], seed: int) -> dict:
 
         cluster = nbtools.backends.get(cfg)
         t0 = time.perf_counter()
-        cluster.up(timeout=600, progress=False)
+        head = cluster.up(timeout=600, progress=False)
         out["head_s"] = time.perf_counter() - t0
+        if not head.started_by_us:
+            print(f"seed {seed}: {head.note}", flush=True)
         try:
             t0 = time.perf_counter()
             job = nbtools.launch.submit(cfg)
@@ -165,7 +181,7 @@ def main() -> None:
     args, overrides = ap.parse_known_args()
     if args.tiny:
         args.seeds = [0]
-        overrides = ["grpo.max_num_steps=2", "grpo.val_period=2", "checkpointing.save_period=2", *overrides]
+        overrides = ["grpo.max_num_steps=2", "grpo.val_period=2", "checkpointing.save_period=2", *TINY, *overrides]
         with tempfile.TemporaryDirectory(prefix="bench-rehearsal-tiny-") as d:
             args.runs_dir = args.runs_dir or d
             return _bench(args, overrides)
@@ -187,8 +203,10 @@ def _bench(args: argparse.Namespace, overrides: list[str]) -> None:
     uptime_end = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
     cfg = load_config(args.config, overrides, args.runs_dir)
+    where = (f"the head on ports {cfg.ray.port}/{cfg.ray.dashboard_port}" if any(o.startswith("ray.port=") for o in overrides)
+             else "a fresh local head")
     print(f"rehearsal benchmark — {cfg.name}: {cfg.grpo.max_num_steps} GRPO steps, {cfg.rehearsal.ranks} ranks, "
-          f"{'direct (no Ray)' if args.direct else 'Ray job on a fresh local head'}; {os.cpu_count()} CPUs")
+          f"{'direct (no Ray)' if args.direct else 'Ray job on ' + where}; {os.cpu_count()} CPUs")
     print(f"  machine load before: {uptime}\n  machine load after:  {uptime_end}")
     rows = [
         ("load average (1 min) start → end", lambda r: f"{r['load_start']:.1f} → {r['load_end']:.1f}"),

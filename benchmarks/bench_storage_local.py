@@ -76,20 +76,26 @@ def _child(tree: str, run: str, *, tiny: bool = False) -> dict[str, float]:
     return json.loads(line[7:])
 
 
-def _rehearse(runs: Path, steps: int = 4) -> Path:
+# --tiny: a small data set, a short warm start and few samples per step (the files, not their size)
+TINY = ["rehearsal.num_train=64", "rehearsal.num_test=16", "rehearsal.warmup_steps=5", "grpo.num_prompts_per_step=4",
+        "grpo.num_generations_per_prompt=4", "grpo.max_val_samples=8"]
+
+
+def _rehearse(runs: Path, steps: int = 4, extra: tuple[str, ...] = ()) -> Path:
     run = runs / "local-rehearsal"
     if not (run / "checkpoints").is_dir():
         subprocess.run([sys.executable, "-m", "nbtools.rehearsal", "--config", str(ROOT / "experiments" / "local.yaml"),
                         "--runs-dir", str(runs), f"grpo.max_num_steps={steps}", "grpo.val_period=2",
-                        "checkpointing.save_period=2"], check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       stdout=subprocess.DEVNULL)
+                        "checkpointing.save_period=2", *extra], check=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
     return run
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", help="another checkout of the project (its nbtools/ is the baseline)")
-    ap.add_argument("--runs", default="/tmp/nbtools-bench/storage-local", help="runs dir of the rehearsal (made if missing)")
+    ap.add_argument("--runs", help="runs dir of the rehearsal (made if missing; default /tmp/nbtools-bench/storage-local, "
+                    "--tiny: a temp dir)")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=3)
@@ -100,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         calls = (2, 1) if a.tiny else (200, 5)
         print("RESULT " + json.dumps(_workload(Path(a.run), *calls)), flush=True)
         return 0
-    if a.tiny:
+    if a.tiny:  # --runs: a run already there (e.g. the tests' shared rehearsal) is read as it is
         with tempfile.TemporaryDirectory(prefix="bench-storage-local-tiny-") as d:
-            return _bench(_rehearse(Path(d), steps=2), baseline=a.baseline, reps=1, tiny=True)
-    return _bench(_rehearse(Path(a.runs)), baseline=a.baseline, reps=a.reps)
+            return _bench(_rehearse(Path(a.runs or d), steps=2, extra=tuple(TINY)), baseline=a.baseline, reps=1, tiny=True)
+    return _bench(_rehearse(Path(a.runs or "/tmp/nbtools-bench/storage-local")), baseline=a.baseline, reps=a.reps)
 
 
 def _bench(run: Path, *, baseline: str | None, reps: int, tiny: bool = False) -> int:

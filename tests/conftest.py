@@ -197,8 +197,9 @@ LONGEST_FIRST = (
     "tests/integration/test_cli.py",  # 114 s (2026-11-26)
     "tests/test_benchmarks.py",  # every benchmark's --tiny run: about 150 CPU-s of subprocesses plus two Ray heads (2026-11-27)
     "tests/integration/test_sim_gke.py",  # 106 s (2026-11-26)
-    "tests/oracle/test_verl_oracle.py",  # two venvs (built once, cached in .venv-verl/) and verl's code in each
-    "tests/oracle/test_verl_checkpoint_oracle.py",  # verl's workers on 2 gloo ranks, 2 strategies x 2 releases: 61 CPU-s, 95 s
+    # two venvs (built once, cached in .venv-verl/) and one verl process per release that also writes
+    # test_verl_checkpoint_oracle.py's checkpoints (tests/oracle/conftest.py): that module, in file order, reads them
+    "tests/oracle/test_verl_oracle.py",
     "tests/integration/test_health_rehearsal.py",  # 61 s (2026-11-26)
     "tests/integration/test_supervise_local.py",  # about 60 s: a killed run brought home (35 s of set-up)
     "tests/integration/test_stall_local.py",  # about 50 s: a hang stopped by supervise (29 s)

@@ -11,7 +11,8 @@ model, weights_path=step_N/policy/weights)``, as NeMo-RL v0.7's ``nemo_rl/models
 ``save_consolidated`` from the policy's checkpointing config), on a ``LlamaForCausalLM`` loaded with
 ``from_pretrained`` and sharded with FSDP2 ``fully_shard`` per decoder layer and the root on a 1-D CPU mesh (as
 Automodel's FSDP2 parallelizer does; the parallelizer itself is not run). Each rank adds ``1/1024`` to its shards
-first, so the saved weights are not the base model's.
+first, so the saved weights are not the base model's. The ranks are forked from this process after it imported
+Automodel's checkpointer and transformers once; rank 0 writes ``DIR/base`` after the fork (no torch op before it).
 
 Not as NeMo-RL runs it: NeMo-RL saves with ``is_async=True`` (then ``async_wait()``); on CPU the async stager cannot
 be built (``Checkpointer.__init__`` -> torch's ``DefaultStager()``: ``AssertionError: Non-blocking copy requires that
@@ -36,6 +37,9 @@ def _rank(rank: int, world: int, store: str, base: str, out: str, formats: list[
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
+        if rank == 0:  # here, not in the parent: no torch op runs before the fork
+            base_model(base)
+        dist.barrier()
         from nemo_automodel.components.checkpoint.checkpointing import Checkpointer, CheckpointingConfig
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -72,10 +76,14 @@ def main() -> None:
     os.dup2(2, 1)
     out, step = job["out"], job["step"]
     base = os.path.join(out, "base")
-    base_model(base)
+    # imported once here, inherited by the forked ranks (spawned ones imported all of it again: most of the CPU)
+    from nemo_automodel.components.checkpoint.checkpointing import Checkpointer  # noqa: F401
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401
+
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank, args=(2, os.path.join(tmp, "store"), base, out, job["formats"], step), nprocs=2,
-                           join=True, start_method="spawn")
+                           join=True, start_method="fork")
     files = {}
     for fmt in job["formats"]:
         root = os.path.join(out, fmt, f"step_{step}")

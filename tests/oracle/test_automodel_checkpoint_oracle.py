@@ -16,7 +16,8 @@ What does not run as NeMo-RL runs it, and why (details in that script's docstrin
   the files NeMo-RL writes itself beside the weights (``config.yaml``, ``training_info.json``, ``policy/tokenizer``)
   stay the project's writer (tests/support/checkpoint_writer.py ``write_step_files``) and are not used here.
 
-CPU: 22 CPU-seconds (two ranks' imports; 2026-11-28, this 2-core machine), plus the venv's build where
+CPU: 10 CPU-seconds (the ranks forked after one import of Automodel and transformers; 18 when spawned; 2026-11-28,
+this 2-core machine), plus the venv's build where
 ``.venv-automodel/`` is missing (one wheel of 3.7 MB, about 6 CPU-seconds).
 """
 

@@ -21,18 +21,16 @@ What is compared:
 - ``test_comparison_sees_a_wrong_merge``: the comparison itself reports a transposed, renamed, rank-swapped or
   re-typed tensor, so a wrong merge cannot pass.
 
-CPU: 61 CPU-seconds for both releases and both strategies (95 s of wall, 2026-11-28, this 2-core machine; two ranks'
-imports of verl and transformers per release dominate), the venvs cached; ``NBTOOLS_VERL_ORACLE`` picks the releases
-(default ``0.7.0 0.9.1``).
+CPU: 32 CPU-seconds with test_verl_oracle.py, whose job runs in the same verl process per release
+(tests/oracle/conftest.py), for both releases and both strategies (28 s of wall, 2026-11-28, this 2-core machine; 76
+when each module ran its own process per release and the ranks were spawned, each importing verl and transformers
+again), the venvs cached; ``NBTOOLS_VERL_ORACLE`` picks the releases (default ``0.7.0 0.9.1``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,35 +38,17 @@ import torch
 from merged_compare import diff, mutants, tensors
 
 from nbtools import checkpoints as ck
+from tests.oracle.verl_cases import STEPS, STRATEGIES
 
-ROOT = Path(__file__).resolve().parents[2]
 SLOW_FIXTURES = ("verl_ckpt",)  # a venv per release and two gloo ranks of verl: `make test`, not the inner loop
 RELEASES = os.environ.get("NBTOOLS_VERL_ORACLE", "0.7.0 0.9.1").split()
-STRATEGIES = ("fsdp2", "fsdp")
-STEPS, KEEP = [1, 2, 3], 2
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def verl_ckpt(request, tmp_path_factory):
+def verl_ckpt(request, verl_release):
+    """verl's checkpoints and merges for a release (run with the dump oracle's job: tests/oracle/conftest.py)."""
     version = request.param
-    built = subprocess.run(["bash", str(ROOT / "tools" / "verl_oracle_venv.sh"), sys.executable,
-                            str(ROOT / ".venv-verl" / version), version], capture_output=True, text=True)
-    assert built.returncode == 0, f"building the verl {version} venv failed:\n{built.stderr[-3000:]}"
-    python = built.stdout.strip().splitlines()[-1]
-    out = tmp_path_factory.mktemp(f"verl-ckpt-{version}")
-    job = {"out": str(out), "strategies": list(STRATEGIES), "steps": STEPS, "keep": KEEP}
-    t1 = time.monotonic()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ran = subprocess.run([python, str(Path(__file__).with_name("verl_checkpoint.py"))], input=json.dumps(job),
-                         capture_output=True, text=True, env=env, timeout=1200)  # a rank that dies can leave the other waiting
-    assert ran.returncode == 0, f"verl {version}'s checkpoint code failed:\n{ran.stderr[-5000:]}"
-    result = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert result["verl"] == version
-    runs = os.environ.get("NBTOOLS_RUNS_DIR")
-    if runs:  # the session's summary lists the releases that ran (tests/conftest.py pytest_terminal_summary)
-        Path(runs).mkdir(parents=True, exist_ok=True)
-        with open(Path(runs) / "verl-oracle-releases.txt", "a") as f:
-            f.write(f"verl {version} checkpoints ({', '.join(STRATEGIES)}): verl's code {time.monotonic() - t1:.0f} s\n")
+    out, result = verl_release(version)
     return version, out, result
 
 

@@ -2,7 +2,8 @@
 
 Each release runs in its own venv (``tools/verl_oracle_venv.sh``: verl from PyPI with ``--no-deps``, beside the project
 venv's torch 2.13.0+cpu; cached under the git-ignored ``.venv-verl/<version>``). ``tests/oracle/verl_oracle.py`` runs
-one GRPO step's batch through that release's code (see its docstring) in one subprocess per release; the tests
+one GRPO step's batch through that release's code (see its docstring), in the one verl process per release that
+also writes the checkpoint oracle's checkpoints (tests/oracle/conftest.py); the tests
 compare:
 
 - groups: nbtools' groups of verl's own dump equal the prompts' (v0.7.0: after ``_balance_batch`` reordered them;
@@ -27,94 +28,27 @@ Doubles kept, and why (verl at these releases cannot run them on this CPU machin
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nbtools import config, rewards, trajectories
+from nbtools import rewards, trajectories
 from nbtools.launch.lint import lint
-from nbtools.trainers import verl
+from tests.oracle.verl_cases import PROMPTS, REF, SCORES, N
+from tests.oracle.verl_cases import cases as _cases
+from tests.oracle.verl_cases import cfg as _cfg
 
-ROOT = Path(__file__).resolve().parents[2]
 SLOW_FIXTURES = ("oracle",)  # a venv per release and verl's imports: `make test`, not the inner loop
 RELEASES = os.environ.get("NBTOOLS_VERL_ORACLE", "0.7.0 0.9.1").split()
-REF = {"0.7.0": "v0.7.0", "0.9.1": "v0.9.0"}  # nbtools' release facts each PyPI release is checked against
-N = 4
-PROMPTS = ["Natalia sold 48 clips . How many ?", "Weng earns 12 an hour . How much ?",
-           "Betty needs 100 dollars . How much more ?", "James writes 3 pages . How many ?"]
-MICRO = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
-         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8"]
-SCORES = [("72", "48 + 24 = 72 #### 72"), ("72", "so \\boxed{72}"), ("10", "#### 1,0"), ("10", "#### 10.0"),
-          ("3", "#### 3 then #### 4"), ("5", "x" * 400 + " #### 5"), ("5", "#### 5 " + "y" * 400), ("-2", "#### -2")]
-
-
-def _rows():
-    rows = []
-    for p, prompt in enumerate(PROMPTS):
-        for k in range(N):
-            score = 1.0 if p == 3 else float(k % 2 == 0)  # prompt 3: no signal
-            rows.append({"prompt": prompt, "response": " ".join(["step"] * (3 + (p * 5 + k * 3) % 7)) + f" #### {p}",
-                         "gt": str(p), "score": score})
-    return rows
-
-
-def _cfg(ref, overrides=None, **over):
-    cfg = config.load(ROOT / "experiments" / "gke-b200-verl.yaml", backend="gke", overrides={"trainer.verl_ref": ref})
-    if overrides is not None:
-        over["trainer.overrides"] = overrides
-    return cfg.replace(**over) if over else cfg
-
-
-def _cases(ref):
-    """name -> experiment; verl and the lint must agree on each."""
-    return {
-        "experiment": _cfg(ref),
-        "small-batch-default-mini": _cfg(ref, MICRO, **{"grpo.num_prompts_per_step": 64}),
-        "small-batch-own-mini": _cfg(ref, [*MICRO, "actor_rollout_ref.actor.ppo_mini_batch_size=64"],
-                                     **{"grpo.num_prompts_per_step": 64}),
-        "no-micro-batches": _cfg(ref, ["actor_rollout_ref.actor.ppo_mini_batch_size=256"]),
-        "gpus-do-not-divide": _cfg(ref, [*MICRO, "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
-                                   **{"grpo.num_prompts_per_step": 9}),
-        "every-field-set": _cfg(ref, **{"grpo.temperature": 0.7, "grpo.seed": 7, "grpo.normalize_rewards": False,
-                                        "grpo.max_val_samples": 64, "checkpointing.keep_top_k": 2,
-                                        "checkpointing.save_optimizer": False, "checkpointing.save_consolidated": True}),
-    }
 
 
 @pytest.fixture(scope="module", params=RELEASES)
-def oracle(request, tmp_path_factory):
+def oracle(request, verl_release):
+    """verl's dump, validation and scores for a release (run with the checkpoint oracle's job: tests/oracle/conftest.py)."""
     version = request.param
-    t0 = time.monotonic()
-    venv = ROOT / ".venv-verl" / version
-    built = subprocess.run(["bash", str(ROOT / "tools" / "verl_oracle_venv.sh"), sys.executable, str(venv), version],
-                           capture_output=True, text=True)
-    assert built.returncode == 0, f"building the verl {version} venv failed:\n{built.stderr[-3000:]}"
-    t1 = time.monotonic()
-    python = built.stdout.strip().splitlines()[-1]
-    out = tmp_path_factory.mktemp(f"verl-{version}")
-    ref = REF[version]
-    job = {"out": str(out / "rollout_data"), "step": 1, "n": N, "norm_adv": True, "rows": _rows(),
-           "scores": [["openai/gsm8k", sol, gt] for gt, sol in SCORES],
-           "validate": [{"name": k, "overrides": verl.overrides(c)} for k, c in _cases(ref).items()]}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    ran = subprocess.run([python, str(Path(__file__).with_name("verl_oracle.py"))], input=json.dumps(job),
-                         capture_output=True, text=True, env=env)
-    assert ran.returncode == 0, f"verl {version}'s code failed:\n{ran.stderr[-4000:]}"
-    result = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert result["verl"] == version
-    runs = os.environ.get("NBTOOLS_RUNS_DIR")
-    if runs:  # the session's summary lists the releases that ran (tests/oracle/conftest.py)
-        Path(runs).mkdir(parents=True, exist_ok=True)
-        with open(Path(runs) / "verl-oracle-releases.txt", "a") as f:
-            f.write(f"verl {version}: venv {t1 - t0:.0f} s, verl's code {time.monotonic() - t1:.0f} s\n")
-    return version, ref, out / "rollout_data", result
+    out, result = verl_release(version)
+    return version, REF[version], out / "rollout_data", result["oracle"]
 
 
 def test_groups_of_verls_own_dump(oracle):

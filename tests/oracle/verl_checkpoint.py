@@ -1,7 +1,8 @@
 """Write verl checkpoints with verl's own worker and trainer code on 2 gloo CPU ranks, then merge one with verl's own
 model merger; runs inside a verl venv (tools/verl_oracle_venv.sh), not a test module.
 
-Reads a job (JSON) on stdin: ``{"out": DIR, "strategies": ["fsdp2", "fsdp"], "steps": [1, 2, 3], "keep": 2}``; writes
+Reads a job (JSON) on stdin: ``{"out": DIR, "strategies": ["fsdp2", "fsdp"], "steps": [1, 2, 3], "keep": 2}`` and
+optionally ``"oracle": <verl_oracle.py's job>``, run here once the ranks are done (tests/oracle/conftest.py); writes
 ``DIR/base`` (a tiny Llama built in code and its WordLevel tokenizer: nothing is downloaded), and per strategy
 ``DIR/<strategy>/run`` (``trainer.default_local_dir``) and ``DIR/<strategy>/verl_merged``; prints a JSON summary.
 
@@ -19,6 +20,10 @@ What runs is verl's own code, at the release installed:
   verl's docs give users).
 
 Between saves each rank adds ``step / 1024`` to its local shards, so every step holds other weights.
+
+The two ranks are forked from this process after it imported verl's worker, trainer and transformers modules once
+(``_preload``), and rank 0 writes ``DIR/base`` after the fork: no torch op runs before it (spawned ranks imported all
+of it again, most of the oracle's CPU).
 
 What this environment supplies, because verl at these releases does not run on CPU as shipped (each in ``_cpu()``):
 - 0.9.x: verl picks its device through ``verl/plugin/platform`` and ships no CPU platform (registered: nvidia, huawei,
@@ -173,10 +178,12 @@ def _rank(rank: int, world: int, store: str, base: str, out: str, strategies: li
     # verl's Worker reads these (the file store below is what connects the ranks)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), VERL_PLATFORM="cpu",
                       VERL_ENGINE_DEVICE="cuda", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
-    torch.set_num_threads(1)
-    _cpu(strategies)
+    torch.set_num_threads(1)  # _cpu() ran in the parent, before verl's modules were imported: the forked ranks have it
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
+        if rank == 0:  # here, not in the parent: no torch op runs before the fork
+            base_model(base)
+        dist.barrier()
         import verl
 
         v07 = verl.__version__.startswith("0.7")
@@ -221,6 +228,25 @@ def _rank(rank: int, world: int, store: str, base: str, out: str, strategies: li
         dist.destroy_process_group()
 
 
+def _preload() -> None:
+    """Import, once in the parent, what each rank imports (torch, verl's workers and trainer, transformers: most of a
+    rank's CPU), so the two forked ranks start with them; nothing runs a torch op here."""
+    import verl
+
+    if verl.__version__.startswith("0.7"):
+        import verl.trainer.ppo.ray_trainer  # noqa: F401
+        import verl.workers.fsdp_workers  # noqa: F401
+    else:
+        import verl.trainer.ppo.checkpoint_callback  # noqa: F401
+        import verl.trainer.ppo.v1.trainer_base  # noqa: F401
+        import verl.workers.engine_workers  # noqa: F401
+    import transformers  # noqa: F401
+    import verl.trainer.main_ppo  # noqa: F401
+    from hydra import compose  # noqa: F401
+    from torchdata.stateful_dataloader import StatefulDataLoader  # noqa: F401
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: F401
+
+
 def main() -> None:
     import runpy
 
@@ -232,10 +258,13 @@ def main() -> None:
     os.dup2(2, 1)
     out, steps = job["out"], job["steps"]
     base = os.path.join(out, "base")
-    base_model(base)
-    with tempfile.TemporaryDirectory() as tmp:
+    # the CPU platform before any verl module is imported: 0.9.x's modules read the device name when imported
+    os.environ.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda")
+    _cpu(job["strategies"])
+    _preload()
+    with tempfile.TemporaryDirectory() as tmp:  # forked ranks inherit the imports instead of repeating them
         mp.start_processes(_rank, args=(2, os.path.join(tmp, "store"), base, out, job["strategies"], steps, job["keep"]),
-                           nprocs=2, join=True, start_method="spawn")
+                           nprocs=2, join=True, start_method="fork")
     result = {"verl": verl.__version__, "strategies": {}}
     for strategy in job["strategies"]:
         run = os.path.join(out, strategy, "run")
@@ -245,6 +274,10 @@ def main() -> None:
                     os.path.join(run, f"global_step_{steps[-1]}", "actor"), "--target_dir", merged]
         runpy.run_module("verl.model_merger", run_name="__main__", alter_sys=True)
         result["strategies"][strategy] = {"run": run, "verl_merged": merged}
+    if job.get("oracle"):  # verl_oracle.py's job in this process, which has imported verl's trainer already
+        import verl_oracle
+
+        result["oracle"] = verl_oracle.run(job["oracle"])
     with summary:
         json.dump(result, summary)
 

@@ -1,6 +1,7 @@
 """Run verl's own code on one GRPO step's batch, inside a verl venv (tools/verl_oracle_venv.sh); not a test module.
 
-Reads a job (JSON) on stdin, writes what verl produced to ``job["out"]`` and a JSON summary to stdout:
+The tests run it through tests/oracle/verl_checkpoint.py (``run(job)`` in that process, whose imports it shares);
+alone it reads a job (JSON) on stdin, writes what verl produced to ``job["out"]`` and a JSON summary to stdout:
 
 - ``validate``: each case's overrides composed into verl's own Hydra config (``verl/trainer/config``,
   ``ppo_trainer``, as ``main_ppo``'s ``@hydra.main`` does) and checked by verl's ``validate_config``
@@ -171,8 +172,8 @@ def dump_v09(job, tok, rows, n):
     return {"advantages_by_uid": by_key}
 
 
-def main():
-    job = json.load(sys.stdin)
+def run(job: dict) -> dict:
+    """The job's parts, by verl's own code (tests/oracle/verl_checkpoint.py calls this after its ranks are done)."""
     import verl
 
     out = {"verl": verl.__version__}
@@ -186,7 +187,11 @@ def main():
         from verl.utils.reward_score import default_compute_score
 
         out["scores"] = [float(default_compute_score(src, sol, gt)) for src, sol, gt in job["scores"]]
-    json.dump(out, sys.stdout)
+    return out
+
+
+def main():
+    json.dump(run(json.load(sys.stdin)), sys.stdout)
 
 
 if __name__ == "__main__":
