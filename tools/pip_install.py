@@ -11,8 +11,8 @@ mirror, a missing uv, or a uv that fails makes this run pip instead, with one li
 
     PYTHON tools/pip_install.py [pip install arguments...]
 
-uv is the executable named by UV, else ``uv`` on PATH, else ``uv`` beside PYTHON or beside NBTOOLS_UV_FROM (a venv's
-bin directory). NBTOOLS_NO_UV=1 always uses pip.
+uv is the executable named by UV, else ``uv`` beside PYTHON or in NBTOOLS_UV_FROM (a venv's bin directory: the uv
+that ``make install`` put there, pinned in constraints.txt), else ``uv`` on PATH. NBTOOLS_NO_UV=1 always uses pip.
 """
 
 from __future__ import annotations
@@ -99,11 +99,12 @@ def uv_command(uv: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def find_uv() -> str | None:
-    """UV, else uv on PATH, else uv beside this Python or in NBTOOLS_UV_FROM."""
+    """UV, else the uv beside this Python or in NBTOOLS_UV_FROM (the one constraints.txt pins), else uv on PATH."""
     if os.environ.get("UV"):
         return os.environ["UV"] if os.access(os.environ["UV"], os.X_OK) else None
-    for candidate in (shutil.which("uv"), Path(sys.executable).parent / "uv",
-                      Path(os.environ.get("NBTOOLS_UV_FROM", "/nonexistent")) / "uv"):
+    beside = [Path(sys.executable).parent / "uv"]
+    beside += [Path(os.environ["NBTOOLS_UV_FROM"]) / "uv"] if os.environ.get("NBTOOLS_UV_FROM") else []
+    for candidate in (*beside, shutil.which("uv")):
         if candidate and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
