@@ -468,7 +468,9 @@ def _saved(workspace, ui: Lab) -> None:
     from nbtools.demo import PROJECT_ROOT, check_outputs, freeze_widgets
 
     ui.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")  # the live part's kernels
+    look_at_01_on_gke(workspace, ui)  # its own copy and settings: while the demo still runs
     result = workspace["demo"].result()
+    assert not list(workspace["runs"].rglob("provision-state.json")), "the demo's 01 on local records no progress either"
     assert result.ok and not result.warnings, result.summary()
     # the demo ran beside 05, so the lab's 05 may have been saved after the demo's check: every executed copy is
     # frozen and checked again, as the demo does (both are idempotent), now that all of them are final
@@ -481,7 +483,6 @@ def _saved(workspace, ui: Lab) -> None:
         assert not problems, problems
     look_at_saved(workspace, ui, SAVED)
     look_at_card(workspace, ui)
-    look_at_01_on_gke(workspace, ui)
 
 
 def look_at_01_on_gke(workspace, ui: Lab) -> None:
