@@ -12,9 +12,13 @@ fast path; this is the path when there is none.
 
 Each job costs about a second (Ray starts a supervisor actor and the job's process), and a cell asks the same things
 again and again (05's trajectory views list ``exp_001`` a dozen times in a row; each metrics read lists the logs dir).
-So listings and whole files up to 8 MiB are kept for ``cache_seconds`` (10 s; 0 turns it off), as fsspec's listings
-caches keep theirs; a stat (``info``, ``storage.exists``) and a byte range (the trajectory readers' pinned reads)
-always ask the cluster. Three limits keep a kept answer from being wrong rather than a few seconds old: an error (a
+So listings, a directory's stat and whole files up to 8 MiB are kept for ``cache_seconds`` (10 s; 0 turns it off),
+as fsspec's listings caches keep theirs, and a reader walks down a tree one call at a time (06: ``info`` of a
+checkpoint's ``weights``, then ``ls`` of it, of its ``model``, then its ``training_info.json``), so a job that stats or
+lists a directory also reads ahead the listings one level or two below (at most 64 directories, 2000 entries) and the
+small files there (each up to 64 KiB, 1 MiB in all), kept under the same rules. A file's stat (``info``,
+``storage.exists``: a pinned read's version check) and a byte range (the trajectory readers' pinned reads) always ask
+the cluster. Three limits keep a kept answer from being wrong rather than a few seconds old: an error (a
 path not there yet) is never kept; this filesystem's own writes and deletes drop every answer; so does every job this
 process submits, or sees end, through ``nbtools.jobs`` (:func:`forget`), so what a job wrote is never hidden behind
 an answer from before it. A file the cluster changes on its own (a running trainer's logs) is read at most
@@ -63,14 +67,44 @@ def sts(paths):
         except FileNotFoundError:
             pass
     return out
+AHEAD, FILES = {}, {}
+def listing(p):
+    return sts(os.path.join(p, n) for n in sorted(os.listdir(p)))
+def small(items):
+    for d in items:
+        if d["type"] == "file" and d["size"] <= 65536 and sum(map(len, FILES.values())) < 1 << 20:
+            try:
+                with open(d["name"], "rb") as f:
+                    FILES[d["name"]] = base64.b64encode(f.read(65537)).decode()
+            except OSError:
+                pass
+def ahead(items, levels):
+    small(items)
+    for _ in range(levels):
+        found = []
+        for d in items:
+            if d["type"] == "directory" and d["name"] not in AHEAD and len(AHEAD) < 64 and sum(map(len, AHEAD.values())) < 2000:
+                try:
+                    AHEAD[d["name"]] = kids = listing(d["name"])
+                    small(kids)
+                    found += kids
+                except OSError:
+                    pass
+        items = found
 def run(op):
     k, p = op["op"], op["path"]
     if k == "info":
-        return st(p)
+        s = st(p)
+        if op.get("ahead"):
+            ahead([s], 2)
+        return s
     if k == "ls":
         if not os.path.isdir(p):
             return [st(p)]
-        return sts(os.path.join(p, n) for n in sorted(os.listdir(p)))
+        out = listing(p)
+        if op.get("ahead"):
+            ahead(out, 1)
+        return out
     if k == "find":
         if not os.path.isdir(p):
             return [st(p)] if os.path.exists(p) else []
@@ -112,6 +146,7 @@ for op in json.loads(zlib.decompress(base64.b64decode(sys.argv[1]))):
         res.append({"ok": run(op)})
     except Exception as e:
         res.append({"err": type(e).__name__, "msg": str(e)})
+res.append({"ahead": AHEAD, "files": FILES})
 sys.stdout.write("%s\n%s\n%s\n" % ("NBTOOLS-RAYFS-BEGIN", base64.encodebytes(zlib.compress(json.dumps(res).encode())).decode(), "NBTOOLS-RAYFS-END"))
 '''
 
@@ -208,7 +243,11 @@ class RayJobsFileSystem(AbstractFileSystem):
         first = len(lines) - 1 - lines[::-1].index(_BEGIN)
         body = "".join(lines[first + 1:first + lines[first:].index(_END)])
         out = []
-        for r in json.loads(zlib.decompress(base64.b64decode(body))):
+        results = json.loads(zlib.decompress(base64.b64decode(body)))
+        if results and "ahead" in results[-1]:
+            extra = results.pop()
+            self._read_ahead(extra["ahead"], extra.get("files", {}))
+        for r in results:
             if "err" in r:
                 raise _ERRORS.get(r["err"], OSError)(f"{r['err']}: {r['msg']} (on the Ray cluster at {self.address})")
             out.append(r["ok"])
@@ -237,9 +276,23 @@ class RayJobsFileSystem(AbstractFileSystem):
         found = self._recall(item)
         if found is not None:
             return found[0]
-        answer = self._run([item])[0]
+        ask = {**item, "ahead": True} if op in ("ls", "info") and self.cache_seconds > 0 else item
+        answer = self._run([ask])[0]
         self._keep(item, answer)
         return answer
+
+    def _read_ahead(self, listings: dict[str, list[dict]], files: dict[str, str]) -> None:
+        """Keep what a listing or stat job read ahead: the listings below (bounded), the stat of every directory in
+        them and their small files' bytes, since a reader that stats or lists a directory next lists or reads what is
+        in it (05: ``logs``, then ``exp_001``, then its ``tensorboard``)."""
+        if self.cache_seconds <= 0:
+            return
+        for path, items in listings.items():
+            self._keep({"op": "ls", "path": path}, items)
+            for d in items:
+                self._keep({"op": "info", "path": d["name"]}, d)
+        for path, data in files.items():
+            self._keep({"op": "cat", "path": path}, data)
 
     # -- kept answers (module docstring: at most cache_seconds old, never an error, none from before a write) ----
     @staticmethod
@@ -258,12 +311,15 @@ class RayJobsFileSystem(AbstractFileSystem):
 
     @staticmethod
     def _keepable(item: dict) -> bool:
-        """Listings and whole files: an ``info`` (``storage.info``, ``exists``: asked right before a pinned read's
-        check) and a byte range (the trajectory readers' pinned reads) always ask the cluster."""
-        return item["op"] in ("ls", "find") or (item["op"] == "cat" and "start" not in item and "end" not in item)
+        """Listings, whole files and a directory's stat: a file's ``info`` (``storage.info``, ``exists``: asked
+        right after a pinned read, to check its version) and a byte range (the trajectory readers' pinned reads)
+        always ask the cluster."""
+        return item["op"] in ("ls", "find", "info") or (item["op"] == "cat" and "start" not in item and "end" not in item)
 
     def _keep(self, item: dict, answer: Any) -> None:
         too_big = item["op"] == "cat" and len(answer) > _KEEP_BYTES * 4 // 3  # base64
+        if item["op"] == "info" and (answer.get("type") != "directory" or answer.get("islink")):
+            return  # a file's stat is a version check: always asked
         if self.cache_seconds > 0 and self._keepable(item) and not too_big:
             self._kept[self._key(item)] = (time.monotonic(), answer)
 

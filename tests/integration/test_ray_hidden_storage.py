@@ -53,9 +53,9 @@ def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(
     assert storage.info(storage.join(url, "missing")) is None
     with pytest.raises(nbtools.errors.NotFoundError, match="found nothing there"):
         storage.read_bytes(storage.join(url, "missing"))
-    mirrored = storage.mirror(url)  # one job lists the tree, one reads every file
+    mirrored = storage.mirror(url)  # one job lists the tree; its small files were read ahead with the first listing
     assert (mirrored / "sub" / "b.bin").read_bytes() == b"0123456789" and (mirrored / "a.txt").read_text() == "hello"
-    assert fs.jobs_run - before == 7, fs.jobs_run - before
+    assert fs.jobs_run - before == 5, fs.jobs_run - before  # ls (a.txt, sub/ and b.bin ahead), range, 2 misses, find
     again = fs.jobs_run
     storage.mirror(url)  # asked again at once: the kept listing and files (nbtools._rayfs), no job
     assert fs.jobs_run == again
@@ -110,9 +110,9 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
     start = fs.jobs_run
     for _ in range(3):
         assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.read_text(a) == "one"
-    assert fs.jobs_run - start == 2, fs.jobs_run - start  # one listing, one read
-    assert storage.info(a) is not None and storage.read_bytes(a, 0, 2) == b"on"  # a stat, a range: always asked
-    assert fs.jobs_run - start == 4, fs.jobs_run - start
+    assert fs.jobs_run - start == 1, fs.jobs_run - start  # one listing, its small file read ahead with it
+    assert storage.info(a) is not None and storage.read_bytes(a, 0, 2) == b"on"  # a file's stat, a range: asked
+    assert fs.jobs_run - start == 3, fs.jobs_run - start
 
     assert storage.info(b) is None  # not there: asked every time, never kept
     _on_cluster(cfg, f"printf two > {base}/b.txt && printf changed > {base}/a.txt")  # a job changes the files
@@ -123,3 +123,29 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
     assert storage.read_text(a) == "mine"
     storage.remove(b)
     assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.info(b) is None
+
+
+def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim_gke, ray_cfg_hidden):
+    """05's and 06's readers walk down a tree one call at a time (``info(logs)``, ``ls(logs)``, ``ls(exp_001)``,
+    ``info(exp_001/tensorboard)``, then a small file there): the first job reads the levels below and their small
+    files ahead, so the walk is one job, not five;
+    a file's stat still asks the cluster, and a job's changes are never hidden behind what was read ahead."""
+    cfg, _ = ray_cfg_hidden
+    base = f"{sim_gke.data_dir}/ahead-{uuid.uuid4().hex[:6]}"
+    _on_cluster(cfg, f"mkdir -p {base}/exp_001/tensorboard && printf x > {base}/exp_001/a.jsonl")
+    url = cfg.url(base)
+    exp = storage.join(url, "exp_001")
+    fs, _ = storage.filesystem(url)
+    start = fs.jobs_run
+    assert storage.info(url).is_dir
+    assert [e.name for e in storage.ls(url)] == ["exp_001"]
+    assert [(e.name, e.is_dir) for e in storage.ls(exp)] == [("a.jsonl", False), ("tensorboard", True)]
+    assert storage.info(storage.join(exp, "tensorboard")).is_dir
+    assert storage.read_text(storage.join(exp, "a.jsonl")) == "x"  # a small file: read ahead too
+    assert fs.jobs_run - start == 1, fs.jobs_run - start
+    assert storage.info(storage.join(exp, "a.jsonl")).size == 1  # a file's stat: asked
+    assert storage.read_bytes(storage.join(exp, "a.jsonl"), 0, 1) == b"x"  # a byte range: asked
+    assert fs.jobs_run - start == 3, fs.jobs_run - start
+    _on_cluster(cfg, f"rm -rf {base}/exp_001/tensorboard")
+    assert storage.info(storage.join(exp, "tensorboard")) is None
+    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"]
