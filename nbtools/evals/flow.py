@@ -45,10 +45,16 @@ class ClusterJob:
 
     def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
             dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
+        from nbtools import jobs
+
+        # one local copy per model (``local_name``): its greedy and sampled evaluations load the same one
         spec = self.build(cfg, model, label=f"{label}-{mode}", n=n, temperature=temperature, dataset=dataset,
-                          max_model_len=max_model_len)
-        spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
-        job = spec.submit()
+                          max_model_len=max_model_len, local_name=label)
+        try:  # a re-run (07 again, `nbtools evaluate` after 07) re-attaches: its copy was made before it was submitted
+            job = jobs.attach(spec.address, spec.submission_id)
+        except NotFoundError:
+            spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
+            job = spec.submit()
         job.wait(timeout=timeout)
         result = collect(job, save_path=cfg.url(spec.save_path))
         result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
@@ -82,19 +88,19 @@ class HeldOutHere:
 
 
 def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
-                  max_model_len: int | None):
+                  max_model_len: int | None, local_name: str | None = None):
     """vLLM generations over the experiment's own test split (so ``dataset`` does not apply), verl's rule."""
     from nbtools.evals.generate_job import build_generate_job
 
     return build_generate_job(cfg, model, label=label, num_tests_per_prompt=n, temperature=temperature,
-                              max_new_tokens=max_model_len)
+                              max_new_tokens=max_model_len, local_name=local_name)
 
 
 def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
-                  max_model_len: int | None):
+                  max_model_len: int | None, local_name: str | None = None):
     """NeMo-RL's run_eval.py as a Ray job."""
     return _job.build_eval_job(cfg, model, label=label, dataset=dataset, num_tests_per_prompt=n, temperature=temperature,
-                               max_model_len=max_model_len)
+                               max_model_len=max_model_len, local_name=local_name)
 
 
 # The evaluators a trainer names (``Trainer.evaluator``, ``module:name``): what notebook 07 runs for its runs.

@@ -20,7 +20,7 @@ from nbtools._escape import sh
 from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
-from nbtools.evals.job import LOCAL_MODELS, EvalJob, EvalJobs, _slug
+from nbtools.evals.job import EvalJob, EvalJobs, _slug, local_model_path
 from nbtools.trainers.verl.prepare import targets
 
 __all__ = ["build_generate_job", "generate_jobs", "response_length"]
@@ -28,7 +28,7 @@ __all__ = ["build_generate_job", "generate_jobs", "response_length"]
 
 def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_tests_per_prompt: int = 1,
                        temperature: float = 0.0, max_new_tokens: int | None = None,
-                       copy_to_local: bool | None = None) -> EvalJob:
+                       copy_to_local: bool | None = None, local_name: str | None = None) -> EvalJob:
     """Build (not submit) the generation job for one model (a Hub id or an HF directory on the shared mount).
 
     Args:
@@ -41,6 +41,8 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
             verl's 512 when unset), what training generated with.
         copy_to_local: load from the GPU node's local disk (copied by :meth:`EvalJob.prepare`), not via gcsfuse mmap;
             default: on GKE for a model under the gcsfuse mount (the merged model).
+        local_name: names the local copy's folder (default ``label``): the same name for the same model shares one
+            copy between its evaluations (``nbtools.evals.evaluate`` passes the model's, not the decoding's).
 
     Raises:
         ConfigError: greedy with several samples, or fewer than one sample.
@@ -59,8 +61,7 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
     from nbtools.jobs.carry import carry_env
 
     copy = backends.get(cfg).slow_mount(model_name) if copy_to_local is None else bool(copy_to_local)
-    loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
-        if copy else model_name
+    loaded = local_model_path(cfg, model_name, local_name or label) if copy else model_name
     args = ["--data", test, "--model", loaded, "--save-path", save_path, "--n", str(num_tests_per_prompt),
             "--temperature", str(float(temperature)), "--max-tokens", str(max_new_tokens), "--seed", str(cfg.grpo.seed),
             "--tensor-parallel-size", str(cfg.model.tensor_parallel_size)]

@@ -33,7 +33,7 @@ from nbtools.evals.parse import ScoreBlock, load_eval_config, load_evaluation_da
 from nbtools.evals.result import EvalResult
 
 __all__ = ["EvalJob", "EvalJobs", "build_eval_job", "finetuned_model_path", "eval_jobs", "collect", "dataset_names", "validate_overrides", "NEMO_RL_ROOT",
-           "generation_length", "eval_length", "BENCHMARK_LENGTHS"]
+           "generation_length", "eval_length", "BENCHMARK_LENGTHS", "local_model_path"]
 
 NEMO_RL_ROOT = "/opt/nemo-rl"  # the code checkout inside the NeMo-RL image
 LOCAL_MODELS = "/tmp/nbtools-models"  # where EvalJob.prepare copies a model on each pod's local disk
@@ -212,6 +212,7 @@ def build_eval_job(
     config: str = "examples/configs/evals/math_eval.yaml",
     overrides: list[str] | tuple[str, ...] = (),
     copy_to_local: bool | None = None,
+    local_name: str | None = None,
 ) -> EvalJob:
     """Build (not submit) NeMo-RL's run_eval.py job for one model.
 
@@ -231,6 +232,8 @@ def build_eval_job(
         overrides: extra dotlist overrides, e.g. `generation.vllm_kwargs.block_size=32` (no `+`/`++`).
         copy_to_local: load the model from the pods' local disks (copied there by :meth:`EvalJob.prepare`), not
             through gcsfuse with mmap; default: on GKE for a model under the gcsfuse mount (the merged model).
+        local_name: names the local copy's folder (default ``label``): the same name for the same model shares one
+            copy between its evaluations (``nbtools.evals.evaluate`` passes the model's, not the decoding's).
 
     Returns:
         EvalJob with `.entrypoint`, `.to_command()`, `.submit()`.
@@ -253,8 +256,7 @@ def build_eval_job(
     from nbtools.checkpoints import copy_to_local_disk_command  # torch-heavy: only where a copy is built
 
     copy = backends.get(cfg).slow_mount(model_name) if copy_to_local is None else bool(copy_to_local)
-    loaded = posixpath.join(LOCAL_MODELS, cfg.name, _slug(label), posixpath.basename(model_name.rstrip("/"))) \
-        if copy else model_name
+    loaded = local_model_path(cfg, model_name, local_name or label) if copy else model_name
     ours = [
         f"generation.model_name={loaded}",
         f"data.dataset_name={dataset}",
@@ -286,6 +288,13 @@ def build_eval_job(
                    runtime_env={"env_vars": env}, metadata=metadata,
                    local_copy=tuple(copy_to_local_disk_command(model_name, loaded)) if copy else (),
                    length=max_model_len, length_from=length_from)
+
+
+def local_model_path(cfg: Any, model_name: str, name: str) -> str:
+    """Where :meth:`EvalJob.prepare` copies ``model_name`` on a pod's local disk: ``<LOCAL_MODELS>/<experiment>/<name>/
+    <basename>``. Evaluations that name the same model alike (greedy and sampled of "fine-tuned") share one copy: the
+    second finds it up to date instead of copying the model again beside it."""
+    return posixpath.join(LOCAL_MODELS, cfg.name, _slug(name), posixpath.basename(model_name.rstrip("/")))
 
 
 def eval_length(cfg: Any, dataset: str, given: int | None = None) -> tuple[int, str]:
