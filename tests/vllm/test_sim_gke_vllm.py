@@ -71,7 +71,8 @@ def test_07_on_the_simulated_gke_evaluates_with_real_vllm_on_the_worker_pods_cop
             t0, c0 = time.perf_counter(), os.times()
             result = nbtools.evals.evaluate(cfg, "fine-tuned", timeout=900)
             wall, c1 = time.perf_counter() - t0, os.times()
-            spec = nbtools.evals.build_generate_job(cfg, nbtools.evals.models(cfg)["fine-tuned"], label="fine-tuned-greedy")
+            spec = nbtools.evals.build_generate_job(cfg, nbtools.evals.models(cfg)["fine-tuned"], label="fine-tuned-greedy",
+                                                    local_name="fine-tuned")  # as 07 builds it: one copy per model
             log = nbtools.jobs.attach(cfg.dashboard_url, spec.submission_id).logs()
         finally:
             cluster.down()
