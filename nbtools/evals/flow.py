@@ -23,8 +23,7 @@ from typing import Any, Literal
 from nbtools import _paths, trainers
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
-from nbtools.evals import job as _job
-from nbtools.evals.job import collect, finetuned_model_path
+from nbtools.evals.job import build_eval_job, collect, finetuned_model_path
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
 
@@ -99,8 +98,8 @@ def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperatur
 def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
                   max_model_len: int | None, local_name: str | None = None):
     """NeMo-RL's run_eval.py as a Ray job."""
-    return _job.build_eval_job(cfg, model, label=label, dataset=dataset, num_tests_per_prompt=n, temperature=temperature,
-                               max_model_len=max_model_len, local_name=local_name)
+    return build_eval_job(cfg, model, label=label, dataset=dataset, num_tests_per_prompt=n, temperature=temperature,
+                          max_model_len=max_model_len, local_name=local_name)
 
 
 # The evaluators a trainer names (``Trainer.evaluator``, ``module:name``): what notebook 07 runs for its runs.
