@@ -75,7 +75,9 @@ def small(items):
         if d["type"] == "file" and d["size"] <= 65536 and sum(map(len, FILES.values())) < 1 << 20:
             try:
                 with open(d["name"], "rb") as f:
-                    FILES[d["name"]] = base64.b64encode(f.read(65537)).decode()
+                    data = f.read(65537)
+                if len(data) <= 65536:  # grown since its stat: a prefix would look like the whole file
+                    FILES[d["name"]] = base64.b64encode(data).decode()
             except OSError:
                 pass
 def ahead(items, levels):
