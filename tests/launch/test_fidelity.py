@@ -154,7 +154,6 @@ def test_lint_relates_prompt_generation_total_and_model_len():
 
 def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monkeypatch):
     from nbtools.evals import flow
-    from nbtools.evals import job as eval_job
     from nbtools.evals.parse import ScoreBlock
 
     cfg = _cfg("gke-b200-gemma3-1b.yaml")
@@ -167,7 +166,7 @@ def test_eval_max_model_len_is_a_parameter_and_unequal_settings_are_flagged(monk
         seen.update(kw)
         raise Stop
 
-    monkeypatch.setattr(eval_job, "build_eval_job", build)
+    monkeypatch.setattr(flow, "build_eval_job", build)  # flow's own name: it imports the builder from evals.job
     with pytest.raises(Stop):
         flow.evaluate(cfg, "baseline", max_model_len=8192)
     assert seen["max_model_len"] == 8192
