@@ -13,16 +13,19 @@ fast path; this is the path when there is none.
 Each job costs about a second (Ray starts a supervisor actor and the job's process), and a cell asks the same things
 again and again (05's trajectory views list ``exp_001`` a dozen times in a row; each metrics read lists the logs dir).
 So listings, a directory's stat and whole files up to 8 MiB are kept for ``cache_seconds`` (10 s; 0 turns it off),
-as fsspec's listings caches keep theirs, and a reader walks down a tree one call at a time (06: ``info`` of a
-checkpoint's ``weights``, then ``ls`` of it, of its ``model``, then its ``training_info.json``), so a job that stats or
-lists a directory also reads ahead the listings one level or two below (at most 64 directories, 2000 entries) and the
-small files there (each up to 64 KiB, 1 MiB in all), kept under the same rules. A file's stat (``info``,
-``storage.exists``: a pinned read's version check) and a byte range (the trajectory readers' pinned reads) always ask
-the cluster. Three limits keep a kept answer from being wrong rather than a few seconds old: an error (a
-path not there yet) is never kept; this filesystem's own writes and deletes drop every answer; so does every job this
-process submits, or sees end, through ``nbtools.jobs`` (:func:`forget`), so what a job wrote is never hidden behind
-an answer from before it. A file the cluster changes on its own (a running trainer's logs) is read at most
-``cache_seconds`` late, sooner than TensorBoard's own 15-s reload.
+as fsspec's listings caches keep theirs. A reader walks down a tree one call at a time (06: ``ls`` and ``info`` of the
+checkpoint dir, ``info`` of each step's ``policy/weights``, ``ls`` of it and its ``model``, the step's
+``training_info.json``), so a job that stats or lists a directory also reads ahead the listings five levels deep (at
+most 64 directories, 2000 entries, breadth first) and the small files there (each up to 64 KiB, 1 MiB in all), kept
+under the same rules; a ``find`` (``storage.mirror``) is put together from kept listings when they cover the tree,
+and its job reads the tree's small files with it; a path missing from a kept listing of its directory is missing. A
+file's stat (``storage.exists``, a pinned read's version check) is kept only as taken right after the job read or
+wrote that file (a pinned read is one job, its check never older than its read); a byte range always asks the
+cluster; what this filesystem wrote is what a read of it returns. Three limits keep a kept answer from being wrong
+rather than a few seconds old: an error (a path not there yet) is never kept; this filesystem's own writes and
+deletes drop every other answer; so does every job this process submits, or sees end, through ``nbtools.jobs``
+(:func:`forget`), so what a job wrote is never hidden behind an answer from before it. A file the cluster changes on
+its own (a running trainer's logs) is read at most ``cache_seconds`` late, sooner than TensorBoard's own 15-s reload.
 
 Example:
     >>> storage.ls("ray+http://head:8265/nemo-workspace/nemo-rl/my-run/logs")   # one Ray job on the cluster
@@ -67,17 +70,20 @@ def sts(paths):
         except FileNotFoundError:
             pass
     return out
-AHEAD, FILES = {}, {}
+LEVELS = 5  # a stat or listing reads this many directory levels (the one asked, and those below) ahead
+AHEAD, FILES, STATS = {}, {}, {}
+LEFT = {"dirs": 64, "entries": 2000, "bytes": 1 << 20}  # what read-ahead may still add (running totals)
 def listing(p):
     return sts(os.path.join(p, n) for n in sorted(os.listdir(p)))
 def small(items):
     for d in items:
-        if d["type"] == "file" and d["size"] <= 65536 and sum(map(len, FILES.values())) < 1 << 20:
+        if d["type"] == "file" and d["size"] <= 65536 and LEFT["bytes"] > 0 and d["name"] not in FILES:
             try:
                 with open(d["name"], "rb") as f:
                     data = f.read(65537)
                 if len(data) <= 65536:  # grown since its stat: a prefix would look like the whole file
                     FILES[d["name"]] = base64.b64encode(data).decode()
+                    LEFT["bytes"] -= len(FILES[d["name"]])
             except OSError:
                 pass
 def ahead(items, levels):
@@ -85,27 +91,35 @@ def ahead(items, levels):
     for _ in range(levels):
         found = []
         for d in items:
-            if d["type"] == "directory" and d["name"] not in AHEAD and len(AHEAD) < 64 and sum(map(len, AHEAD.values())) < 2000:
+            if d["type"] == "directory" and d["name"] not in AHEAD and LEFT["dirs"] > 0 and LEFT["entries"] > 0:
                 try:
                     AHEAD[d["name"]] = kids = listing(d["name"])
+                    LEFT["dirs"] -= 1
+                    LEFT["entries"] -= len(kids)
                     small(kids)
                     found += kids
                 except OSError:
                     pass
         items = found
+def after(p):  # a file's stat taken after its bytes were read or written in this job: its version check
+    try:
+        STATS[p] = st(p)
+    except OSError:
+        pass
 def run(op):
     k, p = op["op"], op["path"]
     if k == "info":
         s = st(p)
         if op.get("ahead"):
-            ahead([s], 2)
+            ahead([s], LEVELS)
         return s
     if k == "ls":
         if not os.path.isdir(p):
             return [st(p)]
         out = listing(p)
         if op.get("ahead"):
-            ahead(out, 1)
+            STATS[p] = st(p)  # the directory's own stat: a reader that lists it asks info of it too
+            ahead(out, LEVELS - 1)
         return out
     if k == "find":
         if not os.path.isdir(p):
@@ -114,6 +128,8 @@ def run(op):
         for d, dirs, files in os.walk(p):
             dirs.sort()
             out += sts(os.path.join(d, n) for n in (dirs if op.get("withdirs") else []) + sorted(files))
+        if op.get("ahead"):
+            small(out)  # a tree is found to be copied (mirror): its small files come with it
         return out
     if k == "cat":
         with open(p, "rb") as f:
@@ -122,7 +138,9 @@ def run(op):
             start = 0 if start is None else (start if start >= 0 else max(size + start, 0))
             end = size if end is None else (end if end >= 0 else max(size + end, 0))
             f.seek(start)
-            return base64.b64encode(f.read(max(end - start, 0))).decode()
+            data = base64.b64encode(f.read(max(end - start, 0))).decode()
+        after(p)
+        return data
     if k == "rm":  # True when something was there
         if os.path.isdir(p) and not os.path.islink(p):
             if not op.get("recursive"):
@@ -140,6 +158,7 @@ def run(op):
             f.write(base64.b64decode(op["data"]))
             f.flush(); os.fsync(f.fileno())
         os.replace(tmp, p)
+        after(p)
         return None
     raise ValueError("unknown op " + k)
 res = []
@@ -148,7 +167,7 @@ for op in json.loads(zlib.decompress(base64.b64decode(sys.argv[1]))):
         res.append({"ok": run(op)})
     except Exception as e:
         res.append({"err": type(e).__name__, "msg": str(e)})
-res.append({"ahead": AHEAD, "files": FILES})
+res.append({"ahead": AHEAD, "files": FILES, "stats": STATS})
 sys.stdout.write("%s\n%s\n%s\n" % ("NBTOOLS-RAYFS-BEGIN", base64.encodebytes(zlib.compress(json.dumps(res).encode())).decode(), "NBTOOLS-RAYFS-END"))
 '''
 
@@ -248,7 +267,7 @@ class RayJobsFileSystem(AbstractFileSystem):
         results = json.loads(zlib.decompress(base64.b64decode(body)))
         if results and "ahead" in results[-1]:
             extra = results.pop()
-            self._read_ahead(extra["ahead"], extra.get("files", {}))
+            self._read_ahead(extra["ahead"], extra.get("files", {}), extra.get("stats", {}))
         for r in results:
             if "err" in r:
                 raise _ERRORS.get(r["err"], OSError)(f"{r['err']}: {r['msg']} (on the Ray cluster at {self.address})")
@@ -274,19 +293,28 @@ class RayJobsFileSystem(AbstractFileSystem):
         item = {"op": op, "path": self._strip_protocol(path), **kw}
         if op in ("write", "rm"):
             self.forget()
-            return self._run([item])[0]
+            answer = self._run([item])[0]
+            if op == "write":  # what this filesystem just wrote is what a read of it returns (until the next job)
+                self._keep({"op": "cat", "path": item["path"]}, item["data"])
+            return answer
         found = self._recall(item)
         if found is not None:
             return found[0]
-        ask = {**item, "ahead": True} if op in ("ls", "info") and self.cache_seconds > 0 else item
+        if self._absent(item):
+            if op == "find":
+                return []
+            raise FileNotFoundError(f"FileNotFoundError: {item['path']} (on the Ray cluster at {self.address}; not in "
+                                    "the listing of its directory read moments ago)")
+        ask = {**item, "ahead": True} if op in ("ls", "info", "find") and self.cache_seconds > 0 else item
         answer = self._run([ask])[0]
         self._keep(item, answer)
         return answer
 
-    def _read_ahead(self, listings: dict[str, list[dict]], files: dict[str, str]) -> None:
-        """Keep what a listing or stat job read ahead: the listings below (bounded), the stat of every directory in
-        them and their small files' bytes, since a reader that stats or lists a directory next lists or reads what is
-        in it (05: ``logs``, then ``exp_001``, then its ``tensorboard``)."""
+    def _read_ahead(self, listings: dict[str, list[dict]], files: dict[str, str], stats: dict[str, dict]) -> None:
+        """Keep what a job read besides its answers: the listings below a stat or listing (bounded), the stat of every
+        directory in them and their small files' bytes, since a reader that stats or lists a directory next lists or
+        reads what is in it (05: ``logs``, then ``exp_001``, then its ``tensorboard``); and the stat each file read or
+        written had right after (what the pinned read's version check asks next)."""
         if self.cache_seconds <= 0:
             return
         for path, items in listings.items():
@@ -295,39 +323,84 @@ class RayJobsFileSystem(AbstractFileSystem):
                 self._keep({"op": "info", "path": d["name"]}, d)
         for path, data in files.items():
             self._keep({"op": "cat", "path": path}, data)
+        for path, d in stats.items():
+            self._keep({"op": "info", "path": path}, d, after_read=True)
 
     # -- kept answers (module docstring: at most cache_seconds old, never an error, none from before a write) ----
     @staticmethod
     def _key(item: dict) -> tuple:
-        return tuple(sorted((k, str(v)) for k, v in item.items()))
+        return tuple(sorted((k, str(v)) for k, v in item.items() if k != "ahead"))
 
     def _recall(self, item: dict) -> tuple[Any] | None:
-        """``(answer,)`` when a fresh enough one is kept."""
-        if self.cache_seconds <= 0 or not self._keepable(item):
+        """``(answer,)`` when a fresh enough one is kept; a ``find`` is put together from kept listings when every
+        directory of the tree has one."""
+        if self.cache_seconds <= 0:
             return None
         now = time.monotonic()
         for key in [k for k, (when, _) in self._kept.items() if now - when > self.cache_seconds]:
             del self._kept[key]
         kept = self._kept.get(self._key(item))
+        if kept is None and item["op"] == "find":
+            tree = self._tree(item["path"], bool(item.get("withdirs")))
+            return None if tree is None else (tree,)
         return None if kept is None else (kept[1],)
 
-    @staticmethod
-    def _keepable(item: dict) -> bool:
-        """Listings, whole files and a directory's stat: a file's ``info`` (``storage.info``, ``exists``: asked
-        right after a pinned read, to check its version) and a byte range (the trajectory readers' pinned reads)
-        always ask the cluster."""
-        return item["op"] in ("ls", "find", "info") or (item["op"] == "cat" and "start" not in item and "end" not in item)
+    def _listed(self, path: str) -> list[dict] | None:
+        kept = self._kept.get(self._key({"op": "ls", "path": path}))
+        return None if kept is None else kept[1]
 
-    def _keep(self, item: dict, answer: Any) -> None:
-        too_big = item["op"] == "cat" and len(answer) > _KEEP_BYTES * 4 // 3  # base64
-        if item["op"] == "info" and (answer.get("type") != "directory" or answer.get("islink")):
-            return  # a file's stat is a version check: always asked
-        if self.cache_seconds > 0 and self._keepable(item) and not too_big:
-            self._kept[self._key(item)] = (time.monotonic(), answer)
+    def _absent(self, item: dict) -> bool:
+        """True when the kept listing of the path's directory (as fresh as any kept answer) does not name it."""
+        path = item["path"]
+        if path == "/" or item["op"] not in ("info", "ls", "cat", "find"):
+            return False
+        parent = self._listed(path.rsplit("/", 1)[0] or "/")
+        return parent is not None and all(d["name"] != path for d in parent)
+
+    def _tree(self, path: str, withdirs: bool) -> list[dict] | None:
+        """What the ``find`` job answers for ``path``, from kept listings only (None when one is missing): os.walk's
+        order, symlinked directories named but not entered."""
+        items = self._listed(path)
+        if items is None:
+            return None
+        if len(items) == 1 and items[0]["name"] == path and items[0]["type"] != "directory":
+            return items  # ls of a file is the file
+        own = self._kept.get(self._key({"op": "info", "path": path}))
+        if withdirs and own is None:
+            return None
+        out = [own[1]] if withdirs else []
+        todo = [(path, items)]
+        while todo:
+            d, entries = todo.pop(0)
+            dirs = [e for e in entries if e["type"] == "directory"]
+            out += [e for e in entries if e["type"] != "directory" or withdirs]
+            for e in dirs:
+                if e.get("islink"):
+                    continue
+                below = self._listed(e["name"])
+                if below is None:
+                    return None
+                todo.append((e["name"], below))
+        return out
+
+    def _keep(self, item: dict, answer: Any, *, after_read: bool = False) -> None:
+        """The one rule of what is kept: listings, a directory's stat, whole files up to 8 MiB; a file's stat only
+        as taken right after its bytes were read or written in the same job (``after_read``: a pinned read's version
+        check then asks no job, and is never older than the read it checks); never a byte range (the trajectory
+        readers' pinned reads) nor an error."""
+        op = item["op"]
+        if self.cache_seconds <= 0 or op in ("write", "rm") or (op == "cat" and ("start" in item or "end" in item)):
+            return
+        if op == "cat" and len(answer) > _KEEP_BYTES * 4 // 3:  # base64
+            return
+        if op == "info" and not after_read and (answer.get("type") != "directory" or answer.get("islink")):
+            return
+        self._kept[self._key(item)] = (time.monotonic(), answer)
 
     def invalidate_cache(self, path=None):
         """fsspec's hook, asked before a stat (``storage.info``) and a pinned read: forget the kept contents of ``path``
-        (every kept answer when None). Its listings stay: ``info`` here never answers from them."""
+        (every kept answer when None), so the read asks the cluster. Its stat stays: a file's kept stat is only ever
+        the one taken right after the last job that read or wrote it (:meth:`_keep`)."""
         if path is None:
             self.forget()
             return

@@ -53,15 +53,21 @@ def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(
     assert storage.info(storage.join(url, "missing")) is None
     with pytest.raises(nbtools.errors.NotFoundError, match="found nothing there"):
         storage.read_bytes(storage.join(url, "missing"))
-    mirrored = storage.mirror(url)  # one job lists the tree; its small files were read ahead with the first listing
+    mirrored = storage.mirror(url)  # the tree and its small files were read ahead with the first listing: no job
     assert (mirrored / "sub" / "b.bin").read_bytes() == b"0123456789" and (mirrored / "a.txt").read_text() == "hello"
-    assert fs.jobs_run - before == 5, fs.jobs_run - before  # ls (a.txt, sub/ and b.bin ahead), range, 2 misses, find
+    # ls (a.txt, sub/ and b.bin ahead), the range; the misses are missing from the kept listing, the find is put
+    # together from the kept listings and the copy's bytes were read ahead (5 jobs before: 2 misses and the find)
+    assert fs.jobs_run - before == 2, fs.jobs_run - before
     again = fs.jobs_run
     storage.mirror(url)  # asked again at once: the kept listing and files (nbtools._rayfs), no job
     assert fs.jobs_run == again
     fs.forget()  # as when its answers are older than cache_seconds
     storage.mirror(url)  # nothing changed: only the listing
     assert fs.jobs_run - again == 1
+    _on_cluster(cfg, f"printf world > {base}/sub/c.txt")
+    again = fs.jobs_run
+    assert (storage.mirror(url) / "sub" / "c.txt").read_text() == "world"  # a new small file comes with the find
+    assert fs.jobs_run - again == 1, fs.jobs_run - again
     assert not any(j.startswith("nbtools-read-") for j in nbtools.jobs.list_jobs(cfg.dashboard_url).get("id", [])), \
         "read jobs are deleted once read"
 
@@ -114,27 +120,31 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
     assert storage.info(a) is not None and storage.read_bytes(a, 0, 2) == b"on"  # a file's stat, a range: asked
     assert fs.jobs_run - start == 3, fs.jobs_run - start
 
-    assert storage.info(b) is None  # not there: asked every time, never kept
+    assert storage.info(b) is None  # not there: missing from the listing kept moments ago (no error is kept)
     _on_cluster(cfg, f"printf two > {base}/b.txt && printf changed > {base}/a.txt")  # a job changes the files
     assert storage.read_text(b) == "two" and storage.read_text(a) == "changed"
     assert sorted(e.name for e in storage.ls(url)) == ["a.txt", "b.txt"]
 
-    storage.write_text(a, "mine")  # this filesystem's own write
-    assert storage.read_text(a) == "mine"
+    storage.write_text(a, "mine")  # this filesystem's own write: what it wrote is what a read returns, no job
+    written = fs.jobs_run
+    assert storage.read_text(a) == "mine" and fs.jobs_run == written
     storage.remove(b)
     assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.info(b) is None
 
 
 def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim_gke, ray_cfg_hidden):
     """05's and 06's readers walk down a tree one call at a time (``info(logs)``, ``ls(logs)``, ``ls(exp_001)``,
-    ``info(exp_001/tensorboard)``, then a small file there): the first job reads the levels below and their small
-    files ahead, so the walk is one job, not five;
-    a file's stat still asks the cluster, and a job's changes are never hidden behind what was read ahead."""
+    ``info(exp_001/tensorboard)``, a small file there; 06: ``info(step_N/policy/weights)``, ``ls`` of its ``model``):
+    the first job reads five levels and their small files ahead, so the walk is one job, not seven; a listing keeps
+    the directory's own stat; a file's stat still asks the cluster, and a job's changes are never hidden behind what
+    was read ahead."""
     cfg, _ = ray_cfg_hidden
     base = f"{sim_gke.data_dir}/ahead-{uuid.uuid4().hex[:6]}"
-    _on_cluster(cfg, f"mkdir -p {base}/exp_001/tensorboard && printf x > {base}/exp_001/a.jsonl")
+    _on_cluster(cfg, f"mkdir -p {base}/exp_001/tensorboard/17958 && printf x > {base}/exp_001/a.jsonl && "
+                     f"printf ev > {base}/exp_001/tensorboard/17958/events.out")
     url = cfg.url(base)
     exp = storage.join(url, "exp_001")
+    deep = storage.join(exp, "tensorboard", "17958")
     fs, _ = storage.filesystem(url)
     start = fs.jobs_run
     assert storage.info(url).is_dir
@@ -142,10 +152,36 @@ def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim
     assert [(e.name, e.is_dir) for e in storage.ls(exp)] == [("a.jsonl", False), ("tensorboard", True)]
     assert storage.info(storage.join(exp, "tensorboard")).is_dir
     assert storage.read_text(storage.join(exp, "a.jsonl")) == "x"  # a small file: read ahead too
+    assert storage.info(deep).is_dir and [e.name for e in storage.ls(deep)] == ["events.out"]  # 4 levels down
+    assert storage.read_text(storage.join(deep, "events.out")) == "ev"
     assert fs.jobs_run - start == 1, fs.jobs_run - start
     assert storage.info(storage.join(exp, "a.jsonl")).size == 1  # a file's stat: asked
     assert storage.read_bytes(storage.join(exp, "a.jsonl"), 0, 1) == b"x"  # a byte range: asked
     assert fs.jobs_run - start == 3, fs.jobs_run - start
     _on_cluster(cfg, f"rm -rf {base}/exp_001/tensorboard")
     assert storage.info(storage.join(exp, "tensorboard")) is None
-    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"]
+    listed = fs.jobs_run
+    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"] and storage.info(exp).is_dir  # its own stat came with it
+    assert fs.jobs_run - listed == 1, fs.jobs_run - listed
+
+
+def test_a_pinned_read_is_one_job_and_its_version_check_sees_a_rewrite(sim_gke, ray_cfg_hidden):
+    """A pinned read (the trajectory readers' byte ranges) asks the bytes and the file's stat in one job: the stat the
+    version check uses is taken after the read, so a file rewritten behind this filesystem's back (here through a
+    second instance, as a trainer on the cluster would) is caught, never hidden behind a kept stat."""
+    from nbtools._rayfs import RayJobsFileSystem
+
+    cfg, _ = ray_cfg_hidden
+    base = f"{sim_gke.data_dir}/pinned-{uuid.uuid4().hex[:6]}"
+    _on_cluster(cfg, f"mkdir -p {base} && printf 0123456789 > {base}/d.jsonl")
+    f = storage.join(cfg.url(base), "d.jsonl")
+    fs, path = storage.filesystem(f)
+    version = next(e.version for e in storage.ls(cfg.url(base)) if e.name == "d.jsonl")
+    start = fs.jobs_run
+    assert storage.read_bytes(f, 2, 5, version=version) == b"234"
+    assert fs.jobs_run - start == 1, fs.jobs_run - start  # the range and its version check: one job (2 before)
+    other = RayJobsFileSystem(cfg.dashboard_url, cache_seconds=10.5)  # another writer; this instance is not told
+    assert other is not fs
+    other.pipe_file(path, b"9876543210")
+    with pytest.raises(storage.StaleVersion):
+        storage.read_bytes(f, 2, 5, version=version)
