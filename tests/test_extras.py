@@ -46,7 +46,15 @@ out["manifests"] = sorted({o["kind"] for o in nbtools.manifests.workload_objects
 out["plan"] = bool(nbtools.launch.build(gke).entrypoint)
 out["cli plan"] = nbtools.cli.main(["plan", "experiments/gke-b200-gemma3-1b.yaml"])
 import nbtools.evals.run, nbtools.rewards.nemo_rl_env, nbtools._rayfs  # what in-cluster jobs run (python -m ...)
-for what, call in (("kube", lambda: nbtools.kube.connect()), ("checkpoints", lambda: nbtools.checkpoints)):
+import os, tempfile  # listing and choosing checkpoints reads listings and JSON only: no torch (issue 40)
+ck = tempfile.mkdtemp()
+for n in (4, 8):
+    os.makedirs(f"{ck}/step_{n}/policy/weights/model")
+    open(f"{ck}/step_{n}/policy/weights/model/shard-00001.safetensors", "wb").close()
+    open(f"{ck}/step_{n}/training_info.json", "w").write('{"step": %d}' % n)
+out["listed"] = [int(s) for s in nbtools.checkpoints.list_checkpoints(ck)["step"]]
+out["latest"] = os.path.basename(str(nbtools.checkpoints.latest(ck)))
+for what, call in (("kube", lambda: nbtools.kube.connect()), ("checkpoints", lambda: nbtools.checkpoints.merge)):
     try:
         call()
         out[what] = None
@@ -84,5 +92,6 @@ def test_the_core_plans_without_the_extras_and_a_missing_extra_names_its_pip_ins
     assert {"RayCluster", "ServiceAccount"} <= set(out["manifests"])
     assert out["loaded"] == [], "the core imported a package of an extra"
     assert "needs kubernetes" in out["kube"] and "pip install 'nbtools-grpo[gke]'" in out["kube"]
+    assert out["listed"] == [4, 8] and out["latest"] == "step_8", "listing checkpoints needs no extra"
     assert "needs torch" in out["checkpoints"] and "pip install 'nbtools-grpo[merge]'" in out["checkpoints"]
     assert out["cli up"] == 1 and "fix: pip install 'nbtools-grpo[gke]'" in r.stderr

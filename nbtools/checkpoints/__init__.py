@@ -22,7 +22,6 @@ from nbtools.checkpoints._listing import (
     overview,
     read_training_info,
 )
-from nbtools.checkpoints._merge import merge
 from nbtools.checkpoints._remote import (
     copy_to_local_disk_command,
     megatron_convert_entrypoint,
@@ -31,7 +30,6 @@ from nbtools.checkpoints._remote import (
     submit_merge,
 )
 from nbtools.checkpoints._result import MergeResult
-from nbtools.checkpoints._verify import AgainstReport, VerifyReport, verify, verify_against
 
 __all__ = [
     "LAYOUTS",
@@ -63,9 +61,27 @@ _MOVED = dict.fromkeys(("list_verl_checkpoints", "is_verl_dir", "latest_verl", "
                        "nbtools.trainers.verl")
 
 
+# The verbs that read weights import torch (the optional extra [merge], ~1 CPU-s): loaded when first asked, so listing
+# and choosing checkpoints (every notebook kernel and CLI call that lints or lists a run) never imports it.
+_WEIGHTS = {"merge": "_merge", "verify": "_verify", "verify_against": "_verify", "VerifyReport": "_verify",
+            "AgainstReport": "_verify"}
+
+
 def __getattr__(name: str):
-    """``LAYOUTS`` (asks the registered layouts, see ``_listing``); a clear error for a verb that moved to a trainer's
-    folder."""
+    """``LAYOUTS`` (asks the registered layouts, see ``_listing``); the verbs that read weights (``_WEIGHTS``, torch),
+    or the error naming their extra; a clear error for a verb that moved to a trainer's folder."""
+    if name in _WEIGHTS:
+        import importlib
+
+        from nbtools.errors import DependencyError
+
+        try:
+            return getattr(importlib.import_module(f"{__name__}.{_WEIGHTS[name]}"), name)
+        except ImportError as e:  # torch not installed: say which extra (`pip install 'nbtools-grpo[merge]'`)
+            missing = DependencyError.from_import(e, f"nbtools.checkpoints.{name}")
+            if missing is None:
+                raise
+            raise missing from e
     if name == "LAYOUTS":
         from nbtools.checkpoints import _listing
 

@@ -38,10 +38,10 @@ from nbtools.trainers.verl.prepare import data_present, prepare_jobs
 
 TRAINER = Verl
 
-# verl's readers, imported on first use: the checkpoint reader and merge read rank files with torch (the optional
-# extra [merge]); the trajectory reader is what nbtools.trajectories.open_run reaches through LAYOUT.
-_READERS = {"list_verl_checkpoints": "_checkpoints", "is_verl_dir": "_checkpoints", "latest_verl": "_checkpoints",
-            "best_verl": "_checkpoints", "merge_verl": "_merge", "open_verl_run": "_trajectories",
+# verl's readers, imported on first use: the checkpoint listing (no torch), the merge that reads rank files with torch
+# (the optional extra [merge]); the trajectory reader is what nbtools.trajectories.open_run reaches through LAYOUT.
+_READERS = {"list_verl_checkpoints": "_steps", "is_verl_dir": "_steps", "latest_verl": "_steps",
+            "best_verl": "_steps", "merge_verl": "_merge", "open_verl_run": "_trajectories",
             "VerlRun": "_trajectories"}
 
 

@@ -51,29 +51,30 @@ class VerlLayout:
     checkpoint_step_re: re.Pattern = VERL_STEP_RE  # global_step_N (ray_trainer._save_checkpoint)
     checkpoint_layouts: tuple[str, ...] = ("verl_fsdp",)  # the weight layout its steps have (checkpoints.LAYOUTS)
 
-    # Its checkpoint reader and merge (``_checkpoints``, ``_merge``) read rank files with torch, the optional extra
-    # [merge]: imported by the verbs that read checkpoints, never by the trainer itself.
+    # Its checkpoint listing (``_steps``: listings and small files, no torch) is what every run's
+    # ``checkpoints.list_checkpoints`` asks; its rank-file reader and merge (``_checkpoints``, ``_merge``) read rank
+    # files with torch, the optional extra [merge]: imported by the merge alone, never by the trainer itself.
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
         """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
-        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
+        from nbtools.trainers.verl import _steps
 
-        return _checkpoints.is_verl_dir(checkpoint_dir)
+        return _steps.is_verl_dir(checkpoint_dir)
 
     def list_checkpoints(self, checkpoint_dir: str | Path):
-        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
+        from nbtools.trainers.verl import _steps
 
-        return _checkpoints.list_verl_checkpoints(checkpoint_dir)
+        return _steps.list_verl_checkpoints(checkpoint_dir)
 
     def latest_checkpoint(self, checkpoint_dir: str | Path):
-        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
+        from nbtools.trainers.verl import _steps
 
-        return _checkpoints.latest_verl(checkpoint_dir)
+        return _steps.latest_verl(checkpoint_dir)
 
     def step_layout(self, step_dir: str | Path) -> str | None:
         """``verl_fsdp`` for a local ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
-        import nbtools.trainers.verl._checkpoints as _checkpoints  # torch (the [merge] extra)
+        from nbtools.trainers.verl import _steps
 
-        return _checkpoints.VERL_LAYOUT if _checkpoints.is_verl_step(step_dir) else None
+        return _steps.VERL_LAYOUT if _steps.is_verl_step(step_dir) else None
 
     def merge(self, step_dir, out_dir, **options):
         """``nbtools.checkpoints.merge`` of one of its steps: verl's rank files, the same writer and checks."""
