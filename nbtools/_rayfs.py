@@ -18,7 +18,8 @@ checkpoint dir, ``info`` of each step's ``policy/weights``, ``ls`` of it and its
 ``training_info.json``), so a job that stats or lists a directory also reads ahead the listings five levels deep (at
 most 64 directories, 2000 entries, breadth first) and the small files there (each up to 64 KiB, 1 MiB in all), kept
 under the same rules; a ``find`` (``storage.mirror``) is put together from kept listings when they cover the tree,
-and its job reads the tree's small files with it; a path missing from a kept listing of its directory is missing. A
+and its job reads the tree's small files with it; a path that a kept listing of its nearest listed directory does
+not lead to is missing (a job that misses a path lists the nearest directory there, for the next asks). A
 file's stat (``storage.exists``, a pinned read's version check) is kept only as taken right after the job read or
 wrote that file (a pinned read is one job, its check never older than its read); a byte range always asks the
 cluster; what this filesystem wrote is what a read of it returns. Three limits keep a kept answer from being wrong
@@ -101,6 +102,19 @@ def ahead(items, levels):
                 except OSError:
                     pass
         items = found
+def missing(p):  # a path not there: list its nearest existing directory, so asks for its siblings need no job
+    a = os.path.dirname(p)
+    while a not in ("", "/") and not os.path.isdir(a):
+        a = os.path.dirname(a)
+    if a and a not in AHEAD and LEFT["dirs"] > 0:
+        try:
+            kids = listing(a)
+        except OSError:
+            return
+        if len(kids) <= LEFT["entries"]:
+            AHEAD[a] = kids
+            LEFT["dirs"] -= 1
+            LEFT["entries"] -= len(kids)
 def after(p):  # a file's stat taken after its bytes were read or written in this job: its version check
     try:
         STATS[p] = st(p)
@@ -123,7 +137,10 @@ def run(op):
         return out
     if k == "find":
         if not os.path.isdir(p):
-            return [st(p)] if os.path.exists(p) else []
+            if not os.path.exists(p):
+                missing(p)
+                return []
+            return [st(p)]
         out = [st(p)] if op.get("withdirs") else []
         for d, dirs, files in os.walk(p):
             dirs.sort()
@@ -167,6 +184,8 @@ for op in json.loads(zlib.decompress(base64.b64decode(sys.argv[1]))):
         res.append({"ok": run(op)})
     except Exception as e:
         res.append({"err": type(e).__name__, "msg": str(e)})
+        if isinstance(e, FileNotFoundError) and op["op"] in ("info", "ls", "cat"):
+            missing(op["path"])
 res.append({"ahead": AHEAD, "files": FILES, "stats": STATS})
 sys.stdout.write("%s\n%s\n%s\n" % ("NBTOOLS-RAYFS-BEGIN", base64.encodebytes(zlib.compress(json.dumps(res).encode())).decode(), "NBTOOLS-RAYFS-END"))
 '''
@@ -350,12 +369,20 @@ class RayJobsFileSystem(AbstractFileSystem):
         return None if kept is None else kept[1]
 
     def _absent(self, item: dict) -> bool:
-        """True when the kept listing of the path's directory (as fresh as any kept answer) does not name it."""
+        """True when the kept listing of the path's nearest listed directory (as fresh as any kept answer) does not
+        name the next step towards it: a miss lists that directory (``missing`` on the cluster), so 03's lint and
+        attempt records asking for ``checkpoints``, ``logs`` and a file in it before the run made them cost one job."""
         path = item["path"]
         if path == "/" or item["op"] not in ("info", "ls", "cat", "find"):
             return False
-        parent = self._listed(path.rsplit("/", 1)[0] or "/")
-        return parent is not None and all(d["name"] != path for d in parent)
+        child = path
+        while child not in ("", "/"):
+            parent = child.rsplit("/", 1)[0] or "/"
+            listed = self._listed(parent)
+            if listed is not None:
+                return all(d["name"] != child for d in listed)
+            child = parent
+        return False
 
     def _tree(self, path: str, withdirs: bool) -> list[dict] | None:
         """What the ``find`` job answers for ``path``, from kept listings only (None when one is missing): os.walk's

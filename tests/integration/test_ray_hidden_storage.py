@@ -18,6 +18,7 @@ from sim_files import write_ray_experiment
 
 import nbtools
 from nbtools import storage
+from nbtools._rayfs import RayJobsFileSystem
 
 pytestmark = pytest.mark.ray
 
@@ -64,10 +65,10 @@ def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(
     fs.forget()  # as when its answers are older than cache_seconds
     storage.mirror(url)  # nothing changed: only the listing
     assert fs.jobs_run - again == 1
-    _on_cluster(cfg, f"printf world > {base}/sub/c.txt")
-    again = fs.jobs_run
-    assert (storage.mirror(url) / "sub" / "c.txt").read_text() == "world"  # a new small file comes with the find
-    assert fs.jobs_run - again == 1, fs.jobs_run - again
+    fs.forget()
+    storage.evict(url)  # no copies here: the find's job brings the tree's small files with it, no second job
+    assert (storage.mirror(url) / "sub" / "b.bin").read_bytes() == b"0123456789"
+    assert fs.jobs_run - again == 2, fs.jobs_run - again
     assert not any(j.startswith("nbtools-read-") for j in nbtools.jobs.list_jobs(cfg.dashboard_url).get("id", [])), \
         "read jobs are deleted once read"
 
@@ -122,6 +123,10 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
 
     assert storage.info(b) is None  # not there: missing from the listing kept moments ago (no error is kept)
     _on_cluster(cfg, f"printf two > {base}/b.txt && printf changed > {base}/a.txt")  # a job changes the files
+    gone, asked = storage.join(url, "not-yet"), fs.jobs_run  # 03: lint and attempts ask for logs/... before the run
+    assert storage.info(storage.join(gone, "x")) is None  # a miss lists the nearest directory that is there ...
+    assert storage.info(gone) is None and storage.info(storage.join(gone, "y", "z.json")) is None  # ... so no job
+    assert fs.jobs_run - asked == 1, fs.jobs_run - asked
     assert storage.read_text(b) == "two" and storage.read_text(a) == "changed"
     assert sorted(e.name for e in storage.ls(url)) == ["a.txt", "b.txt"]
 
@@ -136,8 +141,8 @@ def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim
     """05's and 06's readers walk down a tree one call at a time (``info(logs)``, ``ls(logs)``, ``ls(exp_001)``,
     ``info(exp_001/tensorboard)``, a small file there; 06: ``info(step_N/policy/weights)``, ``ls`` of its ``model``):
     the first job reads five levels and their small files ahead, so the walk is one job, not seven; a listing keeps
-    the directory's own stat; a file's stat still asks the cluster, and a job's changes are never hidden behind what
-    was read ahead."""
+    the directory's own stat; a file's stat still asks the cluster (a pinned read's check comes with its read), and a
+    job's changes are never hidden behind what was read ahead."""
     cfg, _ = ray_cfg_hidden
     base = f"{sim_gke.data_dir}/ahead-{uuid.uuid4().hex[:6]}"
     _on_cluster(cfg, f"mkdir -p {base}/exp_001/tensorboard/17958 && printf x > {base}/exp_001/a.jsonl && "
@@ -155,33 +160,19 @@ def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim
     assert storage.info(deep).is_dir and [e.name for e in storage.ls(deep)] == ["events.out"]  # 4 levels down
     assert storage.read_text(storage.join(deep, "events.out")) == "ev"
     assert fs.jobs_run - start == 1, fs.jobs_run - start
-    assert storage.info(storage.join(exp, "a.jsonl")).size == 1  # a file's stat: asked
-    assert storage.read_bytes(storage.join(exp, "a.jsonl"), 0, 1) == b"x"  # a byte range: asked
+    a = storage.join(exp, "a.jsonl")
+    version = next(e.version for e in storage.ls(exp) if e.name == "a.jsonl")  # what a pinned reader holds
+    assert storage.info(a).size == 1  # a file's stat: asked
+    # a pinned byte range (the trajectory readers'): asked, its version check in the same job (2 jobs before)
+    assert storage.read_bytes(a, 0, 1, version=version) == b"x"
     assert fs.jobs_run - start == 3, fs.jobs_run - start
+    # rewritten behind this filesystem's back (another instance here, a trainer on the cluster there): the check's
+    # stat is taken after the read, never an older kept one, so the pinned read is refused
+    RayJobsFileSystem(cfg.dashboard_url, cache_seconds=10.5).pipe_file(fs._strip_protocol(a), b"y")
+    with pytest.raises(storage.StaleVersion):
+        storage.read_bytes(a, 0, 1, version=version)
     _on_cluster(cfg, f"rm -rf {base}/exp_001/tensorboard")
     assert storage.info(storage.join(exp, "tensorboard")) is None
     listed = fs.jobs_run
     assert [e.name for e in storage.ls(exp)] == ["a.jsonl"] and storage.info(exp).is_dir  # its own stat came with it
     assert fs.jobs_run - listed == 1, fs.jobs_run - listed
-
-
-def test_a_pinned_read_is_one_job_and_its_version_check_sees_a_rewrite(sim_gke, ray_cfg_hidden):
-    """A pinned read (the trajectory readers' byte ranges) asks the bytes and the file's stat in one job: the stat the
-    version check uses is taken after the read, so a file rewritten behind this filesystem's back (here through a
-    second instance, as a trainer on the cluster would) is caught, never hidden behind a kept stat."""
-    from nbtools._rayfs import RayJobsFileSystem
-
-    cfg, _ = ray_cfg_hidden
-    base = f"{sim_gke.data_dir}/pinned-{uuid.uuid4().hex[:6]}"
-    _on_cluster(cfg, f"mkdir -p {base} && printf 0123456789 > {base}/d.jsonl")
-    f = storage.join(cfg.url(base), "d.jsonl")
-    fs, path = storage.filesystem(f)
-    version = next(e.version for e in storage.ls(cfg.url(base)) if e.name == "d.jsonl")
-    start = fs.jobs_run
-    assert storage.read_bytes(f, 2, 5, version=version) == b"234"
-    assert fs.jobs_run - start == 1, fs.jobs_run - start  # the range and its version check: one job (2 before)
-    other = RayJobsFileSystem(cfg.dashboard_url, cache_seconds=10.5)  # another writer; this instance is not told
-    assert other is not fs
-    other.pipe_file(path, b"9876543210")
-    with pytest.raises(storage.StaleVersion):
-        storage.read_bytes(f, 2, 5, version=version)
