@@ -124,8 +124,8 @@ def run(op):
     k, p = op["op"], op["path"]
     if k == "info":
         s = st(p)
-        if op.get("ahead"):
-            ahead([s], LEVELS)
+        if op.get("ahead"):  # a file's stat: its directory's tree, since a reader lists or reads beside it next (07)
+            ahead([s] if s["type"] == "directory" else [s, st(os.path.dirname(p))], LEVELS)
         return s
     if k == "ls":
         if not os.path.isdir(p):
@@ -483,6 +483,16 @@ class RayJobsFileSystem(AbstractFileSystem):
 
     def pipe_file(self, path, value, **kwargs):
         self._one("write", path, data=base64.b64encode(value).decode())
+
+    def remove_all(self, paths: list[str]) -> list[bool]:
+        """Delete files and directory trees in one job (a wipe's checkpoints and logs); True where something was there.
+
+        Example:
+            >>> fs.remove_all(["/nemo-workspace/run/checkpoints", "/nemo-workspace/run/logs"])
+            [True, False]
+        """
+        self.forget()
+        return self._run([{"op": "rm", "path": self._strip_protocol(p), "recursive": True} for p in paths])
 
     def rm(self, path, recursive=False, maxdepth=None):
         """Delete files (and directory trees with ``recursive``) in one job; a missing path is FileNotFoundError."""

@@ -149,10 +149,17 @@ class RayBackend:
                                             "really mean it"))
         from nbtools import storage
 
-        rows = []
-        for kind, path in zip(("checkpoint_dir", "log_dir"), wipe_targets(self.cfg.name, [self.checkpoint_dir, self.log_dir]),
-                              strict=True):
-            rows.append({"kind": kind, "name": path, "action": "removed" if storage.remove(self.cfg.url(path)) else "absent"})
+        targets = wipe_targets(self.cfg.name, [self.checkpoint_dir, self.log_dir])
+        urls = [self.cfg.url(p) for p in targets]
+        fs, _ = storage.filesystem(urls[0])
+        if storage.is_remote(urls[0]) and hasattr(fs, "remove_all"):  # the cluster's own disk: one job for all
+            done = fs.remove_all([storage.filesystem(u)[1] for u in urls])
+            for u in urls:
+                storage.evict(u)  # this machine's copies of what was there
+        else:
+            done = [storage.remove(u) for u in urls]
+        rows = [{"kind": kind, "name": path, "action": "removed" if was else "absent"}
+                for kind, path, was in zip(("checkpoint_dir", "log_dir"), targets, done, strict=True)]
         return Teardown(self.name, pd.DataFrame(rows, columns=["kind", "name", "action"]),
                         f"wiped {self.cfg.name}'s checkpoints and logs at {self.storage.root}")
 

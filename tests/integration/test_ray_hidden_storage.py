@@ -94,12 +94,15 @@ def test_a_storage_url_this_machine_reads_stays_the_fast_path(sim_gke, ray_cfg_h
 
 
 def test_a_confirmed_wipe_deletes_the_runs_results_through_the_cluster(sim_gke, ray_cfg_hidden):
-    """Notebook 09's wipe on a cluster whose disk this machine cannot see: one short job deletes each directory there."""
+    """Notebook 09's wipe on a cluster whose disk this machine cannot see: one short job deletes the directories there."""
     cfg, _ = ray_cfg_hidden
     other = f"{sim_gke.data_dir}/other-run-{uuid.uuid4().hex[:6]}"
     _on_cluster(cfg, f"mkdir -p {cfg.checkpoint_dir}/step_3 {other} && touch {cfg.checkpoint_dir}/step_3/w {other}/keep")
+    fs, _ = storage.filesystem(cfg.url(cfg.checkpoint_dir))
+    before = fs.jobs_run
     done = nbtools.backends.get(cfg).wipe(confirm=cfg.name)
     assert list(done.actions["action"]) == ["removed", "absent"] and done.stopped, done.actions
+    assert fs.jobs_run - before == 1, fs.jobs_run - before  # checkpoints and logs in one job (one each before)
     assert storage.info(cfg.url(cfg.checkpoint_dir)) is None and storage.info(cfg.url(f"{other}/keep")) is not None
     assert list(nbtools.backends.get(cfg).wipe(confirm=cfg.name).actions["action"]) == ["absent", "absent"]
 
@@ -172,7 +175,10 @@ def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim
     with pytest.raises(storage.StaleVersion):
         storage.read_bytes(a, 0, 1, version=version)
     _on_cluster(cfg, f"rm -rf {base}/exp_001/tensorboard")
-    assert storage.info(storage.join(exp, "tensorboard")) is None
     listed = fs.jobs_run
-    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"] and storage.info(exp).is_dir  # its own stat came with it
+    assert storage.info(a).size == 1  # a file's stat reads its directory ahead (07: then a find of it)
+    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"] and storage.info(storage.join(exp, "tensorboard")) is None
     assert fs.jobs_run - listed == 1, fs.jobs_run - listed
+    fs.forget()
+    assert [e.name for e in storage.ls(exp)] == ["a.jsonl"] and storage.info(exp).is_dir  # its own stat came with it
+    assert fs.jobs_run - listed == 2, fs.jobs_run - listed
