@@ -39,7 +39,7 @@ def _on_cluster(cfg, script: str) -> None:
     job.wait(timeout=300)
 
 
-def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(sim_gke, ray_cfg_hidden):
+def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(sim_gke, ray_cfg_hidden, monkeypatch):
     cfg, _ = ray_cfg_hidden
     base = f"{sim_gke.data_dir}/probe-{uuid.uuid4().hex[:6]}"
     _on_cluster(cfg, f"mkdir -p {base}/sub && printf hello > {base}/a.txt && printf 0123456789 > {base}/sub/b.bin")
@@ -47,6 +47,7 @@ def test_reads_go_through_the_cluster_because_this_machine_cannot_see_the_files(
     url = cfg.url(base)
     assert url.startswith("ray+http://127.0.0.1:") and url.endswith(base[len(str(sim_gke.data_dir)):])
     fs, _ = storage.filesystem(url)
+    monkeypatch.setattr(fs, "cache_seconds", 120)  # job counts, not expiry: a loaded CI must not expire answers mid-test
     before = fs.jobs_run
     assert [(e.name, e.is_dir) for e in storage.ls(url)] == [("a.txt", False), ("sub", True)]
     assert storage.read_text(storage.join(url, "a.txt")) == "hello"
@@ -107,7 +108,7 @@ def test_a_confirmed_wipe_deletes_the_runs_results_through_the_cluster(sim_gke, 
     assert list(nbtools.backends.get(cfg).wipe(confirm=cfg.name).actions["action"]) == ["absent", "absent"]
 
 
-def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_gke, ray_cfg_hidden):
+def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_gke, ray_cfg_hidden, monkeypatch):
     """A cell that asks the same thing again (05's views list ``exp_001`` a dozen times) costs one read job, not one
     each; yet a read never returns what the process's own write, delete or submitted job has changed, nor keeps a
     "not there yet"."""
@@ -117,6 +118,7 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
     url = cfg.url(base)
     a, b = storage.join(url, "a.txt"), storage.join(url, "b.txt")
     fs, _ = storage.filesystem(url)
+    monkeypatch.setattr(fs, "cache_seconds", 120)  # job counts, not expiry: a loaded CI must not expire answers mid-test
     start = fs.jobs_run
     for _ in range(3):
         assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.read_text(a) == "one"
@@ -140,7 +142,7 @@ def test_answers_are_kept_briefly_and_never_past_a_write_an_error_or_a_job(sim_g
     assert [e.name for e in storage.ls(url)] == ["a.txt"] and storage.info(b) is None
 
 
-def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim_gke, ray_cfg_hidden):
+def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim_gke, ray_cfg_hidden, monkeypatch):
     """05's and 06's readers walk down a tree one call at a time (``info(logs)``, ``ls(logs)``, ``ls(exp_001)``,
     ``info(exp_001/tensorboard)``, a small file there; 06: ``info(step_N/policy/weights)``, ``ls`` of its ``model``):
     the first job reads five levels and their small files ahead, so the walk is one job, not seven; a listing keeps
@@ -154,6 +156,7 @@ def test_a_stat_or_listing_reads_the_directories_below_ahead_in_the_same_job(sim
     exp = storage.join(url, "exp_001")
     deep = storage.join(exp, "tensorboard", "17958")
     fs, _ = storage.filesystem(url)
+    monkeypatch.setattr(fs, "cache_seconds", 120)  # job counts, not expiry: a loaded CI must not expire answers mid-test
     start = fs.jobs_run
     assert storage.info(url).is_dir
     assert [e.name for e in storage.ls(url)] == ["exp_001"]
