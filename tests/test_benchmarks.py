@@ -40,7 +40,8 @@ TINY: dict[str, tuple[list[str], str, bool]] = {
     "bench_merge.py": (["--tiny", "--workdir", "{shared}"], "nbtools peak RSS", True),
     "bench_ckpt_read.py": (["--tiny", "--keep", "{shared}/tiny/step_1"], "same contents read by both sides of every "
                            "pair: True", True),
-    "bench_ray_head.py": (["--tiny"], "re-attach (second up)", True),  # starts its two heads: that is what it times
+    # starts nbtools' head (what it times); its baseline driver connects to that head in tiny mode, starting none
+    "bench_ray_head.py": (["--tiny"], "re-attach (second up)|baseline: a driver connected to nbtools' head", True),
     # the session's Ray head (attached to, left running), not a head of its own
     "bench_rehearsal.py": (["--tiny", "ray.port={gcs}", "ray.dashboard_port={dashboard}"],
                            "down() will leave it running|learning targets met on", True),

@@ -239,6 +239,10 @@ def _spawn(cfg: Experiment, pf: Path, *, timeout: float, extra_args: Sequence[st
     # dashboard agent's ports: on a busy 2-core machine the agent alone can take 15-30 s to start.
     env.update(RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0", RAY_USAGE_STATS_ENABLED="0", RAY_agent_register_timeout_ms="120000",
                RAY_raylet_start_wait_time_s="120")
+    # No idle workers started ahead of use: the first driver to connect (the dashboard's job module, at the first job
+    # submission) otherwise makes the raylet start one Python worker per CPU, ~0.5 CPU-s and ~100 MB each, kept idle
+    # for the head's life; jobs run in workers of their own runtime env, which these never are.
+    env.setdefault("RAY_prestart_worker_first_driver", "0")
     # Explicit auth mode: otherwise `ray start` silently turns token auth on whenever ~/.ray/auth_token happens to
     # exist, and every client without that token (notebooks, job drivers) gets 401s. The dashboard listens on
     # 127.0.0.1 only; a head for a shared network belongs to the gke/ray backends.

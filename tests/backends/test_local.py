@@ -220,6 +220,30 @@ def _sid(p: psutil.Process) -> int | None:
         return None
 
 
+def _a_job_leaves_no_idle_worker(head_pid: int, dashboard_port: str) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(f"http://127.0.0.1:{dashboard_port}")
+    sid = client.submit_job(entrypoint="true")
+    deadline = time.monotonic() + 120
+    while not client.get_job_status(sid).is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.get_job_status(sid).value == "SUCCEEDED"
+
+    def workers() -> list[str]:
+        names = []
+        for c in psutil.Process(head_pid).children(recursive=True):
+            try:
+                names.append((c.cmdline() or [c.name()])[0].strip())
+            except psutil.Error:
+                continue
+        return [n for n in names if n.startswith("ray::")]
+
+    while any(n != "ray::IDLE" and "Agent" not in n for n in workers()) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the job's supervisor actor exits with its job
+    assert "ray::IDLE" not in workers(), workers()
+
+
 _UP = """
 import json, sys
 import nbtools
@@ -233,7 +257,9 @@ print(json.dumps({"pid": local.head_record(cfg.runs_dir)["pid"], "ours": h.start
 
 def test_two_concurrent_ups_on_one_runs_dir_give_one_head(tmp_path):
     """#41: two `nbtools up --apply` at once on one runs dir both failed (GCS bind error, Ray's session-name
-    assertion) and left no head; under the library's lock the second re-attaches to the head the first started."""
+    assertion) and left no head; under the library's lock the second re-attaches to the head the first started.
+    That head (this module's own, so no other test's workers are in it) then runs one job: no idle Ray worker may be
+    left behind (the raylet started one per CPU, kept for the head's life, at the first job; ~0.5 CPU-s, ~100 MB each)."""
     env = {**os.environ, "NBTOOLS_RUNS_DIR": str(tmp_path / "runs")}
     env.pop("RAY_ADDRESS", None)
     ports = [str(free_port()), str(free_port())]
@@ -245,6 +271,7 @@ def test_two_concurrent_ups_on_one_runs_dir_give_one_head(tmp_path):
         got = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
         assert got[0]["pid"] == got[1]["pid"] and psutil.pid_exists(got[0]["pid"]), got
         assert len(_gcs_servers(got[0]["pid"])) == 1
+        _a_job_leaves_no_idle_worker(got[0]["pid"], ports[1])
     finally:
         for p in procs:
             if p.poll() is None:

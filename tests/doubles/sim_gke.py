@@ -61,7 +61,7 @@ from ports import free_port as _free_port
 from sim_files import BUCKET, PROJECT, in_pods, pods_launcher, write_checkout, write_experiment, write_shims
 from sim_gcsfuse import BucketMirror
 from sim_kuberay import KubeRayController, local_exec
-from sim_nodes import WorkerNodes
+from sim_nodes import NODE_SETTINGS, WorkerNodes, kill_tree
 from sim_shims import read_log, write_credentials
 
 __all__ = ["SimGke", "BUCKET", "PROJECT", "FAKE_HF_TOKEN", "crd_schema", "nemo_rl_configs"]
@@ -249,7 +249,7 @@ class SimGke:
                "PATH": f"{self.image_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HF_TOKEN": FAKE_HF_TOKEN,
                "RAY_AUTH_MODE": "disabled", "SIM_GKE_FLUSH_DIR": str(self.flush_dir) if self._want_mirror else "",
                # the verl stand-in trains answers written "#### X"; the vLLM double's text says them so too
-               "SIM_VLLM_ANSWER_FORMAT": "gsm8k" if self.trainer_kind() == "verl" else ""}
+               "SIM_VLLM_ANSWER_FORMAT": "gsm8k" if self.trainer_kind() == "verl" else "", **NODE_SETTINGS}
         from nbtools.errors import NotReadyError
 
         ray_cli = launch = _head._ray_cli
@@ -289,8 +289,13 @@ class SimGke:
         return env
 
     def _stop_head(self) -> None:
+        """SIGKILL the head with everything it started (as a deleted head pod goes: Ray's graceful shutdown on SIGTERM
+        costs about 2 CPU-s), then let the local backend retire its record (and stop anything left, as it always does)."""
         from nbtools.backends import _head
 
+        rec = _head.head_record(self.head_dir)
+        if rec is not None:
+            kill_tree(int(rec["pid"]), create_time=float(rec.get("create_time") or 0) or None)
         _head.stop_all_under(self.head_dir)
         temp, note = _head.temp_dir_for(self.head_dir)
         if note:  # the root was too long for Ray's socket paths: its /tmp fallback goes with the head

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +21,16 @@ from pathlib import Path
 from ports import free_port
 from sim_files import pods_launcher
 
-__all__ = ["WorkerNodes", "PATIENT_RAY", "PATIENT_GET_NODE", "OWN_SOCKETS"]
+__all__ = ["WorkerNodes", "PATIENT_RAY", "PATIENT_GET_NODE", "OWN_SOCKETS", "NODE_SETTINGS", "kill_tree"]
+
+# Ray settings of every sim node (the head's and the workers' processes), to cut CPU that no test and no nbtools reader
+# uses (measured on the 2-core CI machine, one head + one worker node):
+# - no idle workers prestarted when the first driver connects (raylet's ``prestart_worker_first_driver``): every job the
+#   sim runs has a runtime_env (py_modules), whose workers start through setup_worker, so the prestarted plain ones sat
+#   idle until the end (2 x 1.4 CPU-s per module); a job without one starts its worker on demand instead.
+# - no C++ metrics recording (``enable_metrics_collection``: raylet, GCS, core workers; ~0.5 CPU-s a minute): nbtools
+#   reads no Prometheus metric; the dashboard's node stats, logs and py-spy dumps come from the agents as before.
+NODE_SETTINGS = {"RAY_prestart_worker_first_driver": "false", "RAY_enable_metrics_collection": "false"}
 
 # ``ray start`` for a worker node, waiting up to 5 min (not Ray's fixed 30 s: ray/_private/node.py, Node.__init__'s
 # ``raylet_start_wait_time_s``) for its raylet to register with the head's GCS, which on a loaded 2-core machine takes
@@ -115,7 +123,7 @@ class WorkerNodes:
                "--object-store-memory", str(100 << 20), "--node-manager-port", ports[0], "--object-manager-port", ports[1],
                "--dashboard-agent-listen-port", ports[2], "--dashboard-agent-grpc-port", ports[3],
                "--runtime-env-agent-port", ports[4], "--metrics-export-port", ports[5], "--disable-usage-stats"]
-        env = {**os.environ, **self.env, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        env = {**os.environ, **self.env, **NODE_SETTINGS, "RAY_AUTH_MODE": "disabled", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
                "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "120000",
                "RAY_raylet_start_wait_time_s": "120", **{k: str(v) for k, v in sockets.items()}}
         env.pop("RAY_ADDRESS", None)
@@ -133,7 +141,7 @@ class WorkerNodes:
             for i, p in enumerate(self.procs):
                 if p.poll() is None:
                     continue
-                _kill_session(p.pid)
+                kill_tree(p.pid, session_only=True)
                 if tries[i] == 3:
                     tail = (self.root / f"worker-{i}" / "ray-start.log").read_text(errors="replace")[-2000:]
                     raise RuntimeError(f"simulated GPU worker node {i} exited during start (3 tries):\n{tail}")
@@ -162,34 +170,44 @@ class WorkerNodes:
         p = self.procs[i % len(self.procs)]
         return p.pid if p.poll() is None else None
 
-    def stop(self, timeout: float = 30) -> None:
-        """SIGTERM each ``ray start --block`` (it stops the processes it started), then SIGKILL what is left of its
-        session (only the processes these nodes started)."""
+    def stop(self) -> None:
+        """SIGKILL each node's ``ray start --block`` with every process it started (as a deleted pod's node goes):
+        Ray's graceful shutdown on SIGTERM costs about half a CPU-second a node, and nothing reads what it writes."""
         for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs:
+            kill_tree(p.pid)
             try:
-                p.wait(max(deadline - time.monotonic(), 0.1))
+                p.wait(10)
             except subprocess.TimeoutExpired:
                 pass
-            _kill_session(p.pid)
         self.procs = []
         if self.sockets is not None:
             shutil.rmtree(self.sockets, ignore_errors=True)
 
 
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process still in session ``sid`` (a ``ray start`` started with ``start_new_session``)."""
+def kill_tree(pid: int, *, create_time: float | None = None, session_only: bool = False) -> None:
+    """SIGKILL process ``pid`` (if it is still the one started at ``create_time``, when given), its descendants and
+    every process still in its session (``start_new_session``), all found before the first is killed; with
+    ``session_only`` (``pid`` has exited and may be reused) only what is left in its session."""
     import psutil
 
-    left = []
+    procs = {}
+    try:
+        root = psutil.Process(pid)
+        if create_time is not None and abs(root.create_time() - create_time) > 1.0:
+            return  # the pid was reused
+        if not session_only:
+            procs = {root.pid: root, **{c.pid: c for c in root.children(recursive=True)}}
+    except psutil.Error:
+        pass
     for proc in psutil.process_iter():
         try:
-            if os.getsid(proc.pid) == sid:
-                proc.kill()
-                left.append(proc)
-        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
+            if proc.pid not in procs and os.getsid(proc.pid) == pid:
+                procs[proc.pid] = proc
+        except (psutil.Error, OSError):
             pass
-    psutil.wait_procs(left, timeout=10)
+    for proc in procs.values():
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(procs.values()), timeout=10)

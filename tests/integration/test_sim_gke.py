@@ -308,8 +308,9 @@ def test_nemo_rl_doubles_take_nemo_rls_command_lines(sim_gke, tmp_path):
     r = subprocess.run(["python", "-u", "examples/run_eval.py", "--config", "examples/configs/evals/math_eval.yaml",
                         f"generation.model_name={model_dir}", "data.dataset_name=math500", "eval.num_tests_per_prompt=1",
                         f"eval.save_path={save}", "generation.temperature=0.0"],
-                       cwd=sim.code_dir, env={**_image_env(sim), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                       timeout=600)
+                       # its ray.init(address="auto") joins the sim's cluster, as in a pod (else any Ray on this machine)
+                       cwd=sim.code_dir, env={**_image_env(sim), "OMP_NUM_THREADS": "1", "RAY_ADDRESS": sim.head.gcs_address},
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     (block,) = nbtools.evals.parse_score_blocks(r.stdout)
     assert (block.model_name, block.dataset_name, block.num_tests_per_prompt, block.denominator) == (

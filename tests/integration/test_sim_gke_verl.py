@@ -24,7 +24,9 @@ def _sh(command: str, env: dict[str, str], cwd) -> subprocess.CompletedProcess:
 
 
 def test_the_sim_runs_nbtools_verl_commands_on_the_stand_in(tmp_path):
-    with SimGke(tmp_path / "sim", ray=False, mirror=False, isolate=False, steps=2,
+    # a short warm start (test_gke_verl's): what runs matters here, not what the model learns (the Hub copy the sim
+    # builds and the stand-in's training each warm-start the tiny model)
+    with SimGke(tmp_path / "sim", ray=False, mirror=False, isolate=False, steps=2, rehearsal={"warmup_steps": 40},
                 experiment="gke-b200-verl.yaml") as sim, sim.activated():
         cfg = sim.cfg(**{"grpo.max_val_samples": 8, "checkpointing.save_period": 1})
         t = trainers.get(cfg)
