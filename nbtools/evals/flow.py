@@ -65,10 +65,11 @@ class ClusterJob:
             spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
             job, job_id = spec.submit(), spec.submission_id
         job.wait(timeout=timeout)
+        where = _read_back([str(cfg.url(p.save_path)) for p in parts])
         results = []
-        for part, d in zip(parts, decodings, strict=True):
+        for part, d, saved in zip(parts, decodings, where, strict=True):
             alone = job_id == part.submission_id  # its own job: the last score block, as run_eval.py prints
-            result = collect(job, save_path=cfg.url(part.save_path), n=None if alone else part.num_tests_per_prompt,
+            result = collect(job, save_path=saved, n=None if alone else part.num_tests_per_prompt,
                              temperature=None if alone else part.temperature)
             result.params["length_from"] = part.length_from  # 07's settings table says where the length came from
             result.params["save_path"] = str(cfg.url(part.save_path))  # where the job wrote the per-problem results
@@ -77,6 +78,27 @@ class ClusterJob:
             result.save(d.out)
             results.append(result)
         return results
+
+
+def _read_back(urls: list[str]) -> list[str]:
+    """Where :func:`collect` reads each save path: the save paths of one job, siblings on remote storage, copied here
+    together (one listing and one read of their parent, each a Ray job on a cluster whose storage only it sees),
+    instead of a listing and a read each; a single or local save path is read where it is."""
+    from nbtools import storage
+
+    parents = {storage.parent_of(u) for u in urls}
+    if len(urls) < 2 or len(parents) > 1 or not storage.is_remote(urls[0]):
+        return urls
+    names = {storage.name_of(u) for u in urls}
+
+    def wanted(rel: str) -> bool:
+        return rel.count("/") == 1 and rel.split("/")[0] in names and rel.endswith(("/evaluation_data.json", "/config.json"))
+
+    try:
+        local = storage.mirror(parents.pop(), include=wanted)
+    except NotFoundError:  # nothing written there: collect says so per result
+        return urls
+    return [str(local / storage.name_of(u)) for u in urls]
 
 
 def _attach(spec: Any, out: Path | None) -> tuple[Any, str | None]:

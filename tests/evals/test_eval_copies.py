@@ -104,6 +104,7 @@ def test_a_models_decodings_run_in_one_job_and_a_single_decoding_reattaches_to_i
     monkeypatch.setattr(EvalJob, "prepare", lambda self, cfg, **kw: prepared.append(self) or [])
     monkeypatch.setattr(flow, "collect", collect)
     monkeypatch.setattr(flow, "eval_dir", lambda cfg: tmp_path / "eval")
+    monkeypatch.setattr(flow, "_read_back", lambda urls: urls)  # the bucket is left out: read where the job wrote
 
     greedy, sampled = flow.evaluate(cfg, "fine-tuned", n=(1, 4))
     (job,) = submitted.values()
@@ -128,3 +129,35 @@ def test_a_tuple_of_samples_names_each_decoding_once(monkeypatch):
     cfg = nbtools.config.load(REPO / "experiments" / "gke-b200-gemma3-1b.yaml", backend="gke")
     with pytest.raises(nbtools.errors.ConfigError, match=r"(?s)n=\(8, 8\).*fix: name each number of samples once"):
         flow.evaluate(cfg, "fine-tuned", n=(8, 8))
+
+
+def test_one_jobs_results_are_copied_here_in_one_listing_and_one_read(tmp_path, monkeypatch):
+    """The save paths of one job are siblings: their results come here with one listing and one read of their parent
+    (on a cluster whose storage only it sees, each is a Ray job), only the result files of those save paths."""
+    import fsspec
+
+    from nbtools import storage
+
+    monkeypatch.setenv("NBTOOLS_CACHE_DIR", str(tmp_path / "cache"))
+    fs = fsspec.filesystem("memory")
+    root = f"/evalone-{tmp_path.name}/eval"
+    for name in ("math500_ft-greedy", "math500_ft-sampled8", "math500_other"):
+        fs.pipe(f"{root}/{name}/evaluation_data.json", name.encode())
+        fs.pipe(f"{root}/{name}/config.json", b"{}")
+    fs.pipe(f"{root}/math500_ft-greedy/big.bin", b"x")
+    calls = {"find": 0, "get": 0}
+    for verb in calls:
+        real = getattr(type(fs), verb)
+
+        def spy(self, *a, _verb=verb, _real=real, **kw):
+            calls[_verb] += 1
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(type(fs), verb, spy)
+    urls = [f"memory://{root}/math500_ft-greedy", f"memory://{root}/math500_ft-sampled8"]
+    local = [Path(p) for p in flow._read_back(urls)]
+    assert [(p / "evaluation_data.json").read_text() for p in local] == ["math500_ft-greedy", "math500_ft-sampled8"]
+    assert (local[0] / "config.json").is_file() and not (local[0] / "big.bin").exists()
+    assert not (local[0].parent / "math500_other").exists() and calls == {"find": 1, "get": 1}, calls
+    assert flow._read_back(urls[:1]) == urls[:1] and flow._read_back([str(tmp_path)] * 2) == [str(tmp_path)] * 2
+    assert storage.is_remote(urls[0])
