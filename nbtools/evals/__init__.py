@@ -16,7 +16,7 @@ from __future__ import annotations
 from nbtools.evals import stats
 from nbtools.evals.compare import Comparison, as_result, compare
 from nbtools.evals.flow import eval_dir, evaluate, evaluate_model, local_models, models
-from nbtools.evals.generate_job import build_generate_job, generate_jobs
+from nbtools.evals.generate_job import build_generate_job, generate_jobs, generate_together
 from nbtools.evals.job import (
     EvalJob,
     EvalJobs,
@@ -27,6 +27,7 @@ from nbtools.evals.job import (
     finetuned_model_path,
     validate_overrides,
 )
+from nbtools.evals.one_job import in_one_job
 from nbtools.evals.parse import (
     ScoreBlock,
     ScoreLog,
@@ -49,6 +50,8 @@ __all__ = [
     "build_eval_job",
     "build_generate_job",
     "generate_jobs",
+    "generate_together",
+    "in_one_job",
     "collect",
     "compare",
     "dataset_names",

@@ -11,12 +11,15 @@ under ``<run_dir>/eval/`` so the comparison is paired and a re-run is instant.
 Example:
     >>> base = nbtools.evals.evaluate(cfg, "baseline")
     >>> tuned = nbtools.evals.evaluate(cfg, "fine-tuned", n=8)
+    >>> tuned_greedy, tuned_sampled = nbtools.evals.evaluate(cfg, "fine-tuned", n=(1, 8))  # one cluster job
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +27,7 @@ from nbtools import _paths, trainers
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, NotFoundError
 from nbtools.evals.job import build_eval_job, collect, finetuned_model_path
+from nbtools.evals.one_job import in_one_job
 from nbtools.evals.result import EvalResult
 from nbtools.evals.run import evaluate_local
 
@@ -33,33 +37,100 @@ Which = Literal["baseline", "fine-tuned"]
 
 
 class ClusterJob:
-    """An evaluation by a Ray job on the cluster: ``build`` makes the job spec of one model; the per-sample results are
-    read back from where the pods wrote them (the bucket on GKE)."""
+    """An evaluation by a Ray job on the cluster: ``build`` makes the job spec of one model and decoding, ``together``
+    one job of a model's several decodings (:func:`nbtools.evals.job.in_one_job`, or the trainer's own); the
+    per-sample results are read back from where the pods wrote them (the bucket on GKE)."""
 
-    def __init__(self, build: Callable[..., Any]):
-        self.build = build
+    def __init__(self, build: Callable[..., Any], together: Callable[..., Any] = in_one_job):
+        self.build, self.together = build, together
 
     def models(self, cfg: Experiment, trainer: trainers.Trainer) -> dict[str, str]:
         return models(cfg, trainer=trainer)
 
     def run(self, cfg: Experiment, model: str, *, label: str, mode: str, out: Path, n: int, temperature: float,
             dataset: str, max_model_len: int | None, timeout: float, batch_size: int) -> EvalResult:
-        from nbtools import jobs
+        return self.run_all(cfg, model, label=label, decodings=[Decoding(mode, out, n, temperature)], dataset=dataset,
+                            max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)[0]
 
-        # one local copy per model (``local_name``): its greedy and sampled evaluations load the same one
-        spec = self.build(cfg, model, label=f"{label}-{mode}", n=n, temperature=temperature, dataset=dataset,
-                          max_model_len=max_model_len, local_name=label)
-        try:  # a re-run (07 again, `nbtools evaluate` after 07) re-attaches: its copy was made before it was submitted
-            job = jobs.attach(spec.address, spec.submission_id)
-        except NotFoundError:
+    def run_all(self, cfg: Experiment, model: str, *, label: str, decodings: list[Decoding], dataset: str,
+                max_model_len: int | None, timeout: float, batch_size: int) -> list[EvalResult]:
+        """Every decoding of one model in one job (one copy check, one job supervisor and driver; verl's generation
+        loads the model once), each result collected from its own save path and score block."""
+        # one local copy per model (``local_name``): its decodings load the same one
+        parts = [self.build(cfg, model, label=f"{label}-{d.mode}", n=d.n, temperature=d.temperature, dataset=dataset,
+                            max_model_len=max_model_len, local_name=label) for d in decodings]
+        spec = parts[0] if len(parts) == 1 else self.together(parts)
+        job, job_id = _attach(spec, decodings[0].out if len(parts) == 1 else None)
+        if job is None:
             spec.prepare(cfg)  # the merged model to the GPU nodes' local disk first (no mmap over gcsfuse); no-op otherwise
-            job = spec.submit()
+            job, job_id = spec.submit(), spec.submission_id
         job.wait(timeout=timeout)
-        result = collect(job, save_path=cfg.url(spec.save_path))
-        result.params["length_from"] = spec.length_from  # 07's settings table says where the length came from
-        result.params["save_path"] = str(cfg.url(spec.save_path))  # where the job wrote the per-problem results
-        result.save(out)
-        return result
+        where = _read_back([str(cfg.url(p.save_path)) for p in parts])
+        results = []
+        for part, d, saved in zip(parts, decodings, where, strict=True):
+            alone = job_id == part.submission_id  # its own job: the last score block, as run_eval.py prints
+            result = collect(job, save_path=saved, n=None if alone else part.num_tests_per_prompt,
+                             temperature=None if alone else part.temperature)
+            result.params["length_from"] = part.length_from  # 07's settings table says where the length came from
+            result.params["save_path"] = str(cfg.url(part.save_path))  # where the job wrote the per-problem results
+            result.params["evaluation"] = part.submission_id  # this evaluation's own id ...
+            result.params["job"] = job_id  # ... and the job that ran it (one per model in 07)
+            result.save(d.out)
+            results.append(result)
+        return results
+
+
+def _read_back(urls: list[str]) -> list[str]:
+    """Where :func:`collect` reads each save path: the save paths of one job, siblings on remote storage, copied here
+    together (one listing and one read of their parent, each a Ray job on a cluster whose storage only it sees),
+    instead of a listing and a read each; a single or local save path is read where it is."""
+    from nbtools import storage
+
+    parents = {storage.parent_of(u) for u in urls}
+    if len(urls) < 2 or len(parents) > 1 or not storage.is_remote(urls[0]):
+        return urls
+    names = {storage.name_of(u) for u in urls}
+
+    def wanted(rel: str) -> bool:
+        return rel.count("/") == 1 and rel.split("/")[0] in names and rel.endswith(("/evaluation_data.json", "/config.json"))
+
+    try:
+        local = storage.mirror(parents.pop(), include=wanted)
+    except NotFoundError:  # nothing written there: collect says so per result
+        return urls
+    return [str(local / storage.name_of(u)) for u in urls]
+
+
+def _attach(spec: Any, out: Path | None) -> tuple[Any, str | None]:
+    """The job that ran ``spec`` already and its id, or (None, None): a re-run (07 again, `nbtools evaluate` after 07) re-attaches, its
+    copy was made before it was submitted. A single decoding that 07 ran in its model's one job (``out`` holds the
+    result saved from it) re-attaches to that job."""
+    from nbtools import jobs
+
+    try:
+        return jobs.attach(spec.address, spec.submission_id), spec.submission_id
+    except NotFoundError:
+        pass
+    saved = {}
+    if out is not None and (out / "summary.json").is_file():
+        saved = json.loads((out / "summary.json").read_text()).get("params", {})
+    if saved.get("evaluation") == spec.submission_id and saved.get("job") not in (None, spec.submission_id):
+        try:
+            return jobs.attach(spec.address, saved["job"]), saved["job"]
+        except NotFoundError:
+            pass
+    return None, None
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """One decoding of a model's evaluation: its mode name (``greedy`` / ``sampledN``), where its result is saved
+    here, samples per problem and temperature."""
+
+    mode: str
+    out: Path
+    n: int
+    temperature: float
 
 
 class HeldOutHere:
@@ -85,6 +156,10 @@ class HeldOutHere:
         result.params["length_from"] = "the rehearsal's max_new_tokens, as it trained"
         return result
 
+    def run_all(self, cfg: Experiment, model: str, *, label: str, decodings: list[Decoding], **kw: Any) -> list[EvalResult]:
+        return [self.run(cfg, model, label=label, mode=d.mode, out=d.out, n=d.n, temperature=d.temperature, **kw)
+                for d in decodings]
+
 
 def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
                   max_model_len: int | None, local_name: str | None = None):
@@ -93,6 +168,12 @@ def _generate_job(cfg: Experiment, model: str, *, label: str, n: int, temperatur
 
     return build_generate_job(cfg, model, label=label, num_tests_per_prompt=n, temperature=temperature,
                               max_new_tokens=max_model_len, local_name=local_name)
+
+
+def _generate_together(parts: list[Any]) -> Any:
+    from nbtools.evals.generate_job import generate_together
+
+    return generate_together(parts)
 
 
 def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperature: float, dataset: str,
@@ -104,8 +185,8 @@ def _run_eval_job(cfg: Experiment, model: str, *, label: str, n: int, temperatur
 
 # The evaluators a trainer names (``Trainer.evaluator``, ``module:name``): what notebook 07 runs for its runs.
 HELD_OUT_HERE = HeldOutHere()
-RUN_EVAL_JOB = ClusterJob(_run_eval_job)
-GENERATE_JOB = ClusterJob(_generate_job)
+RUN_EVAL_JOB = ClusterJob(_run_eval_job)  # a model's decodings: run_eval.py once each, in one job
+GENERATE_JOB = ClusterJob(_generate_job, _generate_together)  # one vLLM engine for all
 
 
 def evaluator(trainer: trainers.Trainer) -> HeldOutHere | ClusterJob:
@@ -158,19 +239,20 @@ def evaluate(
     cfg: Experiment,
     which: Which,
     *,
-    n: int = 1,
+    n: int | tuple[int, ...] = 1,
     temperature: float | None = None,
     dataset: str = "math500",
     max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
-) -> EvalResult:
-    """Evaluate the baseline or the fine-tuned model of this experiment, greedy (n=1) or sampled.
+) -> EvalResult | tuple[EvalResult, ...]:
+    """Evaluate the baseline or the fine-tuned model of this experiment, greedy (n=1) or sampled, or several ways at once.
 
     Args:
         cfg: the experiment.
         which: "baseline" or "fine-tuned".
-        n: samples per problem.
+        n: samples per problem; a tuple (``(1, 8)``: greedy and sampled) evaluates each way in one cluster job (one
+            job supervisor, driver and copy check; verl's generation job loads the model once) and returns a tuple.
         temperature: default 0 (greedy) for n == 1, else the training temperature.
         dataset: NeMo-RL's ``data.dataset_name`` (the rehearsal uses its held-out split).
         max_model_len: the generation length: NeMo-RL's vLLM max_model_len (prompt + the longest answer, printed as
@@ -181,10 +263,12 @@ def evaluate(
         batch_size: rehearsal only: sequences per forward pass.
 
     Returns:
-        EvalResult, also saved to ``<run_dir>/eval/<which>_<greedy|sampledN>``.
+        EvalResult, also saved to ``<run_dir>/eval/<which>_<greedy|sampledN>``; a tuple of them, in ``n``'s order, for a
+        tuple ``n``.
 
     Example:
         >>> evaluate(cfg, "baseline", n=8).pass_at_k(8)
+        >>> greedy, sampled = evaluate(cfg, "baseline", n=(1, 8))
     """
     if which not in ("baseline", "fine-tuned"):
         raise ConfigError(f"which must be 'baseline' or 'fine-tuned', got {which!r}")
@@ -199,28 +283,40 @@ def evaluate_model(
     model: str,
     *,
     label: str,
-    n: int = 1,
+    n: int | tuple[int, ...] = 1,
     temperature: float | None = None,
     dataset: str = "math500",
     max_model_len: int | None = None,
     timeout: float = 4 * 3600,
     batch_size: int = 64,
     trainer: trainers.Trainer | None = None,
-) -> EvalResult:
+) -> EvalResult | tuple[EvalResult, ...]:
     """Evaluate any model the way :func:`evaluate` evaluates the run's two (``nbtools evaluate EXPERIMENT MODEL…``):
     a HF directory or Hub id as the cluster's jobs see it (a directory on this machine for the local rehearsal).
 
     The result is saved to ``<run_dir>/eval/<label>_<greedy|sampledN>`` (``label`` without dashes); its
     ``params["save_path"]`` is where the cluster job wrote the per-problem results. ``trainer``: the experiment's,
-    where the caller resolved it (default: ``nbtools.trainers.get(cfg)``).
+    where the caller resolved it (default: ``nbtools.trainers.get(cfg)``). A tuple ``n`` runs every decoding in one
+    job and returns a tuple, as :func:`evaluate`.
 
     Example:
         >>> evaluate_model(cfg, "/data/nemo-rl/run/merged_step_30", label="step30")
     """
+    decodings = [_decoding(cfg, label, k, temperature) for k in (n if isinstance(n, tuple) else (n,))]
+    if len({d.mode for d in decodings}) < len(decodings) or not decodings:
+        raise ConfigError(f"n={n!r} at temperature={temperature}: expected one or more different decodings, got "
+                          f"{[d.mode for d in decodings]}", fix="name each number of samples once, e.g. n=(1, 8)")
+    results = evaluator(trainer or trainers.get(cfg)).run_all(
+        cfg, model, label=label, decodings=decodings, dataset=dataset, max_model_len=max_model_len, timeout=timeout,
+        batch_size=batch_size)
+    return tuple(results) if isinstance(n, tuple) else results[0]
+
+
+def _decoding(cfg: Experiment, label: str, n: int, temperature: float | None) -> Decoding:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ConfigError(f"n must be a number of samples per problem or a tuple of them, got {n!r}",
+                          fix="e.g. n=1 (greedy), n=8, or n=(1, 8) for both in one job")
     if temperature is None:
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"
-    out = eval_dir(cfg) / f"{label.replace('-', '')}_{mode}"
-    return evaluator(trainer or trainers.get(cfg)).run(
-        cfg, model, label=label, mode=mode, out=out, n=n, temperature=temperature, dataset=dataset,
-        max_model_len=max_model_len, timeout=timeout, batch_size=batch_size)
+    return Decoding(mode, eval_dir(cfg) / f"{label.replace('-', '')}_{mode}", n, temperature)

@@ -21,9 +21,10 @@ from nbtools._layout import finetuned_model_path
 from nbtools.config import Experiment
 from nbtools.errors import ConfigError, Fix
 from nbtools.evals.job import EvalJob, EvalJobs, _slug, local_model_path
+from nbtools.evals.one_job import in_one_job
 from nbtools.trainers.verl.prepare import targets
 
-__all__ = ["build_generate_job", "generate_jobs", "response_length"]
+__all__ = ["build_generate_job", "generate_jobs", "generate_together", "response_length"]
 
 
 def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_tests_per_prompt: int = 1,
@@ -66,7 +67,7 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
             "--temperature", str(float(temperature)), "--max-tokens", str(max_new_tokens), "--seed", str(cfg.grpo.seed),
             "--tensor-parallel-size", str(cfg.model.tensor_parallel_size)]
     python = cfg.trainer.python or "python3"
-    entrypoint = f"{sh(python)} -u -m nbtools.evals.vllm_generate " + " ".join(sh(a) for a in args)
+    entrypoint = _entrypoint(python, args)
     digest = hashlib.sha256(entrypoint.encode()).hexdigest()[:8]
     env = {"PYTHONUNBUFFERED": "1", **({"HF_HOME": cfg.storage.hf_home} if cfg.storage.hf_home else {})}
     metadata = {"nbtools": "eval", "experiment": cfg.name, "label": label, "model": model_name[:200], "dataset": test}
@@ -78,6 +79,40 @@ def build_generate_job(cfg: Experiment, model_name: str, *, label: str, num_test
                    length=int(max_new_tokens), length_from=length_from,
                    # vLLM runs in this driver: it needs the GPUs, so Ray must start it on a GPU node, not the head
                    entrypoint_num_gpus=int(cfg.model.tensor_parallel_size))
+
+
+def _entrypoint(python: str, args: list[str]) -> str:
+    return f"{sh(python)} -u -m {_PROGRAM} " + " ".join(sh(a) for a in args)
+
+
+_PROGRAM = "nbtools.evals.vllm_generate"
+_PER_DECODING = ("--save-path", "--n", "--temperature")
+
+
+def generate_together(specs: list[EvalJob] | tuple[EvalJob, ...]) -> EvalJob:
+    """One generation job for a model's decodings (``build_generate_job`` specs of one model): ``vllm_generate``
+    starts one engine and runs each decoding into its own save path (``--n 1 8 --temperature 0 1 --save-path A B``),
+    instead of a job and an engine start per decoding (minutes each on a real model).
+
+    Example:
+        >>> job = generate_together([build_generate_job(cfg, m, label="fine-tuned-greedy"),
+        ...                          build_generate_job(cfg, m, label="fine-tuned-sampled8", num_tests_per_prompt=8, temperature=1.0)])
+    """
+    specs = tuple(specs)
+    if len({tuple(a for i, a in enumerate(s.overrides) if _flag_of(s.overrides, i) not in _PER_DECODING) for s in specs}) > 1:
+        raise ConfigError(f"generate_together: {[s.label for s in specs]} differ in more than their decodings (model, "
+                          "data, length, seed); fix: one job per model and settings")
+    args = list(specs[0].overrides)
+    for flag in _PER_DECODING:
+        i = args.index(flag)
+        args[i + 1 : i + 2] = [s.overrides[s.overrides.index(flag) + 1] for s in specs]
+    python = specs[0].entrypoint.split(f" -u -m {_PROGRAM} ", 1)[0]
+    return in_one_job(specs, entrypoint=f"{python} -u -m {_PROGRAM} " + " ".join(sh(a) for a in args))
+
+
+def _flag_of(args: tuple[str, ...], i: int) -> str | None:
+    """The flag whose value ``args[i]`` is, or the flag itself (args alternate flag, value)."""
+    return args[i - 1] if i % 2 else args[i]
 
 
 # verl's default answer budget when a run does not set data.max_response_length: 512 at v0.7.0 and v0.9.0

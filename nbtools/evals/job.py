@@ -136,6 +136,7 @@ class EvalJob:
     length: int | None = None  # the generation length it runs with (run_eval.py's max_model_len, vllm_generate's max tokens)
     length_from: str = ""  # where that length came from, for 07's settings table: "given", a benchmark, the experiment
     entrypoint_num_gpus: float = 0  # GPUs for the driver: >0 puts it on a GPU worker (Ray's placement), else the head
+    parts: tuple[EvalJob, ...] = ()  # the evaluations this one job runs in order (one per decoding): evals.one_job
 
     @property
     def copy_to(self) -> str | None:
@@ -188,6 +189,9 @@ class EvalJob:
                            entrypoint_num_gpus=self.entrypoint_num_gpus or None)
 
     def _repr_html_(self) -> str:
+        if self.parts:
+            return (f"<b>One job</b> <code>{_h(self.submission_id)}</code> for {len(self.parts)} evaluations:<hr>"
+                    + "<hr>".join(p._repr_html_() for p in self.parts))
         return (f"<b>NeMo-RL eval job</b> <code>{_h(self.submission_id)}</code>: "
                 f"{_h(self.label)} = <code>{_h(self.model_name)}</code> on "
                 f"<b>{_h(self.dataset_name)}</b>, n={self.num_tests_per_prompt}, T={self.temperature}<br>"
@@ -347,10 +351,12 @@ def eval_jobs(cfg: Experiment, *, dataset: str = "math500", num_tests_per_prompt
     )
 
 
-def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResult:
+def collect(log_or_job: Any, *, save_path: str | Path | None = None, n: int | None = None,
+            temperature: float | None = None) -> EvalResult:
     """Turn a finished run_eval.py job (or its log text) into an EvalResult.
 
-    The score comes from the last printed block; per-sample rows come from `save_path`'s evaluation_data.json —
+    The score comes from the last printed block (with ``n``/``temperature``: the last one of that decoding, for a job
+    that ran several, :func:`in_one_job`); per-sample rows come from `save_path`'s evaluation_data.json —
     a local dir or the URL where this machine reads it (``cfg.url(spec.save_path)``, ``gs://…`` on GKE) — which
     enables the paired comparison.
 
@@ -366,6 +372,9 @@ def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResu
                     cli="wait for the job to finish (`nbtools jobs status EXPERIMENT.yaml --id ID`); the block is "
                         "printed last"),
         )
+    if n is not None or temperature is not None:
+        blocks = [b for b in blocks if (n is None or b.num_tests_per_prompt == n)
+                  and (temperature is None or abs(b.temperature - temperature) < 1e-9)] or _no_block(blocks, n, temperature)
     block: ScoreBlock = blocks[-1]
     table = pd.DataFrame(columns=["problem_id", "sample", "prompt", "response", "extracted_answer", "correct"])
     params: dict[str, Any] = {"n": block.num_tests_per_prompt, "temperature": block.temperature, "top_p": block.top_p,
@@ -373,11 +382,20 @@ def collect(log_or_job: Any, *, save_path: str | Path | None = None) -> EvalResu
     if save_path is not None:
         from nbtools import storage
 
-        found = storage.info(storage.join(str(save_path), "evaluation_data.json"))
-        if found is not None:  # a local dir, or the bucket the pods wrote to (gs://…): copied once per generation
+        try:  # a local dir, or the bucket the pods wrote to (gs://…): copied once per generation; one listing and
+            # one read (each a Ray job on a cluster whose storage only it sees), no stat before them
             local = storage.mirror(str(save_path), include=lambda rel: rel in ("evaluation_data.json", "config.json"))
+        except NotFoundError:
+            local = None
+        if local is not None and (local / "evaluation_data.json").is_file():
             table = load_evaluation_data(local, num_tests_per_prompt=block.num_tests_per_prompt)
             if "extracted_answer" not in table.columns:
                 table.insert(4, "extracted_answer", None)
             params.update(load_eval_config(local))
     return EvalResult(table=table, model=block.model_name, params=params, score_block=block)
+
+
+def _no_block(blocks: list[ScoreBlock], n: int | None, temperature: float | None):
+    seen = [(b.num_tests_per_prompt, b.temperature) for b in blocks]
+    raise NotFoundError(f"expected a score block with num_tests_per_prompt={n} temperature={temperature} in the eval job "
+                        f"log, found only {seen}", fix="collect the job that ran this decoding (its submission id)")

