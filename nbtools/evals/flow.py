@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from nbtools import _paths, trainers
 from nbtools.config import Experiment
-from nbtools.errors import ConfigError, NotFoundError
+from nbtools.errors import ConfigError, Fix, NotFoundError
 from nbtools.evals.job import build_eval_job, collect, finetuned_model_path
 from nbtools.evals.one_job import in_one_job
 from nbtools.evals.result import EvalResult
@@ -305,7 +305,8 @@ def evaluate_model(
     decodings = [_decoding(cfg, label, k, temperature) for k in (n if isinstance(n, tuple) else (n,))]
     if len({d.mode for d in decodings}) < len(decodings) or not decodings:
         raise ConfigError(f"n={n!r} at temperature={temperature}: expected one or more different decodings, got "
-                          f"{[d.mode for d in decodings]}", fix="name each number of samples once, e.g. n=(1, 8)")
+                          f"{[d.mode for d in decodings]}", fix=Fix("name each number of samples once, e.g. n=(1, 8)",
+                                                  cli="one --samples per call, e.g. --samples 1, then --samples 8"))
     results = evaluator(trainer or trainers.get(cfg)).run_all(
         cfg, model, label=label, decodings=decodings, dataset=dataset, max_model_len=max_model_len, timeout=timeout,
         batch_size=batch_size)
@@ -315,7 +316,8 @@ def evaluate_model(
 def _decoding(cfg: Experiment, label: str, n: int, temperature: float | None) -> Decoding:
     if isinstance(n, bool) or not isinstance(n, int):
         raise ConfigError(f"n must be a number of samples per problem or a tuple of them, got {n!r}",
-                          fix="e.g. n=1 (greedy), n=8, or n=(1, 8) for both in one job")
+                          fix=Fix("e.g. n=1 (greedy), n=8, or n=(1, 8) for both in one job",
+                                     cli="e.g. --samples 1 (greedy) or --samples 8"))
     if temperature is None:
         temperature = 0.0 if n == 1 else float(getattr(cfg.grpo, "temperature", 1.0) or 1.0)
     mode = "greedy" if temperature == 0 else f"sampled{n}"

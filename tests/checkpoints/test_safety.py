@@ -153,7 +153,7 @@ _KILLED_MERGE = """
 import sys, threading, time, types
 from pathlib import Path
 from nbtools import checkpoints as ck
-from nbtools.checkpoints import _outdir, _writer
+from nbtools.checkpoints import _merge, _outdir, _writer
 step, out, flags = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 
 def blocker(name, real):
@@ -166,7 +166,7 @@ def blocker(name, real):
 
 _writer._check_finite = blocker("writing", _writer._check_finite)  # the 2nd merge: busy writing its .partial dir
 _outdir.shutil = types.SimpleNamespace(rmtree=blocker("installing", None))  # the 1st: old output moved away
-cfg = ck._merge._resolve_config(step, None)[0]
+cfg = _merge._resolve_config(step, None)[0]
 kw = {"config": cfg, "progress": False, "overwrite": True}
 threading.Thread(target=ck.merge, args=(step, out), kwargs=kw, daemon=True).start()
 while not (flags / "installing").exists():
