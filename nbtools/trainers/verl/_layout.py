@@ -56,23 +56,23 @@ class VerlLayout:
     # files with torch, the optional extra [merge]: imported by the merge alone, never by the trainer itself.
     def owns_checkpoints(self, checkpoint_dir: str | Path) -> bool:
         """A ``trainer.default_local_dir`` (``global_step_N``, local or ``gs://``) holding no NeMo-RL ``step_N``."""
-        from nbtools.trainers.verl import _steps
+        import nbtools.trainers.verl._steps as _steps  # listings and small files, no torch
 
         return _steps.is_verl_dir(checkpoint_dir)
 
     def list_checkpoints(self, checkpoint_dir: str | Path):
-        from nbtools.trainers.verl import _steps
+        import nbtools.trainers.verl._steps as _steps  # listings and small files, no torch
 
         return _steps.list_verl_checkpoints(checkpoint_dir)
 
     def latest_checkpoint(self, checkpoint_dir: str | Path):
-        from nbtools.trainers.verl import _steps
+        import nbtools.trainers.verl._steps as _steps  # listings and small files, no torch
 
         return _steps.latest_verl(checkpoint_dir)
 
     def step_layout(self, step_dir: str | Path) -> str | None:
         """``verl_fsdp`` for a local ``global_step_N`` (or its ``actor/``) with ``fsdp_config.json`` or rank files."""
-        from nbtools.trainers.verl import _steps
+        import nbtools.trainers.verl._steps as _steps  # listings and small files, no torch
 
         return _steps.VERL_LAYOUT if _steps.is_verl_step(step_dir) else None
 
