@@ -38,7 +38,7 @@ Which = Literal["baseline", "fine-tuned"]
 
 class ClusterJob:
     """An evaluation by a Ray job on the cluster: ``build`` makes the job spec of one model and decoding, ``together``
-    one job of a model's several decodings (:func:`nbtools.evals.job.in_one_job`, or the trainer's own); the
+    one job of a model's several decodings (:func:`nbtools.evals.one_job.in_one_job`, or the trainer's own); the
     per-sample results are read back from where the pods wrote them (the bucket on GKE)."""
 
     def __init__(self, build: Callable[..., Any], together: Callable[..., Any] = in_one_job):
